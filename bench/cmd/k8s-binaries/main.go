@@ -1,0 +1,53 @@
+// Command k8s-binaries builds etcd and the Kubernetes control-plane binaries from the Go module
+// proxy into skein's cache (see package bench/k8sbin) and prints the directory holding them.
+//
+//	go run ./bench/cmd/k8s-binaries          # build if needed, print the bin directory
+//	go run ./bench/cmd/k8s-binaries -check   # exit 1 unless a complete build is cached
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/skein-net/skein/bench/k8sbin"
+)
+
+func main() {
+	check := flag.Bool("check", false, "only report whether the binaries are built; never build")
+	quiet := flag.Bool("q", false, "do not print build output, only the bin directory")
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: k8s-binaries [-check] [-q]\n\n"+
+			"Builds etcd %s and Kubernetes %s (%v) from the Go module proxy into\n"+
+			"$SKEIN_CACHE (default ~/.cache/skein) and prints the bin directory. A second run\n"+
+			"with a complete cache returns in seconds.\n\n", k8sbin.EtcdVersion, k8sbin.KubernetesVersion, k8sbin.Binaries)
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+
+	if *check {
+		bin, ok := k8sbin.Ready()
+		if !ok {
+			fmt.Fprintf(os.Stderr, "k8s binaries are not built in %s; run 'make k8s-binaries'\n", bin)
+			os.Exit(1)
+		}
+		fmt.Println(bin)
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var log io.Writer = os.Stderr
+	if *quiet {
+		log = io.Discard
+	}
+	bin, err := k8sbin.Ensure(ctx, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "k8s-binaries: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Println(bin)
+}

@@ -1,0 +1,62 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// InternalNodeSpec is what the controller assigned to a node (skein's own kind).
+type InternalNodeSpec struct {
+	// OverlayIP is the node's address on the overlay device liqo.vxlan, from the internal CIDR.
+	// +optional
+	OverlayIP *IP `json:"overlayIP,omitempty"`
+	// ExternalIP is the node's address in the cluster's external CIDR: traffic from the node's
+	// own network namespace (host-network pods, kubelet probes) to a peer leaves with it.
+	// +optional
+	ExternalIP *IP `json:"externalIP,omitempty"`
+}
+
+// VTEP is a node's overlay tunnel endpoint.
+type VTEP struct {
+	// IP is the node's underlay address the overlay's UDP packets are sent to.
+	IP IP `json:"ip"`
+	// MAC is the address of the node's liqo.vxlan device.
+	MAC MAC `json:"mac"`
+}
+
+// InternalNodeStatus is what the node agent observed and published.
+type InternalNodeStatus struct {
+	// VTEP is the node's overlay endpoint, published by the node agent.
+	// +optional
+	VTEP *VTEP `json:"vtep,omitempty"`
+	// Conditions: Ready tells whether the node's overlay device and routes are programmed.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// InternalNode is one node of the local cluster as the fabric sees it: its overlay address and
+// VTEP. It is cluster-scoped and named after the Node.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,categories=skein,shortName=inode
+// +kubebuilder:printcolumn:name="Overlay IP",type=string,JSONPath=`.spec.overlayIP`
+// +kubebuilder:printcolumn:name="VTEP IP",type=string,JSONPath=`.status.vtep.ip`
+// +kubebuilder:printcolumn:name="VTEP MAC",type=string,JSONPath=`.status.vtep.mac`
+// +kubebuilder:printcolumn:name="External IP",type=string,JSONPath=`.spec.externalIP`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type InternalNode struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   InternalNodeSpec   `json:"spec,omitempty"`
+	Status InternalNodeStatus `json:"status,omitempty"`
+}
+
+// InternalNodeList is a list of InternalNodes.
+//
+// +kubebuilder:object:root=true
+type InternalNodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []InternalNode `json:"items"`
+}

@@ -1,0 +1,40 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupName is the API group of every kind in this package.
+const GroupName = "networking.liqo.io"
+
+// SchemeGroupVersion is group version used to register these objects.
+var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
+
+var (
+	// SchemeBuilder collects the functions that add this package's kinds to a scheme.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+	// AddToScheme adds this package's kinds to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+// Resource takes an unqualified resource and returns a group-qualified GroupResource.
+func Resource(resource string) schema.GroupResource {
+	return SchemeGroupVersion.WithResource(resource).GroupResource()
+}
+
+func addKnownTypes(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(SchemeGroupVersion,
+		&Configuration{}, &ConfigurationList{},
+		&GatewayServer{}, &GatewayServerList{},
+		&GatewayClient{}, &GatewayClientList{},
+		&PublicKey{}, &PublicKeyList{},
+		&Connection{}, &ConnectionList{},
+		&WgGatewayServerTemplate{}, &WgGatewayServerTemplateList{},
+		&WgGatewayClientTemplate{}, &WgGatewayClientTemplateList{},
+		&InternalNode{}, &InternalNodeList{},
+	)
+	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
+	return nil
+}
