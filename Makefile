@@ -49,16 +49,26 @@ lint: ## go vet and staticcheck.
 	go vet -tags pin ./...
 	$(STATICCHECK) ./...
 
+# Files that `make generate` and `go mod tidy` own: verify regenerates them in a scratch copy of
+# the tree and fails when the working tree differs, so a hand edit is caught whether or not it is
+# committed.
+GENERATED := control/api deploy/crds go.mod go.sum
+
 .PHONY: verify
-verify: generate ## Regenerate, tidy and format, then fail if anything differs from the commit.
-	go mod tidy
-	gofmt -w $$(git ls-files '*.go')
-	@if [ -n "$$(git status --porcelain -- . )" ]; then \
-		echo "verify: the tree differs after 'make generate', 'go mod tidy' and gofmt:"; \
-		git status --porcelain -- .; git --no-pager diff --stat; \
-		echo "run 'make generate && go mod tidy && gofmt -w .' and commit the result"; exit 1; \
-	fi
-	@echo "verify: generated files, go.mod and formatting are up to date"
+verify: ## Fail if generated code, CRDs, go.mod/go.sum or formatting differ from what the tools produce.
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	git ls-files -z --cached --others --exclude-standard | \
+		while IFS= read -r -d '' f; do if [ -e "$$f" ]; then cp --parents -a -- "$$f" "$$tmp/"; fi; done; \
+	if ! ( cd "$$tmp" && $(MAKE) --no-print-directory -s generate >/dev/null 2>"$$tmp.log" && go mod tidy 2>>"$$tmp.log" ); then \
+		cat "$$tmp.log"; rm -f "$$tmp.log"; echo "verify: 'make generate' or 'go mod tidy' failed"; exit 1; fi; \
+	rm -f "$$tmp.log"; fail=0; \
+	for p in $(GENERATED); do diff -ru "$$p" "$$tmp/$$p" || fail=1; done; \
+	unformatted=$$(git ls-files -z --cached --others --exclude-standard -- '*.go' | xargs -0 -r gofmt -l 2>/dev/null); \
+	if [ -n "$$unformatted" ]; then echo "verify: not gofmt-formatted:"; echo "$$unformatted"; fail=1; fi; \
+	if [ $$fail -ne 0 ]; then \
+		echo "verify: FAILED: the files above differ from what 'make generate', 'go mod tidy' and gofmt produce;"; \
+		echo "verify: run 'make generate && go mod tidy && gofmt -w .' (never edit generated files by hand)"; exit 1; fi; \
+	echo "verify: generated code, CRDs, go.mod/go.sum and formatting are up to date"
 
 .PHONY: clean
 clean: ## Remove ./bin (the k8s binary cache is kept; delete $$SKEIN_CACHE to drop it).

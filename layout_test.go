@@ -1,0 +1,190 @@
+package skein_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/skein-net/skein"
+
+// goPackage is the part of `go list -json` output the layout rules read.
+type goPackage struct {
+	ImportPath   string
+	Name         string
+	Imports      []string // direct imports of the non-test files
+	Deps         []string // transitive dependencies of the non-test files
+	TestImports  []string
+	XTestImports []string
+}
+
+// under reports whether path is the skein folder dir or inside it.
+func under(path, dir string) bool {
+	p := module + "/" + dir
+	return path == p || strings.HasPrefix(path, p+"/")
+}
+
+// cmdTree returns "cmd/<name>" for a package under cmd/<name>, or "" if path is not under one.
+func cmdTree(path string) string {
+	rest, ok := strings.CutPrefix(path, module+"/cmd/")
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, "/")
+	return "cmd/" + name
+}
+
+func isGvisor(path string) bool {
+	return strings.HasPrefix(path, "gvisor.dev/") || path == "golang.zx2c4.com/wireguard/tun/netstack"
+}
+
+func isKubernetes(path string) bool {
+	return strings.HasPrefix(path, "k8s.io/") || strings.HasPrefix(path, "sigs.k8s.io/")
+}
+
+// checkLayout applies the dependency direction of DESIGN.md to a module's packages and returns
+// one line per violation:
+//
+//		cmd -> appliance -> {control, netstack, dataplane}; control -> dataplane; netstack -> dataplane
+//
+//	  - dataplane depends (even transitively) on neither k8s.io nor gvisor.dev, nor on any other
+//	    skein folder;
+//	  - only netstack imports gvisor.dev (or wireguard-go's gVisor-based tun/netstack);
+//	  - only cmd imports appliance, and nothing imports cmd (but a cmd/<name> folder's own packages);
+//	  - control and netstack do not depend on appliance, cmd or each other;
+//	  - product code does not import bench, except test-helper packages (named *test, such as
+//	    control/apitest), which may use bench's tooling.
+//
+// Test files may import gvisor.dev in dataplane (gVisor's header package checks our parsers),
+// but may not import appliance or cmd from outside them.
+func checkLayout(pkgs []goPackage) []string {
+	var bad []string
+	report := func(p goPackage, format string, args ...any) {
+		bad = append(bad, p.ImportPath+": "+fmt.Sprintf(format, args...))
+	}
+	for _, p := range pkgs {
+		own := func(path string) bool { return strings.HasPrefix(path, module+"/") || path == module }
+		for _, imp := range p.Imports {
+			if isGvisor(imp) && !under(p.ImportPath, "netstack") {
+				report(p, "imports %s; only netstack may import gVisor", imp)
+			}
+			if under(imp, "bench") && !under(p.ImportPath, "bench") && !strings.HasSuffix(p.Name, "test") {
+				report(p, "imports %s; product code must not depend on bench", imp)
+			}
+		}
+		allImports := slices.Concat(p.Imports, p.TestImports, p.XTestImports)
+		for _, imp := range allImports {
+			if under(imp, "appliance") && !under(p.ImportPath, "appliance") && cmdTree(p.ImportPath) == "" {
+				report(p, "imports %s; only cmd may import appliance", imp)
+			}
+			if t := cmdTree(imp); t != "" && t != cmdTree(p.ImportPath) || imp == module+"/cmd" && p.ImportPath != module+"/cmd" {
+				report(p, "imports %s; nothing may import cmd", imp)
+			}
+		}
+		switch {
+		case under(p.ImportPath, "dataplane"):
+			for _, d := range p.Deps {
+				switch {
+				case isKubernetes(d) || isGvisor(d):
+					report(p, "depends on %s; dataplane must stay free of k8s.io and gvisor.dev", d)
+				case own(d) && !under(d, "dataplane"):
+					report(p, "depends on %s; dataplane depends on no other skein folder", d)
+				}
+			}
+		case under(p.ImportPath, "control"), under(p.ImportPath, "netstack"):
+			for _, d := range p.Deps {
+				if under(d, "appliance") || under(d, "cmd") ||
+					under(p.ImportPath, "control") && under(d, "netstack") ||
+					under(p.ImportPath, "netstack") && under(d, "control") {
+					report(p, "depends on %s; control and netstack sit below appliance and beside each other", d)
+				}
+				if under(p.ImportPath, "control") && isGvisor(d) {
+					report(p, "depends on %s; only netstack may pull in gVisor", d)
+				}
+			}
+		}
+	}
+	return bad
+}
+
+func goList(t *testing.T, tags string) []goPackage {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-tags", tags, "-json", "./...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	var pkgs []goPackage
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p goPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("decode go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// TestLayout applies the rules to the real module, with and without the "pin" build tag (the
+// files that keep the pinned wireguard-go and gVisor in go.mod).
+func TestLayout(t *testing.T) {
+	for _, tags := range []string{"", "pin"} {
+		pkgs := goList(t, tags)
+		if len(pkgs) < 8 {
+			t.Fatalf("go list found %d packages; is the test running at the module root?", len(pkgs))
+		}
+		for _, v := range checkLayout(pkgs) {
+			t.Errorf("tags %q: %s", tags, v)
+		}
+	}
+}
+
+// TestLayoutRulesCatch feeds checkLayout one broken package per rule, proving each rule reports.
+func TestLayoutRulesCatch(t *testing.T) {
+	m := func(s string) string { return module + "/" + s }
+	cases := []struct {
+		name string
+		pkg  goPackage
+		want string
+	}{
+		{"dataplane imports client-go", goPackage{ImportPath: m("dataplane/nat"), Imports: []string{"k8s.io/client-go/rest"}, Deps: []string{"k8s.io/client-go/rest"}}, "free of k8s.io"},
+		{"dataplane pulls gVisor transitively", goPackage{ImportPath: m("dataplane"), Imports: []string{"example.com/x"}, Deps: []string{"example.com/x", "gvisor.dev/gvisor/pkg/buffer"}}, "free of k8s.io and gvisor.dev"},
+		{"dataplane imports control", goPackage{ImportPath: m("dataplane"), Imports: []string{m("control")}, Deps: []string{m("control")}}, "no other skein folder"},
+		{"control imports gVisor", goPackage{ImportPath: m("control/ipam"), Imports: []string{"gvisor.dev/gvisor/pkg/tcpip"}}, "only netstack may import gVisor"},
+		{"appliance imports wireguard's netstack", goPackage{ImportPath: m("appliance"), Imports: []string{"golang.zx2c4.com/wireguard/tun/netstack"}}, "only netstack may import gVisor"},
+		{"control imports appliance", goPackage{ImportPath: m("control"), Imports: []string{m("appliance")}}, "only cmd may import appliance"},
+		{"bench test imports appliance", goPackage{ImportPath: m("bench/scenario"), XTestImports: []string{m("appliance")}}, "only cmd may import appliance"},
+		{"appliance imports cmd", goPackage{ImportPath: m("appliance"), Imports: []string{m("cmd/skeinctl")}}, "nothing may import cmd"},
+		{"one command imports another", goPackage{ImportPath: m("cmd/skein-agent"), Imports: []string{m("cmd/skeinctl/internal/out")}}, "nothing may import cmd"},
+		{"control depends on netstack", goPackage{ImportPath: m("control"), Deps: []string{m("netstack")}}, "beside each other"},
+		{"product imports bench", goPackage{ImportPath: m("control"), Name: "control", Imports: []string{m("bench/k8sbin")}}, "must not depend on bench"},
+	}
+	for _, tc := range cases {
+		got := checkLayout([]goPackage{tc.pkg})
+		if len(got) == 0 || !strings.Contains(strings.Join(got, "\n"), tc.want) {
+			t.Errorf("%s: got %q, want a violation saying %q", tc.name, got, tc.want)
+		}
+	}
+	allowed := []goPackage{
+		{ImportPath: m("cmd/skein-gateway"), Imports: []string{m("appliance")}},
+		{ImportPath: m("cmd/skeinctl"), Imports: []string{m("cmd/skeinctl/internal/out")}},
+		{ImportPath: m("appliance"), Imports: []string{m("netstack"), m("control"), m("dataplane")}},
+		{ImportPath: m("netstack"), Imports: []string{"gvisor.dev/gvisor/pkg/tcpip/stack", m("dataplane")}, Deps: []string{m("dataplane")}},
+		{ImportPath: m("dataplane"), Imports: []string{"golang.zx2c4.com/wireguard/tun"}, TestImports: []string{"gvisor.dev/gvisor/pkg/tcpip/header"}},
+		{ImportPath: m("control/apitest"), Name: "apitest", Imports: []string{m("bench/k8sbin")}},
+		{ImportPath: m("control/translate"), Imports: []string{m("dataplane")}, Deps: []string{m("dataplane")}},
+	}
+	if got := checkLayout(allowed); len(got) != 0 {
+		t.Errorf("allowed imports reported: %q", got)
+	}
+}
