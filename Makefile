@@ -71,5 +71,5 @@ verify: ## Fail if generated code, CRDs, go.mod/go.sum or formatting differ from
 	echo "verify: generated code, CRDs, go.mod/go.sum and formatting are up to date"
 
 .PHONY: clean
-clean: ## Remove ./bin (the k8s binary cache is kept; delete $$SKEIN_CACHE to drop it).
+clean: ## Remove ./bin (the k8s binary cache is kept; delete the SKEIN_CACHE directory to drop it).
 	rm -rf $(BIN_DIR)
