@@ -73,8 +73,16 @@ func StartMain() (*Env, func(), error) {
 	if !ok && os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return nil, nil, fmt.Errorf("the Kubernetes test binaries are not built in %s: run 'make k8s-binaries' (or set KUBEBUILDER_ASSETS)", bin)
 	}
+	shims, err := deathShims(bin)
+	if err != nil {
+		return nil, nil, err
+	}
 	scheme := Scheme()
 	env := &envtest.Environment{
+		ControlPlane: envtest.ControlPlane{
+			APIServer: &envtest.APIServer{Path: filepath.Join(shims, "kube-apiserver")},
+			Etcd:      &envtest.Etcd{Path: filepath.Join(shims, "etcd")},
+		},
 		BinaryAssetsDirectory:    bin,
 		CRDDirectoryPaths:        []string{CRDDir()},
 		ErrorIfCRDPathMissing:    true,
@@ -82,18 +90,44 @@ func StartMain() (*Env, func(), error) {
 		ControlPlaneStartTimeout: 90 * time.Second,
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
+	stop := func() {
+		_ = env.Stop()
+		_ = os.RemoveAll(shims)
+	}
 	cfg, err := env.Start()
 	if err != nil {
-		_ = env.Stop()
+		stop()
 		return nil, nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", bin, err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		_ = env.Stop()
+		stop()
 		return nil, nil, fmt.Errorf("client for the test API server: %w", err)
 	}
 	e := &Env{Config: cfg, Client: c, Scheme: scheme, env: env, binDir: bin}
-	return e, func() { _ = env.Stop() }, nil
+	return e, stop, nil
+}
+
+// deathShims writes tiny wrappers that start etcd and kube-apiserver with a parent-death
+// signal (util-linux setpriv), so that they die with the test binary even when it panics or
+// times out before its cleanup runs. envtest alone only puts them in their own process group.
+func deathShims(bin string) (string, error) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		return "", fmt.Errorf("setpriv (Debian package util-linux) is needed so the test API server dies with the test: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "skein-apitest-")
+	if err != nil {
+		return "", err
+	}
+	for _, name := range []string{"etcd", "kube-apiserver"} {
+		script := fmt.Sprintf("#!/bin/sh\nexec %s --pdeathsig KILL -- %s \"$@\"\n", setpriv, filepath.Join(bin, name))
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+			_ = os.RemoveAll(dir)
+			return "", err
+		}
+	}
+	return dir, nil
 }
 
 // Start starts an API server for one test and stops it when the test ends.
