@@ -51,9 +51,21 @@ func PseudoSum4(src, dst [4]byte, proto uint8, length int) uint64 {
 // HC' = ~(~HC + ~m + m'). It never produces 0xffff from a correct checksum, so the result equals
 // a full recomputation bit for bit.
 func UpdateChecksum4(hc uint16, old, new [4]byte) uint16 {
-	s := uint32(^hc) +
-		uint32(^binary.BigEndian.Uint16(old[:])) + uint32(^binary.BigEndian.Uint16(old[2:])) +
+	return ApplyDelta(hc, Delta4(old, new))
+}
+
+// Delta4 is the ~m + m' term of RFC 1624 equation 3 for 4 bytes changing from old to new, kept
+// unfolded. When one address change updates several checksums (IPv4 header, TCP or UDP), compute
+// it once and apply it to each with ApplyDelta.
+func Delta4(old, new [4]byte) uint32 {
+	return uint32(^binary.BigEndian.Uint16(old[:])) + uint32(^binary.BigEndian.Uint16(old[2:])) +
 		uint32(binary.BigEndian.Uint16(new[:])) + uint32(binary.BigEndian.Uint16(new[2:]))
+}
+
+// ApplyDelta returns checksum field hc updated by a Delta4 term; ApplyDelta(hc, Delta4(o, n))
+// is UpdateChecksum4(hc, o, n).
+func ApplyDelta(hc uint16, d uint32) uint16 {
+	s := uint32(^hc) + d
 	s = (s & 0xffff) + (s >> 16)
 	s = (s & 0xffff) + (s >> 16)
 	return ^uint16(s)
