@@ -1,0 +1,208 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/skein-net/skein/dataplane/nat"
+	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/packet"
+	"github.com/skein-net/skein/dataplane/route"
+)
+
+// Config is everything the packet path needs; the standalone config file and the in-cluster
+// watchers both translate into it. Reconfig swaps it whole.
+type Config struct {
+	// Overlay is the gateway's VTEP: kind, VNI, overlay MAC and IP. Its Peers are filled from
+	// Nodes; any listed are kept as extra accepted sources.
+	Overlay overlay.Config
+	// OverlayPort is the UDP port of the nodes' overlay devices (where frames to nodes go).
+	// Default: the kind's IANA port.
+	OverlayPort uint16
+
+	// TunnelMTU is the largest inner packet sent into the WireGuard tunnel (the spec's
+	// Connection MTU; default 1340). SYNs are clamped to fit it.
+	TunnelMTU int
+	// OverlayMTU is the largest inner packet sent to a node over the overlay (the nodes'
+	// liqo.vxlan MTU; default 1450, a 1500-byte underlay minus VXLAN overhead).
+	OverlayMTU int
+
+	// TunnelIP is the gateway's own address inside the tunnel, the source of ICMP errors it
+	// sends into the tunnel. Optional: without it, no errors are sent that way.
+	TunnelIP netip.Addr
+
+	// Remote are the prefixes routed into the tunnel, as this cluster sees them (remapped
+	// CIDRs, NAT-less remote CIDRs, the peer gateway's tunnel address). NAT From prefixes are
+	// routed into the tunnel without being listed here.
+	Remote []netip.Prefix
+	// NAT maps the remote cluster's CIDRs as seen here (From) to how the remote cluster
+	// numbers them (To). Into the tunnel destinations are translated From -> To; out of it,
+	// sources To -> From.
+	NAT []nat.Pair
+	// DropUnmatched drops packets whose translated address matches no NAT pair instead of
+	// passing them unchanged. Either way they are counted.
+	DropUnmatched bool
+
+	// Nodes are this cluster's node VTEPs and what they host.
+	Nodes []Node
+	// Local are the gateway's own addresses (overlay IP, tunnel IP); packets to them go to the
+	// local handler (the netstack), not through NAT.
+	Local []netip.Addr
+
+	// ICMPRate is how many ICMP errors per second the gateway sends at most (token bucket,
+	// ICMPBurst deep). Defaults 100 and 20; a negative rate sends none.
+	ICMPRate  int
+	ICMPBurst int
+}
+
+// Node is a node of this cluster as the gateway sees it.
+type Node struct {
+	Name string
+	// VTEP is the node's underlay address, where its overlay device listens.
+	VTEP netip.Addr
+	// MAC is the MAC address of the node's overlay device.
+	MAC packet.MAC
+	// PodCIDRs and Pods are routed to this node; a pod /32 wins over a node CIDR.
+	PodCIDRs []netip.Prefix
+	Pods     []netip.Addr
+}
+
+// Defaults.
+const (
+	DefaultTunnelMTU  = 1340
+	DefaultOverlayMTU = 1500 - overlay.Overhead
+	DefaultICMPRate   = 100
+	DefaultICMPBurst  = 20
+	// MinMTU and MaxMTU bound both MTUs (the API's range).
+	MinMTU = 576
+	MaxMTU = 9000
+)
+
+// next-hop IDs in the route table: the tunnel, the local handler, then node i at hopNode+i.
+const (
+	hopTunnel = 0
+	hopLocal  = 1
+	hopNode   = 2
+)
+
+// tables is a Config compiled for the packet path; immutable once built.
+type tables struct {
+	cfg        Config
+	vtep       *overlay.VTEP
+	in, out    *nat.PrefixMap // in: dst From->To into the tunnel; out: src To->From out of it
+	routes     *route.Table
+	nodes      []nodeHop
+	tunnelMTU  int
+	overlayMTU int
+	mss        uint16 // MSS that fits both MTUs
+	overlayIP  [4]byte
+	tunnelIP   [4]byte
+	hasTunIP   bool
+}
+
+type nodeHop struct {
+	addr netip.AddrPort
+	mac  packet.MAC
+}
+
+func compile(cfg Config) (*tables, error) {
+	c := cfg
+	if c.TunnelMTU == 0 {
+		c.TunnelMTU = DefaultTunnelMTU
+	}
+	if c.OverlayMTU == 0 {
+		c.OverlayMTU = DefaultOverlayMTU
+	}
+	if c.ICMPRate == 0 {
+		c.ICMPRate = DefaultICMPRate
+	}
+	if c.ICMPBurst == 0 {
+		c.ICMPBurst = DefaultICMPBurst
+	}
+	if c.OverlayPort == 0 {
+		c.OverlayPort = c.Overlay.Kind.DefaultPort()
+	}
+	var errs []error
+	for _, m := range []struct {
+		name string
+		v    int
+	}{{"tunnel MTU", c.TunnelMTU}, {"overlay MTU", c.OverlayMTU}} {
+		if m.v < MinMTU || m.v > MaxMTU {
+			errs = append(errs, fmt.Errorf("%s %d is outside %d-%d", m.name, m.v, MinMTU, MaxMTU))
+		}
+	}
+	if c.ICMPBurst < 0 {
+		errs = append(errs, fmt.Errorf("ICMP burst %d is negative", c.ICMPBurst))
+	}
+
+	t := &tables{cfg: c, tunnelMTU: c.TunnelMTU, overlayMTU: c.OverlayMTU}
+	t.mss = uint16(min(c.TunnelMTU, c.OverlayMTU) - 40)
+
+	ov := c.Overlay
+	ov.Peers = append([]netip.Addr(nil), ov.Peers...)
+	var b route.Builder
+	for i, n := range c.Nodes {
+		if !n.VTEP.Is4() {
+			errs = append(errs, fmt.Errorf("node %q: VTEP address %v must be IPv4", n.Name, n.VTEP))
+			continue
+		}
+		if n.MAC == (packet.MAC{}) || n.MAC[0]&1 != 0 {
+			errs = append(errs, fmt.Errorf("node %q: overlay MAC %s must be a non-zero unicast address", n.Name, overlay.MACString(n.MAC)))
+		}
+		ov.Peers = append(ov.Peers, n.VTEP)
+		t.nodes = append(t.nodes, nodeHop{addr: netip.AddrPortFrom(n.VTEP, c.OverlayPort), mac: n.MAC})
+		hop := uint32(hopNode + i)
+		for _, p := range n.PodCIDRs {
+			if err := b.Add(p, hop); err != nil {
+				errs = append(errs, fmt.Errorf("node %q pod CIDR: %w", n.Name, err))
+			}
+		}
+		for _, a := range n.Pods {
+			if err := b.Add(netip.PrefixFrom(a, a.BitLen()), hop); err != nil {
+				errs = append(errs, fmt.Errorf("node %q pod %v: %w (is it on two nodes?)", n.Name, a, err))
+			}
+		}
+	}
+	vtep, err := overlay.New(ov)
+	if err != nil {
+		errs = append(errs, err)
+	} else {
+		t.vtep = vtep
+		t.overlayIP = ov.IP.As4()
+	}
+	if c.TunnelIP.IsValid() {
+		if !c.TunnelIP.Is4() {
+			errs = append(errs, fmt.Errorf("tunnel IP %v must be IPv4", c.TunnelIP))
+		} else {
+			t.tunnelIP, t.hasTunIP = c.TunnelIP.As4(), true
+		}
+	}
+
+	in, err := nat.NewPrefixMap(c.NAT...)
+	if err != nil {
+		errs = append(errs, err)
+	} else {
+		t.in, t.out = in, in.Inverse()
+	}
+	for _, p := range c.NAT {
+		if err := b.Add(p.From, hopTunnel); err != nil {
+			errs = append(errs, fmt.Errorf("NAT prefix %s: %w", p.From, err))
+		}
+	}
+	for _, p := range c.Remote {
+		if err := b.Add(p, hopTunnel); err != nil {
+			errs = append(errs, fmt.Errorf("remote prefix: %w", err))
+		}
+	}
+	for _, a := range c.Local {
+		if err := b.Add(netip.PrefixFrom(a, a.BitLen()), hopLocal); err != nil {
+			errs = append(errs, fmt.Errorf("local address %v: %w", a, err))
+		}
+	}
+	t.routes = b.Build()
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("dataplane config: %w", errors.Join(errs...))
+	}
+	return t, nil
+}

@@ -1,0 +1,571 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.zx2c4.com/wireguard/tun"
+
+	"github.com/skein-net/skein/dataplane/nat"
+	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/packet"
+)
+
+// Message is one UDP datagram of a batch on the overlay side, scattered over (on receive) or
+// gathered from (on send) two segments: Head, the first overlay.HeaderLen bytes, and Body, the
+// rest. The split lets the inner packet land exactly where wireguard-go's buffer wants it.
+type Message struct {
+	Head []byte
+	Body []byte
+	// N is, on receive, the number of bytes received into Head then Body.
+	N int
+	// Addr is the sender on receive and the destination on send.
+	Addr netip.AddrPort
+}
+
+// OverlayConn is the overlay side's socket, read and written in batches (shaped like
+// wireguard-go's conn.Bind). ReadBatch blocks until at least one datagram arrives, Wake is
+// called, or the conn is closed; it must not return transient errors (it retries them), only
+// net.ErrClosed or a fatal error. WriteBatch returns how many messages were sent.
+type OverlayConn interface {
+	ReadBatch(msgs []Message) (int, error)
+	WriteBatch(msgs []Message) (int, error)
+	// Wake makes a blocked ReadBatch (or the next one) return 0, nil promptly.
+	Wake()
+	BatchSize() int
+	Close() error
+}
+
+// LocalHandler takes packets addressed to the gateway's own addresses (the netstack). It must
+// copy what it keeps; it reports false if it refused the packet.
+type LocalHandler interface {
+	DeliverLocal(pkt []byte) bool
+}
+
+// Dataplane is the gateway's packet path between wireguard-go and the overlay. It implements
+// tun.Device: wireguard-go reads from it what local pods send into the tunnel and writes to it
+// what comes out of the tunnel. Read is meant for one goroutine (wireguard-go's TUN reader);
+// Write, Inject, Reconfig and Counters may be called from any.
+type Dataplane struct {
+	t      atomic.Pointer[tables]
+	conn   OverlayConn
+	batch  int
+	ctr    counters
+	icmp   limiter
+	local  atomic.Pointer[LocalHandler]
+	queue  injectQueue
+	events chan tun.Event
+	closed atomic.Bool
+	once   sync.Once
+
+	// Read side (one goroutine).
+	rmsgs  []Message
+	rheads [][overlay.HeaderLen]byte
+	routs  []Message // ARP replies and ICMP errors back onto the overlay
+	ricmp  [][]byte
+	rtally tally
+
+	// Write side.
+	wmu    sync.Mutex
+	wmsgs  []Message
+	wheads [][overlay.HeaderLen]byte
+	wicmp  []byte
+	wtally tally
+
+	// Inject towards the overlay.
+	imu  sync.Mutex
+	ibuf []byte
+}
+
+var _ tun.Device = (*Dataplane)(nil)
+
+// New builds a Dataplane for cfg on conn. It owns conn from then on (Close closes it).
+func New(cfg Config, conn OverlayConn) (*Dataplane, error) {
+	t, err := compile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	b := conn.BatchSize()
+	if b < 1 {
+		b = 1
+	}
+	d := &Dataplane{
+		conn:   conn,
+		batch:  b,
+		events: make(chan tun.Event, 4),
+		rmsgs:  make([]Message, b),
+		rheads: make([][overlay.HeaderLen]byte, b),
+		routs:  make([]Message, 0, b),
+		ricmp:  make([][]byte, b),
+		wicmp:  make([]byte, icmpBufLen),
+		ibuf:   make([]byte, overlay.HeaderLen+MaxMTU),
+	}
+	for i := range d.ricmp {
+		d.ricmp[i] = make([]byte, icmpBufLen)
+	}
+	d.queue.init(64)
+	d.t.Store(t)
+	d.events <- tun.EventUp
+	return d, nil
+}
+
+// Reconfig swaps in a new configuration atomically; packets in flight finish with the old
+// one. Applying the configuration already in force changes nothing. On error the old
+// configuration stays.
+func (d *Dataplane) Reconfig(cfg Config) error {
+	old := d.t.Load()
+	if reflect.DeepEqual(old.cfg, cfg) {
+		return nil
+	}
+	t, err := compile(cfg)
+	if err != nil {
+		return err
+	}
+	if reflect.DeepEqual(old.cfg, t.cfg) {
+		return nil // the same once defaults are filled in
+	}
+	d.t.Store(t)
+	if t.tunnelMTU != old.tunnelMTU {
+		select {
+		case d.events <- tun.EventMTUUpdate:
+		default:
+		}
+	}
+	return nil
+}
+
+// Config returns the configuration in force, with defaults filled in.
+func (d *Dataplane) Config() Config { return d.t.Load().cfg }
+
+// Counters returns a snapshot of the packet counters.
+func (d *Dataplane) Counters() Counts { return d.ctr.snapshot() }
+
+// SetLocalHandler attaches the handler for the gateway's own addresses (nil detaches).
+func (d *Dataplane) SetLocalHandler(h LocalHandler) {
+	if h == nil {
+		d.local.Store(nil)
+		return
+	}
+	d.local.Store(&h)
+}
+
+// File is nil: there is no kernel device.
+func (d *Dataplane) File() *os.File { return nil }
+
+// MTU is the tunnel MTU.
+func (d *Dataplane) MTU() (int, error) { return d.t.Load().tunnelMTU, nil }
+
+// Name names the device in wireguard-go's logs.
+func (d *Dataplane) Name() (string, error) { return "skein", nil }
+
+// Events delivers EventUp once, then MTU updates.
+func (d *Dataplane) Events() <-chan tun.Event { return d.events }
+
+// BatchSize is the overlay socket's batch size.
+func (d *Dataplane) BatchSize() int { return d.batch }
+
+// Close closes the overlay socket; Read and Write fail from then on.
+func (d *Dataplane) Close() error {
+	var err error
+	d.once.Do(func() {
+		d.closed.Store(true)
+		err = d.conn.Close()
+		close(d.events)
+	})
+	return err
+}
+
+// Read fills bufs with packets for the tunnel: packets injected by the netstack and ICMP
+// errors first, then what local pods send over the overlay. Dropped datagrams leave a zero
+// size in their slot, which wireguard-go skips.
+func (d *Dataplane) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	for {
+		if d.closed.Load() {
+			return 0, os.ErrClosed
+		}
+		if n := d.queue.drain(bufs, sizes, offset); n > 0 {
+			return n, nil
+		}
+		k := min(len(bufs), len(sizes), d.batch)
+		msgs := d.rmsgs[:k]
+		for i := range msgs {
+			msgs[i] = Message{Head: d.rheads[i][:], Body: bufs[i][offset:]}
+		}
+		got, err := d.conn.ReadBatch(msgs)
+		if err != nil {
+			if d.closed.Load() {
+				return 0, os.ErrClosed
+			}
+			return 0, fmt.Errorf("overlay receive: %w", err)
+		}
+		t := d.t.Load()
+		now := time.Time{}
+		last := 0
+		for i := range got {
+			sizes[i] = d.toTunnel(t, &msgs[i], i, &now)
+			if sizes[i] > 0 {
+				last = i + 1
+			}
+		}
+		d.flushOverlay(&d.rtally)
+		d.ctr.add(ToTunnel, &d.rtally)
+		if last > 0 {
+			return last, nil
+		}
+	}
+}
+
+var overlayDrops = [overlay.NumResults]Counter{
+	overlay.DropUnknownPeer:   DropUnknownVTEP,
+	overlay.DropMalformed:     DropMalformedOverlay,
+	overlay.DropVNI:           DropWrongVNI,
+	overlay.DropGeneveControl: DropGeneveControl,
+	overlay.DropNotForUs:      DropNotForUs,
+	overlay.DropEtherType:     DropEtherType,
+	overlay.DropARP:           DropARP,
+}
+
+// toTunnel handles datagram m (slot i of the batch) from the overlay and returns the size of
+// the packet to hand to wireguard-go, which then starts at the start of m.Body, or 0.
+func (d *Dataplane) toTunnel(t *tables, m *Message, slot int, now *time.Time) int {
+	tl := &d.rtally
+	if m.N < overlay.HeaderLen {
+		tl[DropMalformedOverlay]++
+		return 0
+	}
+	inner, res := t.vtep.Decap(m.Addr.Addr(), m.Head, m.Body[:m.N-overlay.HeaderLen])
+	switch res {
+	case overlay.Deliver:
+	case overlay.Reply:
+		tl[ARPReplied]++
+		d.routs = append(d.routs, Message{Head: m.Head, Body: inner, Addr: netip.AddrPortFrom(m.Addr.Addr(), t.cfg.OverlayPort)})
+		return 0
+	default:
+		tl[overlayDrops[res]]++
+		return 0
+	}
+	return d.forwardToTunnel(t, inner, slot, now)
+}
+
+// forwardToTunnel routes, checks, translates and clamps an inner packet from the overlay.
+func (d *Dataplane) forwardToTunnel(t *tables, inner []byte, slot int, now *time.Time) int {
+	tl := &d.rtally
+	ip, err := packet.ParseIPv4(inner)
+	if err != nil {
+		tl[DropMalformedIP]++
+		return 0
+	}
+	hop, ok := t.routes.Lookup4(ip.Dst())
+	if !ok {
+		tl[DropNoRoute]++
+		return 0
+	}
+	switch {
+	case hop == hopLocal:
+		d.deliverLocal(ip, tl)
+		return 0
+	case hop != hopTunnel:
+		tl[DropLoop]++
+		return 0
+	}
+	if ip.TTL() <= 1 {
+		tl[DropTTL]++
+		d.icmpToOverlay(t, ip, icmpTimeExceeded, icmpTTLInTransit, 0, slot, now, tl)
+		return 0
+	}
+	if len(ip) > t.tunnelMTU && ip.DontFragment() {
+		tl[DropTooBig]++
+		d.icmpToOverlay(t, ip, icmpDestUnreach, icmpFragNeeded, uint32(t.tunnelMTU), slot, now, tl)
+		return 0
+	}
+	ip.DecTTL()
+	if c, drop := natVerdict(t.in.RewriteDst(ip), t.cfg.DropUnmatched, tl); drop {
+		tl[c]++
+		return 0
+	}
+	clamp(ip, t.mss, tl)
+	tl[Forwarded]++
+	tl[Bytes] += uint64(len(ip))
+	return len(ip)
+}
+
+// natVerdict counts a NAT result and says whether (and as what) to drop the packet.
+func natVerdict(r nat.Result, dropUnmatched bool, tl *tally) (Counter, bool) {
+	switch r {
+	case nat.NoMatch:
+		tl[NATUnmatched]++
+		return DropNATUnmatched, dropUnmatched
+	case nat.Truncated:
+		return DropNATTruncated, true
+	case nat.BadQuote:
+		return DropNATBadQuote, true
+	}
+	return 0, false
+}
+
+// clamp lowers the MSS of a TCP SYN (unfragmented or first fragment) to mss.
+func clamp(ip packet.IPv4, mss uint16, tl *tally) {
+	if ip.Protocol() != packet.ProtoTCP || ip.FragmentOffset() != 0 {
+		return
+	}
+	seg, err := packet.ParseTCP(ip.Payload())
+	if err != nil {
+		return
+	}
+	if seg.ClampMSS(mss) {
+		tl[MSSClamped]++
+	}
+}
+
+func (d *Dataplane) deliverLocal(ip packet.IPv4, tl *tally) {
+	if h := d.local.Load(); h != nil && (*h).DeliverLocal(ip) {
+		tl[Local]++
+		return
+	}
+	tl[DropLocalUnavailable]++
+}
+
+// allowICMP applies the rate limit, reading the clock once per batch.
+func (d *Dataplane) allowICMP(t *tables, now *time.Time, tl *tally) bool {
+	if now.IsZero() {
+		*now = time.Now()
+	}
+	if !d.icmp.allow(*now, t.cfg.ICMPRate, t.cfg.ICMPBurst) {
+		tl[ICMPRateLimited]++
+		return false
+	}
+	tl[ICMPSent]++
+	return true
+}
+
+// icmpToOverlay sends an ICMP error about orig back to the local pod that sent it, from the
+// gateway's overlay IP, using the batch slot's scratch buffer.
+func (d *Dataplane) icmpToOverlay(t *tables, orig packet.IPv4, typ, code uint8, rest uint32, slot int, now *time.Time, tl *tally) {
+	if !mayAnswer(orig) {
+		return
+	}
+	hop, ok := t.routes.Lookup4(orig.Src())
+	if !ok || hop < hopNode {
+		return
+	}
+	if !d.allowICMP(t, now, tl) {
+		return
+	}
+	node := t.nodes[hop-hopNode]
+	buf := d.ricmp[slot]
+	n := buildICMPError(buf[overlay.HeaderLen:], t.overlayIP, typ, code, rest, orig)
+	t.vtep.PutHeader(buf[:overlay.HeaderLen], node.mac, packet.EtherTypeIPv4)
+	d.routs = append(d.routs, Message{Head: buf[:overlay.HeaderLen], Body: buf[overlay.HeaderLen : overlay.HeaderLen+n], Addr: node.addr})
+}
+
+// flushOverlay sends the ARP replies and ICMP errors a read batch produced.
+func (d *Dataplane) flushOverlay(tl *tally) {
+	if len(d.routs) == 0 {
+		return
+	}
+	n, _ := d.conn.WriteBatch(d.routs)
+	tl[DropSend] += uint64(len(d.routs) - n)
+	clear(d.routs)
+	d.routs = d.routs[:0]
+}
+
+// Write takes packets out of the tunnel (decrypted by wireguard-go, at bufs[i][offset:]) and
+// sends them to the nodes hosting their destinations. It always reports every packet consumed:
+// drops are counted, not returned as errors, so wireguard-go keeps going.
+func (d *Dataplane) Write(bufs [][]byte, offset int) (int, error) {
+	if d.closed.Load() {
+		return 0, os.ErrClosed
+	}
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	if len(bufs) > len(d.wmsgs) {
+		d.wmsgs = make([]Message, len(bufs))
+		d.wheads = make([][overlay.HeaderLen]byte, len(bufs))
+	}
+	t := d.t.Load()
+	tl := &d.wtally
+	now := time.Time{}
+	k := 0
+	for _, b := range bufs {
+		if len(b) <= offset {
+			tl[DropMalformedIP]++
+			continue
+		}
+		node, ip, ok := d.fromTunnel(t, b[offset:], &now)
+		if !ok {
+			continue
+		}
+		t.vtep.PutHeader(d.wheads[k][:], node.mac, packet.EtherTypeIPv4)
+		d.wmsgs[k] = Message{Head: d.wheads[k][:], Body: ip, Addr: node.addr}
+		k++
+	}
+	if k > 0 {
+		sent, _ := d.conn.WriteBatch(d.wmsgs[:k])
+		for _, m := range d.wmsgs[:sent] {
+			tl[Bytes] += uint64(len(m.Body))
+		}
+		tl[Forwarded] += uint64(sent)
+		tl[DropSend] += uint64(k - sent)
+		clear(d.wmsgs[:k])
+	}
+	d.ctr.add(FromTunnel, tl)
+	return len(bufs), nil
+}
+
+// fromTunnel routes, checks, translates and clamps a packet out of the tunnel; ok means send
+// ip to node.
+func (d *Dataplane) fromTunnel(t *tables, pkt []byte, now *time.Time) (node nodeHop, ip packet.IPv4, ok bool) {
+	tl := &d.wtally
+	ip, err := packet.ParseIPv4(pkt)
+	if err != nil {
+		tl[DropMalformedIP]++
+		return node, nil, false
+	}
+	hop, found := t.routes.Lookup4(ip.Dst())
+	switch {
+	case !found:
+		tl[DropNoRoute]++
+		return node, nil, false
+	case hop == hopLocal:
+		d.deliverLocal(ip, tl)
+		return node, nil, false
+	case hop == hopTunnel:
+		tl[DropLoop]++
+		return node, nil, false
+	}
+	if ip.TTL() <= 1 {
+		tl[DropTTL]++
+		d.icmpToTunnel(t, ip, icmpTimeExceeded, icmpTTLInTransit, 0, now, tl)
+		return node, nil, false
+	}
+	if len(ip) > t.overlayMTU && ip.DontFragment() {
+		tl[DropTooBig]++
+		d.icmpToTunnel(t, ip, icmpDestUnreach, icmpFragNeeded, uint32(t.overlayMTU), now, tl)
+		return node, nil, false
+	}
+	ip.DecTTL()
+	if c, drop := natVerdict(t.out.RewriteSrc(ip), t.cfg.DropUnmatched, tl); drop {
+		tl[c]++
+		return node, nil, false
+	}
+	clamp(ip, t.mss, tl)
+	return t.nodes[hop-hopNode], ip, true
+}
+
+// icmpToTunnel queues an ICMP error about orig back into the tunnel, from the gateway's tunnel
+// address.
+func (d *Dataplane) icmpToTunnel(t *tables, orig packet.IPv4, typ, code uint8, rest uint32, now *time.Time, tl *tally) {
+	if !t.hasTunIP || !mayAnswer(orig) || !d.allowICMP(t, now, tl) {
+		return
+	}
+	n := buildICMPError(d.wicmp, t.tunnelIP, typ, code, rest, orig)
+	if !d.queue.push(d.wicmp[:n]) {
+		tl[DropQueueFull]++
+		return
+	}
+	d.conn.Wake()
+}
+
+// Inject sends a packet the gateway itself originates (the netstack's replies and probes):
+// into the tunnel if its destination routes there, else to the node hosting it. The packet is
+// copied; no NAT is applied.
+func (d *Dataplane) Inject(pkt []byte) error {
+	if d.closed.Load() {
+		return os.ErrClosed
+	}
+	ip, err := packet.ParseIPv4(pkt)
+	if err != nil {
+		return fmt.Errorf("inject: %w", err)
+	}
+	t := d.t.Load()
+	hop, ok := t.routes.Lookup4(ip.Dst())
+	switch {
+	case !ok:
+		d.ctr.inc(ToTunnel, DropNoRoute)
+		return fmt.Errorf("inject: no route to %v", ip.DstAddr())
+	case hop == hopLocal:
+		return fmt.Errorf("inject: %v is the gateway's own address", ip.DstAddr())
+	case hop == hopTunnel:
+		if len(ip) > t.tunnelMTU {
+			return fmt.Errorf("inject: %d-byte packet exceeds the tunnel MTU %d", len(ip), t.tunnelMTU)
+		}
+		if !d.queue.push(ip) {
+			d.ctr.inc(ToTunnel, DropQueueFull)
+			return errQueueFull
+		}
+		d.conn.Wake()
+		return nil
+	}
+	if len(ip) > t.overlayMTU {
+		return fmt.Errorf("inject: %d-byte packet exceeds the overlay MTU %d", len(ip), t.overlayMTU)
+	}
+	node := t.nodes[hop-hopNode]
+	d.imu.Lock()
+	defer d.imu.Unlock()
+	n := copy(d.ibuf[overlay.HeaderLen:], ip)
+	t.vtep.PutHeader(d.ibuf[:overlay.HeaderLen], node.mac, packet.EtherTypeIPv4)
+	msg := []Message{{Head: d.ibuf[:overlay.HeaderLen], Body: d.ibuf[overlay.HeaderLen : overlay.HeaderLen+n], Addr: node.addr}}
+	if sent, err := d.conn.WriteBatch(msg); sent != 1 {
+		d.ctr.inc(FromTunnel, DropSend)
+		return fmt.Errorf("inject: send to %v: %w", node.addr, err)
+	}
+	return nil
+}
+
+var errQueueFull = errors.New("inject: queue into the tunnel is full")
+
+// injectQueue holds packets for the tunnel that did not come from the overlay socket, until
+// the reader picks them up. Slots are allocated on first use and reused.
+type injectQueue struct {
+	pending    atomic.Int32 // size, readable without the lock
+	mu         sync.Mutex
+	slots      [][]byte
+	lens       []int
+	head, size int
+}
+
+func (q *injectQueue) init(n int) {
+	q.slots = make([][]byte, n)
+	q.lens = make([]int, n)
+}
+
+func (q *injectQueue) push(p []byte) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.size == len(q.slots) {
+		return false
+	}
+	i := (q.head + q.size) % len(q.slots)
+	if cap(q.slots[i]) < len(p) {
+		q.slots[i] = make([]byte, max(len(p), 2048))
+	}
+	q.lens[i] = copy(q.slots[i][:cap(q.slots[i])], p)
+	q.size++
+	q.pending.Store(int32(q.size))
+	return true
+}
+
+// drain moves queued packets into bufs at offset; it returns how many.
+func (q *injectQueue) drain(bufs [][]byte, sizes []int, offset int) int {
+	if q.pending.Load() == 0 {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for q.size > 0 && n < len(bufs) && n < len(sizes) {
+		i := q.head
+		sizes[n] = copy(bufs[n][offset:], q.slots[i][:q.lens[i]])
+		n++
+		q.head = (q.head + 1) % len(q.slots)
+		q.size--
+	}
+	q.pending.Store(int32(q.size))
+	return n
+}
