@@ -1,0 +1,120 @@
+//go:build linux
+
+// Package netnstest gives tests throwaway network namespaces: created with iproute2, removed
+// (with every process and link in them) when the test ends, pass or fail. Everything a test
+// configures lives inside its namespaces; nothing touches the namespace the test runs in.
+package netnstest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// RequireRoot fails the test unless it runs as root: network namespaces, veths and VXLAN
+// devices need CAP_NET_ADMIN and CAP_SYS_ADMIN. Set SKEIN_SKIP_NETNS=1 to skip such tests
+// instead (for example on a workstation without root); CI runs them.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		if _, err := exec.LookPath("ip"); err != nil {
+			t.Fatalf("the ip command (Debian package iproute2) is needed: %v", err)
+		}
+		return
+	}
+	if os.Getenv("SKEIN_SKIP_NETNS") == "1" {
+		t.Skip("needs root to create network namespaces; skipped because SKEIN_SKIP_NETNS=1")
+	}
+	t.Fatal("needs root to create network namespaces (run as root, or set SKEIN_SKIP_NETNS=1 to skip)")
+}
+
+var seq atomic.Int32
+
+// NS is a named network namespace.
+type NS struct {
+	Name string
+}
+
+// New creates a namespace whose name starts with "sk-" and holds role, the test process's pid
+// and a counter, with its loopback up, and removes it when t ends.
+func New(t testing.TB, role string) *NS {
+	t.Helper()
+	name := fmt.Sprintf("sk-%s-%d-%d", role, os.Getpid(), seq.Add(1))
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	ns := &NS{Name: name}
+	t.Cleanup(func() { ns.remove(t) })
+	ns.Run(t, "ip", "link", "set", "lo", "up")
+	return ns
+}
+
+// remove kills what runs in the namespace and deletes it; links in it go with it.
+func (ns *NS) remove(t testing.TB) {
+	if out, err := exec.Command("ip", "netns", "pids", ns.Name).Output(); err == nil {
+		for _, pid := range strings.Fields(string(out)) {
+			_ = exec.Command("kill", "-9", pid).Run()
+		}
+	}
+	if out, err := exec.Command("ip", "netns", "del", ns.Name).CombinedOutput(); err != nil {
+		t.Errorf("ip netns del %s: %v: %s", ns.Name, err, out)
+	}
+}
+
+// Run runs a command inside the namespace and returns its output; it fails the test on error.
+func (ns *NS) Run(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := ns.Try(args...)
+	if err != nil {
+		t.Fatalf("in %s: %s: %v: %s", ns.Name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// Try runs a command inside the namespace and returns its combined output and error.
+func (ns *NS) Try(args ...string) (string, error) {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// Do runs fn on an OS thread switched into the namespace. Sockets fn opens belong to the
+// namespace for their whole life, wherever they are used afterwards.
+func (ns *NS) Do(fn func() error) error {
+	target, err := os.Open(filepath.Join("/var/run/netns", ns.Name))
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	errc := make(chan error, 1)
+	go func() {
+		// The thread is locked and never unlocked if switching back fails: the runtime then
+		// ends it with the goroutine instead of reusing a thread in the wrong namespace.
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns %s: %w", ns.Name, err)
+			return
+		}
+		ferr := fn()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns back from %s: %w", ns.Name, err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
