@@ -1,0 +1,96 @@
+package dataplane_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/skein-net/skein/dataplane"
+	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/packet"
+	pt "github.com/skein-net/skein/dataplane/packet/packettest"
+)
+
+// terminal sums the counters every packet ends in exactly once.
+func terminal(c dataplane.Counts, d dataplane.Direction) uint64 {
+	return c.Get(d, dataplane.Forwarded) + c.Get(d, dataplane.Local) + c.Get(d, dataplane.ARPReplied) + c.Drops(d)
+}
+
+// FuzzPath feeds an arbitrary overlay datagram (its IPv4 header checksum fixed when it has
+// one, to get deeper) through Read and an arbitrary packet through Write: nothing panics,
+// every packet is counted exactly once, and whatever leaves has valid checksums.
+func FuzzPath(f *testing.F) {
+	syn := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 6, DF: true, Payload: pt.TCP("10.244.1.5", "10.71.2.7", 1, 2, packet.TCPFlagSYN, pt.MSSOption(1460), nil)}.Build()
+	back := pt.IPv4{Src: "10.244.2.7", Dst: "10.244.1.5", Proto: 17, Payload: pt.UDP("10.244.2.7", "10.244.1.5", 1, 2, []byte("x"), false)}.Build()
+	errQuote := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 1, Payload: pt.ICMP(3, 4, [4]byte{0, 0, 5, 0}, back)}.Build()
+	f.Add(vxlanFrame(gwMAC, packet.EtherTypeIPv4, syn), back)
+	f.Add(vxlanFrame(gwMAC, packet.EtherTypeIPv4, errQuote), syn)
+	f.Add(vxlanFrame(packet.Broadcast, packet.EtherTypeARP, make([]byte, 28)), []byte{0x45})
+	f.Add(vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, TTL: 1, Payload: make([]byte, 8)}.Build()), []byte{})
+
+	cfg := baseConfig()
+	cfg.ICMPRate, cfg.ICMPBurst = 1000000, 1000000
+	c := newChanConn()
+	dp, err := dataplane.New(cfg, c)
+	if err != nil {
+		f.Fatal(err)
+	}
+	<-dp.Events()
+	dp.SetLocalHandler(&handler{})
+	sentinel := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.9.9", Proto: 17, ID: 0x5e17, Payload: pt.UDP("10.244.1.5", "10.71.9.9", 9, 9, nil, false)}.Build()
+	bufs := make([][]byte, dp.BatchSize())
+	for i := range bufs {
+		bufs[i] = make([]byte, 65535)
+	}
+	sizes := make([]int, len(bufs))
+
+	f.Fuzz(func(t *testing.T, d, fromTunnel []byte) {
+		fixIPv4(d, overlay.HeaderLen)
+		fixIPv4(fromTunnel, 0)
+		before := dp.Counters()
+		c.in <- datagram{d, from1}
+		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, sentinel), from1}
+		for done := false; !done; {
+			n, err := dp.Read(bufs, sizes, offset)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				p := bufs[i][offset : offset+sizes[i]]
+				if sizes[i] == 0 {
+					continue
+				}
+				if bytes.Equal(p[4:6], sentinel[4:6]) && bytes.Equal(p[12:16], sentinel[12:16]) {
+					done = true
+				}
+				if prob := pt.Problem(p); prob != "" && pt.Problem(d[min(len(d), overlay.HeaderLen):]) == "" {
+					t.Fatalf("into the tunnel: %s", prob)
+				}
+			}
+		}
+		write(t, dp, fromTunnel)
+		for _, s := range c.takeSent() {
+			if _, err := packet.ParseVXLAN(s.b); err != nil {
+				t.Fatalf("sent a datagram that is not VXLAN: %v", err)
+			}
+		}
+		after := dp.Counters()
+		if got := terminal(after, dataplane.ToTunnel) - terminal(before, dataplane.ToTunnel); got != 2 {
+			t.Fatalf("to the tunnel: 2 datagrams counted %d times: %v", got, after[dataplane.ToTunnel])
+		}
+		if got := terminal(after, dataplane.FromTunnel) - terminal(before, dataplane.FromTunnel); got != 1 {
+			t.Fatalf("from the tunnel: 1 packet counted %d times: %v", got, after[dataplane.FromTunnel])
+		}
+	})
+}
+
+// fixIPv4 recomputes the header checksum of an IPv4 header at b[at:], if there is one.
+func fixIPv4(b []byte, at int) {
+	if len(b) < at+20 || b[at]>>4 != 4 {
+		return
+	}
+	hl := int(b[at]&0x0f) * 4
+	if hl < 20 || at+hl > len(b) {
+		return
+	}
+	packet.IPv4(b[at:]).ComputeChecksum()
+}
