@@ -37,7 +37,6 @@ const (
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 func addr(s string) netip.Addr  { return netip.MustParseAddr(s) }
 func ip4(b []byte) string       { return netip.AddrFrom4([4]byte(b)).String() }
-func u16(b []byte, off int) int { return int(binary.BigEndian.Uint16(b[off:])) }
 func tcpMSS(ip []byte) (uint16, bool) {
 	return packet.TCP(packet.IPv4(ip).Payload()).MSS()
 }
