@@ -2,7 +2,6 @@ package dataplane_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"net/netip"
 	"os"
