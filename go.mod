@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/gopacket/gopacket v1.7.7
+	golang.org/x/crypto v0.54.0
 	golang.org/x/sys v0.47.0
 	golang.zx2c4.com/wireguard v0.0.0-20260522210424-ecfc5a8d5446
 	gvisor.dev/gvisor v0.0.0-20250503011706-39ed1f5ac29c
