@@ -1,0 +1,102 @@
+package netstack
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// State is the connection state the prober reports; the values are the Connection API's.
+type State string
+
+const (
+	Connecting State = "Connecting" // no probe answered yet
+	Connected  State = "Connected"  // the last probe was answered (or fewer than FailAfter lost since)
+	Error      State = "Error"      // FailAfter probes in a row were lost
+)
+
+// ProbeConfig configures the prober.
+type ProbeConfig struct {
+	// Local is the stack's address probes leave from (the gateway's tunnel address); Peer is
+	// the peer gateway's tunnel address.
+	Local, Peer netip.Addr
+	// Interval between probes (default 2 s); a probe not answered within it is lost.
+	Interval time.Duration
+	// FailAfter consecutive losses make the state Error (default 5).
+	FailAfter int
+}
+
+// ProbeStatus is what the prober knows.
+type ProbeStatus struct {
+	State State
+	// RTT of the last answered probe, and when it was answered.
+	RTT       time.Duration
+	LastReply time.Time
+	// Lost counts consecutive unanswered probes.
+	Lost int
+}
+
+// Prober probes the peer gateway through the tunnel.
+type Prober struct {
+	st  *Stack
+	cfg ProbeConfig
+
+	mu     sync.Mutex
+	status ProbeStatus
+}
+
+// NewProber returns a prober in state Connecting; Run starts it.
+func (st *Stack) NewProber(cfg ProbeConfig) *Prober {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 2 * time.Second
+	}
+	if cfg.FailAfter <= 0 {
+		cfg.FailAfter = 5
+	}
+	return &Prober{st: st, cfg: cfg, status: ProbeStatus{State: Connecting}}
+}
+
+// Status returns the current status.
+func (p *Prober) Status() ProbeStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status
+}
+
+// Run probes every Interval until ctx ends, calling onChange (if not nil) after every probe
+// whose outcome changed the state or the RTT.
+func (p *Prober) Run(ctx context.Context, onChange func(ProbeStatus)) {
+	var seq uint16
+	for {
+		seq++
+		start := time.Now()
+		rtt, err := p.st.Ping(ctx, p.cfg.Local, p.cfg.Peer, seq, p.cfg.Interval)
+		if ctx.Err() != nil {
+			return
+		}
+		p.mu.Lock()
+		old := p.status
+		if err == nil {
+			p.status = ProbeStatus{State: Connected, RTT: rtt, LastReply: time.Now()}
+		} else {
+			p.status.Lost++
+			if p.status.Lost >= p.cfg.FailAfter {
+				p.status.State = Error
+			}
+		}
+		now := p.status
+		p.mu.Unlock()
+		if onChange != nil && (now.State != old.State || now.RTT != old.RTT) {
+			onChange(now)
+		}
+		// Keep the cadence: a lost probe already waited its interval.
+		if wait := p.cfg.Interval - time.Since(start); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,196 @@
+package netstack_test
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pt "github.com/skein-net/skein/dataplane/packet/packettest"
+	"github.com/skein-net/skein/netstack"
+)
+
+var (
+	gwA = netip.MustParseAddr("169.254.100.1")
+	gwB = netip.MustParseAddr("169.254.100.2")
+)
+
+// wire connects two stacks through a goroutine each way, like the tunnel does; cut drops
+// everything while set.
+type wire struct {
+	cut   atomic.Bool
+	toA   chan []byte
+	toB   chan []byte
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	a, b  *netstack.Stack
+	count atomic.Int64
+}
+
+func newPair(t *testing.T) *wire {
+	w := &wire{toA: make(chan []byte, 64), toB: make(chan []byte, 64), stop: make(chan struct{})}
+	send := func(ch chan []byte) func([]byte) error {
+		return func(p []byte) error {
+			if w.cut.Load() {
+				return nil
+			}
+			w.count.Add(1)
+			select {
+			case ch <- append([]byte(nil), p...):
+			default:
+			}
+			return nil
+		}
+	}
+	var err error
+	if w.a, err = netstack.New([]netip.Addr{gwA, netip.MustParseAddr("10.80.0.1")}, 1340, send(w.toB)); err != nil {
+		t.Fatal(err)
+	}
+	if w.b, err = netstack.New([]netip.Addr{gwB}, 1340, send(w.toA)); err != nil {
+		t.Fatal(err)
+	}
+	for _, pair := range []struct {
+		ch chan []byte
+		st *netstack.Stack
+	}{{w.toA, w.a}, {w.toB, w.b}} {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			for {
+				select {
+				case p := <-pair.ch:
+					pair.st.DeliverLocal(p)
+				case <-w.stop:
+					return
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		close(w.stop)
+		w.wg.Wait()
+		w.a.Close()
+		w.b.Close()
+	})
+	return w
+}
+
+func TestPing(t *testing.T) {
+	w := newPair(t)
+	rtt, err := w.a.Ping(context.Background(), gwA, gwB, 1, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rtt <= 0 || rtt > 2*time.Second {
+		t.Errorf("RTT %v", rtt)
+	}
+	w.cut.Store(true)
+	if _, err := w.a.Ping(context.Background(), gwA, gwB, 2, 100*time.Millisecond); err == nil {
+		t.Error("a ping over a cut wire was answered")
+	}
+}
+
+// TestAnswersEcho: an echo request built outside gVisor is answered with a valid reply from
+// the address it was sent to; a request for an address the stack does not own is not.
+func TestAnswersEcho(t *testing.T) {
+	var mu sync.Mutex
+	var out [][]byte
+	st, err := netstack.New([]netip.Addr{gwA, netip.MustParseAddr("10.80.0.1")}, 1340, func(p []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		out = append(out, append([]byte(nil), p...))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	req := pt.IPv4{Src: "10.244.1.5", Dst: "10.80.0.1", Proto: 1, Payload: pt.ICMP(8, 0, [4]byte{0, 7, 0, 1}, []byte("are you there"))}.Build()
+	if !st.DeliverLocal(req) {
+		t.Fatal("refused")
+	}
+	other := pt.IPv4{Src: "10.244.1.5", Dst: "10.80.0.2", Proto: 1, Payload: pt.ICMP(8, 0, [4]byte{0, 7, 0, 2}, nil)}.Build()
+	st.DeliverLocal(other)
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		n := len(out)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(out) != 1 {
+		t.Fatalf("%d packets out, want the one echo reply", len(out))
+	}
+	r := out[0]
+	if p := pt.Problem(r); p != "" {
+		t.Error(p)
+	}
+	if netip.AddrFrom4([4]byte(r[12:16])).String() != "10.80.0.1" || netip.AddrFrom4([4]byte(r[16:20])).String() != "10.244.1.5" || r[20] != 0 {
+		t.Errorf("reply % x", r[:28])
+	}
+	if string(r[28:]) != "are you there" {
+		t.Errorf("reply data %q", r[28:])
+	}
+}
+
+func TestProber(t *testing.T) {
+	w := newPair(t)
+	p := w.a.NewProber(netstack.ProbeConfig{Local: gwA, Peer: gwB, Interval: 50 * time.Millisecond, FailAfter: 3})
+	if s := p.Status(); s.State != netstack.Connecting {
+		t.Fatalf("initial state %v", s.State)
+	}
+	changes := make(chan netstack.ProbeStatus, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		p.Run(ctx, func(s netstack.ProbeStatus) { changes <- s })
+		close(done)
+	}()
+	defer func() { cancel(); <-done }()
+	wait := func(want netstack.State) netstack.ProbeStatus {
+		t.Helper()
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case s := <-changes:
+				if s.State == want {
+					return s
+				}
+			case <-timeout:
+				t.Fatalf("state never became %v (now %+v)", want, p.Status())
+			}
+		}
+	}
+	s := wait(netstack.Connected)
+	if s.RTT <= 0 || s.LastReply.IsZero() {
+		t.Errorf("connected without RTT: %+v", s)
+	}
+	w.cut.Store(true)
+	cutAt := time.Now()
+	s = wait(netstack.Error)
+	if s.Lost != 3 {
+		t.Errorf("Error after %d losses, want 3", s.Lost)
+	}
+	if d := time.Since(cutAt); d < 100*time.Millisecond {
+		t.Errorf("Error after %v, before 3 intervals could pass", d)
+	}
+	w.cut.Store(false)
+	wait(netstack.Connected)
+}
+
+func TestNewErrors(t *testing.T) {
+	if _, err := netstack.New(nil, 1340, func([]byte) error { return nil }); err == nil {
+		t.Error("no addresses accepted")
+	}
+	if _, err := netstack.New([]netip.Addr{netip.MustParseAddr("fd00::1")}, 1340, func([]byte) error { return nil }); err == nil {
+		t.Error("IPv6 accepted")
+	}
+}
