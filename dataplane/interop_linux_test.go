@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skein-net/skein/dataplane"
-	"github.com/skein-net/skein/dataplane/internal/netnstest"
+	"github.com/skein-net/skein/dataplane/netnstest"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/nat"
 	"github.com/skein-net/skein/dataplane/overlay"

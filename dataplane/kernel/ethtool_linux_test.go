@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/skein-net/skein/dataplane/internal/netnstest"
+	"github.com/skein-net/skein/dataplane/netnstest"
 	"github.com/skein-net/skein/dataplane/kernel"
 )
 
