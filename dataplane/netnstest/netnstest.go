@@ -16,6 +16,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skein-net/skein/dataplane/kernel"
 )
 
 // RequireRoot fails the test unless it runs as root: network namespaces, veths and VXLAN
@@ -117,4 +119,39 @@ func (ns *NS) Do(fn func() error) error {
 		errc <- ferr
 	}()
 	return <-errc
+}
+
+// VXLANNode describes a node's kernel overlay device as skein-agent programs it.
+type VXLANNode struct {
+	Underlay   string // the node's underlay IP (the device's local address)
+	VNI, Port  int
+	Address    string // the device's overlay address with prefix, such as 10.80.0.11/16
+	Gateway    string // the gateway's underlay IP (FDB destination)
+	GatewayMAC string
+}
+
+// AddVXLAN creates liqo.vxlan in ns as described, with TX checksum offload off, and returns
+// its MAC address.
+func (ns *NS) AddVXLAN(t testing.TB, v VXLANNode) string {
+	t.Helper()
+	ns.Run(t, "ip", "link", "add", "liqo.vxlan", "type", "vxlan", "id", fmt.Sprint(v.VNI), "dstport", fmt.Sprint(v.Port), "local", v.Underlay, "nolearning")
+	ns.Run(t, "bridge", "fdb", "append", "00:00:00:00:00:00", "dev", "liqo.vxlan", "dst", v.Gateway)
+	ns.Run(t, "bridge", "fdb", "append", v.GatewayMAC, "dev", "liqo.vxlan", "dst", v.Gateway)
+	if err := ns.Do(func() error { return kernel.SetTxChecksum("liqo.vxlan", false) }); err != nil {
+		t.Fatal(err)
+	}
+	ns.Run(t, "ip", "link", "set", "liqo.vxlan", "mtu", "1450", "up")
+	ns.Run(t, "ip", "addr", "add", v.Address, "dev", "liqo.vxlan")
+	return strings.TrimSpace(ns.Run(t, "cat", "/sys/class/net/liqo.vxlan/address"))
+}
+
+// Veth connects a and b with a veth pair named name on both sides, addresses addrA and addrB
+// (with prefix), both up.
+func Veth(t testing.TB, a, b *NS, name, addrA, addrB string) {
+	t.Helper()
+	a.Run(t, "ip", "link", "add", name, "type", "veth", "peer", "name", name, "netns", b.Name)
+	a.Run(t, "ip", "addr", "add", addrA, "dev", name)
+	a.Run(t, "ip", "link", "set", name, "up")
+	b.Run(t, "ip", "addr", "add", addrB, "dev", name)
+	b.Run(t, "ip", "link", "set", name, "up")
 }

@@ -1,0 +1,441 @@
+//go:build linux
+
+package appliance_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/curve25519"
+	"golang.org/x/sys/unix"
+
+	"github.com/skein-net/skein/dataplane/netnstest"
+	pt "github.com/skein-net/skein/dataplane/packet/packettest"
+)
+
+// buildGateway compiles cmd/skein-gateway into dir.
+func buildGateway(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "skein-gateway")
+	cmd := exec.Command("go", "build", "-o", bin, "../cmd/skein-gateway")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func keyPair(t *testing.T) (priv, pub string) {
+	var k [32]byte
+	rand.Read(k[:])
+	k[0] &= 248
+	k[31] = k[31]&127 | 64
+	p, err := curve25519.X25519(k[:], curve25519.Basepoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(k[:]), base64.StdEncoding.EncodeToString(p)
+}
+
+// cluster is one side: a node namespace with the kernel overlay device and a pod address on
+// its loopback, and a gateway namespace between the node's underlay and the WAN.
+type cluster struct {
+	node, gw *netnstest.NS
+	nodeMAC  string
+	gwMAC    string
+	proc     *exec.Cmd
+	logs     *syncBuffer
+}
+
+const wanServer, wanClient = "10.0.0.2", "10.0.0.1"
+
+// twoClusters builds cluster A (client) and B (server), both with pods in 10.244.0.0/16:
+// A's pod 10.244.1.5 on node a, B's pod 10.244.2.7 on node b. A sees B's pods as 10.71.0.0/16,
+// B sees A's as 10.72.0.0/16. The gateways run as the real binary, as user nobody with no
+// capabilities.
+func twoClusters(t *testing.T) (a, b *cluster) {
+	netnstest.RequireRoot(t)
+	// The gateways run as nobody: their files must be readable, up the whole path.
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := buildGateway(t, dir)
+	privA, pubA := keyPair(t)
+	privB, pubB := keyPair(t)
+
+	a = &cluster{node: netnstest.New(t, "node-a"), gw: netnstest.New(t, "gw-a"), gwMAC: "02:5b:00:00:00:0a"}
+	b = &cluster{node: netnstest.New(t, "node-b"), gw: netnstest.New(t, "gw-b"), gwMAC: "02:5b:00:00:00:0b"}
+	netnstest.Veth(t, a.gw, b.gw, "wan", wanClient+"/24", wanServer+"/24")
+	for _, c := range []struct {
+		cl                *cluster
+		sub, pod, remoteN string
+	}{{a, "77", "10.244.1.5", "10.71.0.0/16"}, {b, "78", "10.244.2.7", "10.72.0.0/16"}} {
+		nodeIP, gwIP := "192.168."+c.sub+".1", "192.168."+c.sub+".2"
+		netnstest.Veth(t, c.cl.node, c.cl.gw, "eth0", nodeIP+"/24", gwIP+"/24")
+		c.cl.nodeMAC = c.cl.node.AddVXLAN(t, netnstest.VXLANNode{Underlay: nodeIP, VNI: 18952, Port: 4789, Address: "10.80.0.11/16", Gateway: gwIP, GatewayMAC: c.cl.gwMAC})
+		c.cl.node.Run(t, "ip", "addr", "add", c.pod+"/32", "dev", "lo")
+		c.cl.node.Run(t, "ip", "route", "add", c.remoteN, "via", "10.80.0.1", "dev", "liqo.vxlan", "onlink")
+	}
+
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfgA := fmt.Sprintf(`role: client
+endpoint: %s:51820
+privateKeyFile: %s
+peerPublicKey: %s
+remote:
+  podCIDR: 10.244.0.0/16
+  remappedPodCIDR: 10.71.0.0/16
+overlay:
+  listen: 192.168.77.2
+  ip: 10.80.0.1
+  mac: %s
+nodes:
+- name: node-a
+  vtep: 192.168.77.1
+  mac: %s
+  podCIDRs: [10.244.1.0/24]
+probe:
+  interval: 200ms
+  failAfter: 3
+`, wanServer, write("a.key", privA), pubB, a.gwMAC, a.nodeMAC)
+	cfgB := fmt.Sprintf(`role: server
+listenPort: 51820
+privateKeyFile: %s
+peerPublicKey: %s
+remote:
+  podCIDR: 10.244.0.0/16
+  remappedPodCIDR: 10.72.0.0/16
+overlay:
+  listen: 192.168.78.2
+  ip: 10.80.0.1
+  mac: %s
+nodes:
+- name: node-b
+  vtep: 192.168.78.1
+  mac: %s
+  podCIDRs: [10.244.2.0/24]
+probe:
+  interval: 200ms
+  failAfter: 3
+`, write("b.key", privB), pubA, b.gwMAC, b.nodeMAC)
+	b.start(t, bin, write("b.yaml", cfgB))
+	a.start(t, bin, write("a.yaml", cfgA))
+	return a, b
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs the gateway binary in the gateway namespace as nobody, without capabilities.
+func (c *cluster) start(t *testing.T, bin, cfg string) {
+	t.Helper()
+	c.logs = &syncBuffer{}
+	c.proc = exec.Command("ip", "netns", "exec", c.gw.Name,
+		"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--",
+		bin, "--config", cfg)
+	c.proc.Stdout, c.proc.Stderr = c.logs, c.logs
+	c.proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.proc.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { c.proc.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			c.proc.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("gateway in %s logged:\n%s", c.gw.Name, c.logs.String())
+		}
+	})
+	// Wait for its HTTP endpoint.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := c.get("/healthz"); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("gateway in %s did not come up:\n%s", c.gw.Name, c.logs.String())
+}
+
+// get fetches a path from the gateway's HTTP endpoint (127.0.0.1:9471 in its namespace).
+func (c *cluster) get(path string) (string, error) {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
+			err2 := c.gw.Do(func() error {
+				conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return nil
+			})
+			if err2 != nil {
+				return nil, err2
+			}
+			return conn, err
+		},
+	}}
+	resp, err := client.Get("http://127.0.0.1:9471" + path)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// metric returns the value of the first sample of the metrics text whose line starts with
+// prefix, or -1.
+func (c *cluster) metric(t *testing.T, prefix string) float64 {
+	t.Helper()
+	text, err := c.get("/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		if l := sc.Text(); strings.HasPrefix(l, prefix) {
+			var v float64
+			fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v)
+			return v
+		}
+	}
+	return -1
+}
+
+// in runs fn with a socket-creating function bound to ns.
+func in(t *testing.T, ns *netnstest.NS, fn func() error) {
+	t.Helper()
+	if err := ns.Do(fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTwoClusters(t *testing.T) {
+	a, b := twoClusters(t)
+
+	// The prober connects both sides.
+	for _, c := range []*cluster{a, b} {
+		deadline := time.Now().Add(15 * time.Second)
+		for c.metric(t, `skein_gateway_connection_state{state="Connected"}`) != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("gateway in %s never Connected:\n%s", c.gw.Name, c.logs.String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	t.Run("unprivileged", func(t *testing.T) {
+		for _, c := range []*cluster{a, b} {
+			// ip netns exec and setpriv exec the next program, so the pid is the gateway's.
+			status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.proc.Process.Pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{"Uid:": "65534", "Gid:": "65534", "CapEff:": "0000000000000000", "CapPrm:": "0000000000000000", "CapBnd:": "0000000000000000"}
+			for _, l := range strings.Split(string(status), "\n") {
+				if f := strings.Fields(l); len(f) >= 2 && want[f[0]] != "" {
+					if f[1] != want[f[0]] {
+						t.Errorf("gateway in %s: %s", c.gw.Name, l)
+					}
+					delete(want, f[0])
+				}
+			}
+			if !strings.Contains(string(status), "Name:\tskein-gateway") || len(want) > 0 {
+				t.Errorf("pid %d is not the gateway or lacks %v", c.proc.Process.Pid, want)
+			}
+		}
+	})
+
+	t.Run("udp both ways, remapped source", func(t *testing.T) {
+		var srv *net.UDPConn
+		in(t, b.node, func() (err error) {
+			srv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.244.2.7"), Port: 7})
+			return err
+		})
+		defer srv.Close()
+		seen := make(chan string, 1)
+		go func() {
+			buf := make([]byte, 2000)
+			n, from, err := srv.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			seen <- from.String()
+			srv.WriteToUDP(buf[:n], from)
+		}()
+		var cl *net.UDPConn
+		in(t, a.node, func() (err error) {
+			cl, err = net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.244.1.5"), Port: 9000}, &net.UDPAddr{IP: net.ParseIP("10.71.2.7"), Port: 7})
+			return err
+		})
+		defer cl.Close()
+		cl.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := cl.Write([]byte("hello from A")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 100)
+		n, err := cl.Read(buf)
+		if err != nil || string(buf[:n]) != "hello from A" {
+			t.Fatalf("echo: %q, %v", buf[:n], err)
+		}
+		if from := <-seen; from != "10.72.1.5:9000" {
+			t.Errorf("B's pod saw the datagram from %s, want 10.72.1.5:9000 (A's pod as B sees it)", from)
+		}
+	})
+
+	t.Run("ping", func(t *testing.T) {
+		var pc net.PacketConn
+		in(t, a.node, func() (err error) {
+			pc, err = net.ListenPacket("ip4:icmp", "10.244.1.5")
+			return err
+		})
+		defer pc.Close()
+		echo := pt.ICMP(8, 0, [4]byte{0x12, 0x34, 0, 1}, []byte("skein ping"))
+		pc.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := pc.WriteTo(echo, &net.IPAddr{IP: net.ParseIP("10.71.2.7")}); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				t.Fatalf("no echo reply: %v", err)
+			}
+			if n >= 8 && buf[0] == 0 && bytes.Equal(buf[4:8], []byte{0x12, 0x34, 0, 1}) {
+				if from.String() != "10.71.2.7" {
+					t.Errorf("reply from %v", from)
+				}
+				return
+			}
+		}
+	})
+
+	t.Run("tcp bulk both ways with MSS clamp", func(t *testing.T) {
+		var ln net.Listener
+		in(t, b.node, func() (err error) {
+			ln, err = net.Listen("tcp4", "10.244.2.7:8080")
+			return err
+		})
+		defer ln.Close()
+		const size = 8 << 20
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			// Read everything, answer with its hash, then send as much back.
+			h := sha256.New()
+			io.CopyN(h, c, size)
+			c.Write(h.Sum(nil))
+			io.CopyN(c, zeroReader{}, size)
+		}()
+		var c net.Conn
+		in(t, a.node, func() (err error) {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("10.244.1.5")}, Timeout: 5 * time.Second}
+			c, err = d.Dial("tcp4", "10.71.2.7:8080")
+			return err
+		})
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(60 * time.Second))
+		start := time.Now()
+		data := make([]byte, size)
+		rand.Read(data)
+		if _, err := c.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		sum := make([]byte, 32)
+		if _, err := io.ReadFull(c, sum); err != nil {
+			t.Fatal(err)
+		}
+		if want := sha256.Sum256(data); !bytes.Equal(sum, want[:]) {
+			t.Fatal("B received different bytes than A sent")
+		}
+		if n, err := io.CopyN(io.Discard, c, size); err != nil || n != size {
+			t.Fatalf("reply: %d bytes, %v", n, err)
+		}
+		t.Logf("16 MiB through the gateways in %v", time.Since(start).Round(time.Millisecond))
+		if v := a.metric(t, `skein_gateway_packets_total{counter="mss-clamped",direction="to-tunnel"}`); v < 1 {
+			t.Errorf("A clamped no SYN (mss-clamped = %v)", v)
+		}
+	})
+
+	t.Run("fragmentation needed", func(t *testing.T) {
+		var c *net.UDPConn
+		in(t, a.node, func() (err error) {
+			c, err = net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.244.1.5"), Port: 9002}, &net.UDPAddr{IP: net.ParseIP("10.71.2.7"), Port: 9})
+			return err
+		})
+		defer c.Close()
+		raw, _ := c.SyscallConn()
+		raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO) })
+		mtu := 0
+		for i := 0; i < 20 && (mtu == 0 || mtu >= 1450); i++ {
+			c.Write(make([]byte, 1500-28-50)) // 1450 bytes on the wire: the overlay device's MTU
+			time.Sleep(50 * time.Millisecond)
+			raw.Control(func(fd uintptr) { mtu, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU) })
+		}
+		if mtu != 1340 {
+			t.Errorf("path MTU to the remote pod is %d after a large DF datagram, want 1340 (the tunnel MTU)", mtu)
+		}
+	})
+
+	t.Run("connection error when the peer goes away", func(t *testing.T) {
+		b.proc.Process.Signal(syscall.SIGTERM)
+		deadline := time.Now().Add(10 * time.Second)
+		for a.metric(t, `skein_gateway_connection_state{state="Error"}`) != 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("A never reported Error after B stopped")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}

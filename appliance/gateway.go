@@ -1,0 +1,258 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/crypto/curve25519"
+	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/device"
+
+	"github.com/skein-net/skein/dataplane"
+	"github.com/skein-net/skein/dataplane/udp"
+	"github.com/skein-net/skein/netstack"
+)
+
+// Gateway is a running gateway: wireguard-go on the dataplane, the netstack for its own
+// addresses, the prober, and the HTTP endpoints.
+type Gateway struct {
+	plan   *Plan
+	log    *slog.Logger
+	dp     *dataplane.Dataplane
+	wg     *device.Device
+	ns     *netstack.Stack
+	prober *netstack.Prober
+	http   *http.Server
+	httpLn net.Listener
+
+	cancel context.CancelFunc
+	wgDone sync.WaitGroup
+	once   sync.Once
+}
+
+// Start opens the sockets and starts everything. The process needs no privileges: two UDP
+// sockets (WireGuard and overlay, neither on a privileged port unless configured so) and a
+// TCP listener for HTTP.
+func Start(plan *Plan, log *slog.Logger) (_ *Gateway, err error) {
+	g := &Gateway{plan: plan, log: log}
+	defer func() {
+		if err != nil {
+			g.Close()
+		}
+	}()
+	oc, err := udp.Listen(plan.OverlayListen, 0)
+	if err != nil {
+		return nil, fmt.Errorf("overlay.listen %v: %w", plan.OverlayListen, err)
+	}
+	if g.dp, err = dataplane.New(plan.Dataplane, oc); err != nil {
+		oc.Close()
+		return nil, err
+	}
+	mtu, _ := g.dp.MTU()
+	if g.ns, err = netstack.New(plan.Dataplane.Local, mtu, g.dp.Inject); err != nil {
+		return nil, err
+	}
+	g.dp.SetLocalHandler(g.ns)
+
+	g.wg = device.NewDevice(g.dp, conn.NewDefaultBind(), wgLogger(log))
+	if err := g.wg.IpcSet(plan.WireGuard); err != nil {
+		return nil, fmt.Errorf("wireguard: %w", err)
+	}
+	if err := g.wg.Up(); err != nil {
+		return nil, fmt.Errorf("wireguard: listen on UDP port %d: %w", g.listenPort(), err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	g.prober = g.ns.NewProber(netstack.ProbeConfig{Local: plan.TunnelIP, Peer: plan.PeerTunnelIP, Interval: plan.ProbeInterval, FailAfter: plan.ProbeFail})
+	g.wgDone.Add(1)
+	go func() {
+		defer g.wgDone.Done()
+		g.prober.Run(ctx, func(s netstack.ProbeStatus) {
+			log.Info("connection", "state", string(s.State), "rtt", s.RTT.Round(time.Microsecond), "lost", s.Lost)
+		})
+	}()
+
+	if plan.HTTPListen != "off" {
+		if err := g.serveHTTP(plan.HTTPListen); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("gateway started", "publicKey", plan.PublicKey, "wireguardPort", g.listenPort(),
+		"overlay", plan.OverlayListen.String(), "tunnelIP", plan.TunnelIP.String(), "peerTunnelIP", plan.PeerTunnelIP.String())
+	return g, nil
+}
+
+// Dataplane is the gateway's dataplane (for live reconfiguration and counters).
+func (g *Gateway) Dataplane() *dataplane.Dataplane { return g.dp }
+
+// Status is the prober's view of the connection.
+func (g *Gateway) Status() netstack.ProbeStatus { return g.prober.Status() }
+
+// HTTPAddr is where the HTTP endpoints listen (nil when off).
+func (g *Gateway) HTTPAddr() net.Addr {
+	if g.httpLn == nil {
+		return nil
+	}
+	return g.httpLn.Addr()
+}
+
+// listenPort reads the port wireguard-go bound.
+func (g *Gateway) listenPort() int {
+	s, err := g.wg.IpcGet()
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(l, "listen_port="); ok {
+			p, _ := strconv.Atoi(v)
+			return p
+		}
+	}
+	return 0
+}
+
+// lastHandshake reads the peer's last handshake time from wireguard-go.
+func (g *Gateway) lastHandshake() time.Time {
+	s, err := g.wg.IpcGet()
+	if err != nil {
+		return time.Time{}
+	}
+	var sec, nsec int64
+	for _, l := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(l, "last_handshake_time_sec="); ok {
+			sec, _ = strconv.ParseInt(v, 10, 64)
+		}
+		if v, ok := strings.CutPrefix(l, "last_handshake_time_nsec="); ok {
+			nsec, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if sec == 0 && nsec == 0 {
+		return time.Time{}
+	}
+	return time.Unix(sec, nsec)
+}
+
+// Close stops everything and releases the sockets.
+func (g *Gateway) Close() {
+	g.once.Do(func() {
+		if g.cancel != nil {
+			g.cancel()
+		}
+		if g.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = g.http.Shutdown(ctx)
+			cancel()
+		}
+		if g.wg != nil {
+			g.wg.Close() // closes the dataplane (its tun.Device) too
+		} else if g.dp != nil {
+			g.dp.Close()
+		}
+		g.wgDone.Wait()
+		if g.ns != nil {
+			g.ns.Close()
+		}
+	})
+}
+
+func (g *Gateway) serveHTTP(addr string) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&collector{g: g}, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		// Ready once the sockets are open and serving: traffic can flow as soon as the peer
+		// handshakes, so the connection state is reported, not gated on.
+		fmt.Fprintf(w, "ok: connection %s\n", g.prober.Status().State)
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("httpListen %s: %w", addr, err)
+	}
+	g.httpLn = ln
+	g.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := g.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			g.log.Error("http server", "err", err)
+		}
+	}()
+	return nil
+}
+
+// collector exports the dataplane's counters and the connection state at scrape time.
+type collector struct{ g *Gateway }
+
+var (
+	descPackets   = prometheus.NewDesc("skein_gateway_packets_total", "Packets by direction and outcome (forwarded, local, arp-replied, drop-<reason>, and events such as mss-clamped).", []string{"direction", "counter"}, nil)
+	descBytes     = prometheus.NewDesc("skein_gateway_bytes_total", "Bytes of forwarded inner packets by direction.", []string{"direction"}, nil)
+	descRTT       = prometheus.NewDesc("skein_gateway_probe_rtt_seconds", "Round-trip time of the last answered probe to the peer gateway.", nil, nil)
+	descConnected = prometheus.NewDesc("skein_gateway_connection_state", "1 for the current connection state.", []string{"state"}, nil)
+	descHandshake = prometheus.NewDesc("skein_gateway_handshake_age_seconds", "Seconds since the last WireGuard handshake with the peer (absent before the first).", nil, nil)
+	descNAT       = prometheus.NewDesc("skein_gateway_nat_translated_total", "Packets whose addresses were translated, by direction.", []string{"direction"}, nil)
+)
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRTT, descConnected, descHandshake, descNAT} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	counts := c.g.dp.Counters()
+	for d := range dataplane.NumDirections {
+		for k := range dataplane.NumCounters {
+			if k == dataplane.Bytes {
+				ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(counts[d][k]), d.String())
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(counts[d][k]), d.String(), k.String())
+		}
+		passedUnmatched := counts[d][dataplane.NATUnmatched] - min(counts[d][dataplane.NATUnmatched], counts[d][dataplane.DropNATUnmatched])
+		translated := counts[d][dataplane.Forwarded] - min(counts[d][dataplane.Forwarded], passedUnmatched)
+		ch <- prometheus.MustNewConstMetric(descNAT, prometheus.CounterValue, float64(translated), d.String())
+	}
+	s := c.g.prober.Status()
+	if !s.LastReply.IsZero() {
+		ch <- prometheus.MustNewConstMetric(descRTT, prometheus.GaugeValue, s.RTT.Seconds())
+	}
+	for _, st := range []netstack.State{netstack.Connecting, netstack.Connected, netstack.Error} {
+		v := 0.0
+		if s.State == st {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, v, string(st))
+	}
+	if hs := c.g.lastHandshake(); !hs.IsZero() {
+		ch <- prometheus.MustNewConstMetric(descHandshake, prometheus.GaugeValue, time.Since(hs).Seconds())
+	}
+}
+
+// wgLogger routes wireguard-go's logs to slog: errors as errors, the rest at debug level.
+// wireguard-go names peers by an abbreviated public key and never logs private keys.
+func wgLogger(log *slog.Logger) *device.Logger {
+	return &device.Logger{
+		Verbosef: func(format string, args ...any) { log.Debug(fmt.Sprintf(format, args...), "component", "wireguard") },
+		Errorf:   func(format string, args ...any) { log.Error(fmt.Sprintf(format, args...), "component", "wireguard") },
+	}
+}
+
+// publicKey derives a WireGuard public key from a private key.
+func publicKey(priv [32]byte) []byte {
+	pub, err := curve25519.X25519(priv[:], curve25519.Basepoint)
+	if err != nil {
+		return nil
+	}
+	return pub
+}
