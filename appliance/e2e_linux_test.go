@@ -409,7 +409,9 @@ func TestTwoClusters(t *testing.T) {
 		})
 		defer c.Close()
 		raw, _ := c.SyscallConn()
-		raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO) })
+		raw.Control(func(fd uintptr) {
+			unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+		})
 		mtu := 0
 		for i := 0; i < 20 && (mtu == 0 || mtu >= 1450); i++ {
 			c.Write(make([]byte, 1500-28-50)) // 1450 bytes on the wire: the overlay device's MTU

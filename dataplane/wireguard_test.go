@@ -134,4 +134,3 @@ func waitSent(t *testing.T, c *chanConn) datagram {
 	t.Fatal("nothing came out of the tunnel within 10s")
 	return datagram{}
 }
-

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/skein-net/skein/dataplane/netnstest"
 	"github.com/skein-net/skein/dataplane/kernel"
+	"github.com/skein-net/skein/dataplane/netnstest"
 )
 
 func TestTxChecksum(t *testing.T) {
