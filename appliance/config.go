@@ -325,6 +325,11 @@ func (c *Config) Resolve() (*Plan, error) {
 	if p.ProbeFail == 0 {
 		p.ProbeFail = 5
 	}
+	if len(errs) == 0 {
+		if err := dataplane.Validate(dp); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("invalid gateway config:\n  %w", joinIndented(errs))
 	}

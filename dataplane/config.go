@@ -206,3 +206,9 @@ func compile(cfg Config) (*tables, error) {
 	}
 	return t, nil
 }
+
+// Validate reports every problem of cfg as New and Reconfig would, without building anything.
+func Validate(cfg Config) error {
+	_, err := compile(cfg)
+	return err
+}
