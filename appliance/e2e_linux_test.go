@@ -60,9 +60,69 @@ type cluster struct {
 	gwMAC    string
 	proc     *exec.Cmd
 	logs     *syncBuffer
+	sub      string // third byte of the site's underlay 192.168.<sub>.0/24
+	podCIDR  string
 }
 
 const wanServer, wanClient = "10.0.0.2", "10.0.0.1"
+
+// workdir is a directory the gateways (running as nobody) can read, with the gateway binary.
+func workdir(t *testing.T) (dir, bin string) {
+	dir = t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, buildGateway(t, dir)
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// newSite builds a cluster's namespaces: node (underlay 192.168.<sub>.1, kernel overlay
+// device, pod address on loopback, remoteSeen routed via the gateway's overlay IP) and gateway
+// (192.168.<sub>.2 towards the node).
+func newSite(t *testing.T, name, sub, pod, remoteSeen, gwMAC string) *cluster {
+	c := &cluster{node: netnstest.New(t, "node-"+name), gw: netnstest.New(t, "gw-"+name), gwMAC: gwMAC, sub: sub}
+	nodeIP, gwIP := "192.168."+sub+".1", "192.168."+sub+".2"
+	netnstest.Veth(t, c.node, c.gw, "eth0", nodeIP+"/24", gwIP+"/24")
+	c.nodeMAC = c.node.AddVXLAN(t, netnstest.VXLANNode{Underlay: nodeIP, VNI: 18952, Port: 4789, Address: "10.80.0.11/16", Gateway: gwIP, GatewayMAC: gwMAC})
+	c.node.Run(t, "ip", "addr", "add", pod+"/32", "dev", "lo")
+	c.node.Run(t, "ip", "route", "add", remoteSeen, "via", "10.80.0.1", "dev", "liqo.vxlan", "onlink")
+	c.podCIDR = strings.TrimSuffix(pod, pod[strings.LastIndexByte(pod, '.'):]) + ".0/24"
+	return c
+}
+
+// config renders the site's gateway config; wg is the role-specific WireGuard part
+// (role, listenPort or endpoint), remap the remote CIDR as seen here.
+func (c *cluster) config(wg, keyFile, peerPub, remap string) string {
+	return fmt.Sprintf(`%s
+privateKeyFile: %s
+peerPublicKey: %s
+remote:
+  podCIDR: 10.244.0.0/16
+  remappedPodCIDR: %s
+overlay:
+  listen: 192.168.%s.2
+  ip: 10.80.0.1
+  mac: %s
+nodes:
+- name: node
+  vtep: 192.168.%s.1
+  mac: %s
+  podCIDRs: [%s]
+probe:
+  interval: 200ms
+  failAfter: 3
+`, wg, keyFile, peerPub, remap, c.sub, c.gwMAC, c.sub, c.nodeMAC, c.podCIDR)
+}
 
 // twoClusters builds cluster A (client) and B (server), both with pods in 10.244.0.0/16:
 // A's pod 10.244.1.5 on node a, B's pod 10.244.2.7 on node b. A sees B's pods as 10.71.0.0/16,
@@ -70,80 +130,16 @@ const wanServer, wanClient = "10.0.0.2", "10.0.0.1"
 // capabilities.
 func twoClusters(t *testing.T) (a, b *cluster) {
 	netnstest.RequireRoot(t)
-	// The gateways run as nobody: their files must be readable, up the whole path.
-	dir := t.TempDir()
-	for _, d := range []string{dir, filepath.Dir(dir)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bin := buildGateway(t, dir)
+	dir, bin := workdir(t)
 	privA, pubA := keyPair(t)
 	privB, pubB := keyPair(t)
-
-	a = &cluster{node: netnstest.New(t, "node-a"), gw: netnstest.New(t, "gw-a"), gwMAC: "02:5b:00:00:00:0a"}
-	b = &cluster{node: netnstest.New(t, "node-b"), gw: netnstest.New(t, "gw-b"), gwMAC: "02:5b:00:00:00:0b"}
+	a = newSite(t, "a", "77", "10.244.1.5", "10.71.0.0/16", "02:5b:00:00:00:0a")
+	b = newSite(t, "b", "78", "10.244.2.7", "10.72.0.0/16", "02:5b:00:00:00:0b")
 	netnstest.Veth(t, a.gw, b.gw, "wan", wanClient+"/24", wanServer+"/24")
-	for _, c := range []struct {
-		cl                *cluster
-		sub, pod, remoteN string
-	}{{a, "77", "10.244.1.5", "10.71.0.0/16"}, {b, "78", "10.244.2.7", "10.72.0.0/16"}} {
-		nodeIP, gwIP := "192.168."+c.sub+".1", "192.168."+c.sub+".2"
-		netnstest.Veth(t, c.cl.node, c.cl.gw, "eth0", nodeIP+"/24", gwIP+"/24")
-		c.cl.nodeMAC = c.cl.node.AddVXLAN(t, netnstest.VXLANNode{Underlay: nodeIP, VNI: 18952, Port: 4789, Address: "10.80.0.11/16", Gateway: gwIP, GatewayMAC: c.cl.gwMAC})
-		c.cl.node.Run(t, "ip", "addr", "add", c.pod+"/32", "dev", "lo")
-		c.cl.node.Run(t, "ip", "route", "add", c.remoteN, "via", "10.80.0.1", "dev", "liqo.vxlan", "onlink")
-	}
-
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	cfgA := fmt.Sprintf(`role: client
-endpoint: %s:51820
-privateKeyFile: %s
-peerPublicKey: %s
-remote:
-  podCIDR: 10.244.0.0/16
-  remappedPodCIDR: 10.71.0.0/16
-overlay:
-  listen: 192.168.77.2
-  ip: 10.80.0.1
-  mac: %s
-nodes:
-- name: node-a
-  vtep: 192.168.77.1
-  mac: %s
-  podCIDRs: [10.244.1.0/24]
-probe:
-  interval: 200ms
-  failAfter: 3
-`, wanServer, write("a.key", privA), pubB, a.gwMAC, a.nodeMAC)
-	cfgB := fmt.Sprintf(`role: server
-listenPort: 51820
-privateKeyFile: %s
-peerPublicKey: %s
-remote:
-  podCIDR: 10.244.0.0/16
-  remappedPodCIDR: 10.72.0.0/16
-overlay:
-  listen: 192.168.78.2
-  ip: 10.80.0.1
-  mac: %s
-nodes:
-- name: node-b
-  vtep: 192.168.78.1
-  mac: %s
-  podCIDRs: [10.244.2.0/24]
-probe:
-  interval: 200ms
-  failAfter: 3
-`, write("b.key", privB), pubA, b.gwMAC, b.nodeMAC)
-	b.start(t, bin, write("b.yaml", cfgB))
-	a.start(t, bin, write("a.yaml", cfgA))
+	cfgA := a.config("role: client\nendpoint: "+wanServer+":51820", writeFile(t, dir, "a.key", privA), pubB, "10.71.0.0/16")
+	cfgB := b.config("role: server\nlistenPort: 51820", writeFile(t, dir, "b.key", privB), pubA, "10.72.0.0/16")
+	b.start(t, bin, writeFile(t, dir, "b.yaml", cfgB))
+	a.start(t, bin, writeFile(t, dir, "a.yaml", cfgA))
 	return a, b
 }
 
@@ -440,4 +436,129 @@ type zeroReader struct{}
 func (zeroReader) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// TestStockWireguardPeer connects our gateway (standalone, server) to the upstream
+// wireguard-go binary at our pinned version on a kernel TUN, configured with wg from
+// wireguard-tools: handshake, probes answered by the peer's kernel, and traffic started from
+// either side.
+func TestStockWireguardPeer(t *testing.T) {
+	netnstest.RequireRoot(t)
+	wgTool, err := exec.LookPath("wg")
+	if err != nil {
+		t.Fatalf("wg (Debian package wireguard-tools) is needed: %v", err)
+	}
+	dir, bin := workdir(t)
+	stockBin := filepath.Join(dir, "wireguard-go")
+	if out, err := exec.Command("go", "build", "-o", stockBin, "golang.zx2c4.com/wireguard").CombinedOutput(); err != nil {
+		t.Fatalf("building the pinned wireguard-go: %v\n%s", err, out)
+	}
+	privA, pubA := keyPair(t)
+	privS, pubS := keyPair(t)
+	a := newSite(t, "a", "77", "10.244.1.5", "10.71.0.0/16", "02:5b:00:00:00:0a")
+	stock := netnstest.New(t, "stock")
+	netnstest.Veth(t, a.gw, stock, "wan", wanServer+"/24", wanClient+"/24")
+	a.start(t, bin, writeFile(t, dir, "a.yaml", a.config("role: server\nlistenPort: 51820", writeFile(t, dir, "a.key", privA), pubS, "10.71.0.0/16")))
+
+	// The stock peer: wireguard-go on a TUN in its namespace, the remote "pod" 10.244.2.7 on
+	// its loopback, A's real pod CIDR routed into the tunnel.
+	ifname := fmt.Sprintf("wgs%d", os.Getpid()%100000)
+	wgProc := exec.Command("ip", "netns", "exec", stock.Name, stockBin, "-f", ifname)
+	wgLogs := &syncBuffer{}
+	wgProc.Stdout, wgProc.Stderr = wgLogs, wgLogs
+	wgProc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := wgProc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sock := "/var/run/wireguard/" + ifname + ".sock"
+	t.Cleanup(func() {
+		wgProc.Process.Signal(syscall.SIGTERM)
+		wgProc.Wait()
+		os.Remove(sock)
+		if t.Failed() {
+			t.Logf("stock wireguard-go logged:\n%s", wgLogs.String())
+		}
+	})
+	for i := 0; ; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("wireguard-go did not create %s:\n%s", sock, wgLogs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	keyFile := writeFile(t, dir, "stock.key", privS)
+	stock.Run(t, wgTool, "set", ifname, "private-key", keyFile, "peer", pubA,
+		"allowed-ips", "10.244.1.0/24,169.254.100.1/32", "endpoint", wanServer+":51820", "persistent-keepalive", "1")
+	stock.Run(t, "ip", "addr", "add", "169.254.100.2/30", "dev", ifname)
+	stock.Run(t, "ip", "link", "set", ifname, "mtu", "1340", "up")
+	stock.Run(t, "ip", "addr", "add", "10.244.2.7/32", "dev", "lo")
+	stock.Run(t, "ip", "route", "add", "10.244.1.0/24", "dev", ifname)
+
+	deadline := time.Now().Add(15 * time.Second)
+	for a.metric(t, `skein_gateway_connection_state{state="Connected"}`) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("our gateway never reached Connected against the stock peer:\n%s", a.logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out := stock.Run(t, wgTool, "show", ifname, "latest-handshakes"); strings.Contains(out, "\t0\n") || !strings.Contains(out, pubA) {
+		t.Errorf("stock peer reports no handshake: %q", out)
+	}
+
+	// From A's pod to the stock side, which sees A's real address (it does no NAT).
+	var srv *net.UDPConn
+	in(t, stock, func() (err error) {
+		srv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.244.2.7"), Port: 7})
+		return err
+	})
+	defer srv.Close()
+	from := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 2000)
+		n, addr, err := srv.ReadFromUDP(buf)
+		if err == nil {
+			from <- addr.String()
+			srv.WriteToUDP(buf[:n], addr)
+		}
+	}()
+	var cl *net.UDPConn
+	in(t, a.node, func() (err error) {
+		cl, err = net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.244.1.5"), Port: 9000}, &net.UDPAddr{IP: net.ParseIP("10.71.2.7"), Port: 7})
+		return err
+	})
+	defer cl.Close()
+	cl.SetDeadline(time.Now().Add(5 * time.Second))
+	cl.Write([]byte("to the stock peer"))
+	buf := make([]byte, 100)
+	if n, err := cl.Read(buf); err != nil || string(buf[:n]) != "to the stock peer" {
+		t.Fatalf("echo through the stock peer: %q, %v", buf[:n], err)
+	}
+	if f := <-from; f != "10.244.1.5:9000" {
+		t.Errorf("stock side saw %s, want 10.244.1.5:9000", f)
+	}
+
+	// From the stock side to A's pod, which sees it as 10.71.2.7.
+	var podSrv *net.UDPConn
+	in(t, a.node, func() (err error) {
+		podSrv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.244.1.5"), Port: 7001})
+		return err
+	})
+	defer podSrv.Close()
+	var sc *net.UDPConn
+	in(t, stock, func() (err error) {
+		sc, err = net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.244.2.7"), Port: 7000}, &net.UDPAddr{IP: net.ParseIP("10.244.1.5"), Port: 7001})
+		return err
+	})
+	defer sc.Close()
+	sc.Write([]byte("from the stock peer"))
+	podSrv.SetDeadline(time.Now().Add(5 * time.Second))
+	n, addr, err := podSrv.ReadFromUDP(buf)
+	if err != nil || string(buf[:n]) != "from the stock peer" {
+		t.Fatalf("A's pod got %q, %v", buf[:n], err)
+	}
+	if addr.String() != "10.71.2.7:7000" {
+		t.Errorf("A's pod saw the stock side as %s, want 10.71.2.7:7000", addr)
+	}
 }
