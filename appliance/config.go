@@ -55,6 +55,13 @@ type Config struct {
 	// HTTPListen is where /healthz, /readyz and /metrics are served. Default 127.0.0.1:9471;
 	// "off" disables them.
 	HTTPListen string `json:"httpListen,omitempty"`
+	// Pprof serves Go's profiler under /debug/pprof on the HTTP listener (off by default;
+	// only enable it on a listener nobody untrusted reaches).
+	Pprof bool `json:"pprof,omitempty"`
+	// MemoryLimitMiB is a soft limit for the Go heap (GOMEMLIMIT): above it the garbage
+	// collector works harder to give memory back. Default 100; 0 keeps the default, -1 removes
+	// the limit.
+	MemoryLimitMiB int `json:"memoryLimitMiB,omitempty"`
 }
 
 // RemoteConfig is the peer cluster's networks as it numbers them, and as this cluster sees them
@@ -83,6 +90,9 @@ type OverlayConfig struct {
 	MAC string `json:"mac,omitempty"`
 	// MTU of the nodes' overlay devices (inner packets). Default 1450.
 	MTU int `json:"mtu,omitempty"`
+	// CompleteChecksums recomputes inner TCP/UDP checksums of everything the nodes send, so
+	// their overlay devices may keep TX checksum offload (and TSO) on.
+	CompleteChecksums bool `json:"completeChecksums,omitempty"`
 }
 
 // NodeConfig is one node's VTEP.
@@ -101,6 +111,9 @@ type ProbeConfig struct {
 
 // DefaultVNI is the overlay VNI when none is configured.
 const DefaultVNI = 18952
+
+// DefaultMemoryLimitMiB is the gateway's default soft heap limit.
+const DefaultMemoryLimitMiB = 100
 
 // LoadConfig reads and validates a config file.
 func LoadConfig(path string) (*Config, error) {
@@ -127,6 +140,8 @@ type Plan struct {
 	ProbeInterval time.Duration
 	ProbeFail     int
 	HTTPListen    string
+	Pprof         bool
+	MemoryLimit   int64 // bytes; 0 means none
 	// PublicKey is this gateway's public key in base64, for logs and for the peer.
 	PublicKey string
 }
@@ -138,7 +153,15 @@ func (c *Config) Resolve() (*Plan, error) {
 	bad := func(field, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
 	}
-	p := &Plan{HTTPListen: c.HTTPListen}
+	p := &Plan{HTTPListen: c.HTTPListen, Pprof: c.Pprof}
+	switch {
+	case c.MemoryLimitMiB == 0:
+		p.MemoryLimit = DefaultMemoryLimitMiB << 20
+	case c.MemoryLimitMiB > 0:
+		p.MemoryLimit = int64(c.MemoryLimitMiB) << 20
+	case c.MemoryLimitMiB < -1:
+		bad("memoryLimitMiB", "%d: want a number of MiB, or -1 for no limit", c.MemoryLimitMiB)
+	}
 	if p.HTTPListen == "" {
 		p.HTTPListen = "127.0.0.1:9471"
 	}
@@ -209,7 +232,7 @@ func (c *Config) Resolve() (*Plan, error) {
 		}
 	}
 
-	dp := dataplane.Config{TunnelMTU: c.MTU, OverlayMTU: c.Overlay.MTU, TunnelIP: p.TunnelIP}
+	dp := dataplane.Config{TunnelMTU: c.MTU, OverlayMTU: c.Overlay.MTU, TunnelIP: p.TunnelIP, CompleteChecksums: c.Overlay.CompleteChecksums}
 	if p.PeerTunnelIP.IsValid() {
 		dp.Remote = append(dp.Remote, netip.PrefixFrom(p.PeerTunnelIP, 32))
 		fmt.Fprintf(&uapi, "allowed_ip=%s/32\n", p.PeerTunnelIP)

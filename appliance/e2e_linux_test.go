@@ -30,7 +30,7 @@ import (
 )
 
 // buildGateway compiles cmd/skein-gateway into dir.
-func buildGateway(t *testing.T, dir string) string {
+func buildGateway(t testing.TB, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "skein-gateway")
 	cmd := exec.Command("go", "build", "-o", bin, "../cmd/skein-gateway")
@@ -40,7 +40,7 @@ func buildGateway(t *testing.T, dir string) string {
 	return bin
 }
 
-func keyPair(t *testing.T) (priv, pub string) {
+func keyPair(t testing.TB) (priv, pub string) {
 	var k [32]byte
 	rand.Read(k[:])
 	k[0] &= 248
@@ -66,8 +66,12 @@ type cluster struct {
 
 const wanServer, wanClient = "10.0.0.2", "10.0.0.1"
 
+// offload runs the sites with TX checksum offload on the nodes' overlay devices and the
+// gateways completing checksums (SKEIN_TEST_OFFLOAD=1).
+var offload = os.Getenv("SKEIN_TEST_OFFLOAD") == "1"
+
 // workdir is a directory the gateways (running as nobody) can read, with the gateway binary.
-func workdir(t *testing.T) (dir, bin string) {
+func workdir(t testing.TB) (dir, bin string) {
 	dir = t.TempDir()
 	for _, d := range []string{dir, filepath.Dir(dir)} {
 		if err := os.Chmod(d, 0o755); err != nil {
@@ -77,7 +81,7 @@ func workdir(t *testing.T) (dir, bin string) {
 	return dir, buildGateway(t, dir)
 }
 
-func writeFile(t *testing.T, dir, name, content string) string {
+func writeFile(t testing.TB, dir, name, content string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
@@ -89,11 +93,11 @@ func writeFile(t *testing.T, dir, name, content string) string {
 // newSite builds a cluster's namespaces: node (underlay 192.168.<sub>.1, kernel overlay
 // device, pod address on loopback, remoteSeen routed via the gateway's overlay IP) and gateway
 // (192.168.<sub>.2 towards the node).
-func newSite(t *testing.T, name, sub, pod, remoteSeen, gwMAC string) *cluster {
+func newSite(t testing.TB, name, sub, pod, remoteSeen, gwMAC string) *cluster {
 	c := &cluster{node: netnstest.New(t, "node-"+name), gw: netnstest.New(t, "gw-"+name), gwMAC: gwMAC, sub: sub}
 	nodeIP, gwIP := "192.168."+sub+".1", "192.168."+sub+".2"
 	netnstest.Veth(t, c.node, c.gw, "eth0", nodeIP+"/24", gwIP+"/24")
-	c.nodeMAC = c.node.AddVXLAN(t, netnstest.VXLANNode{Underlay: nodeIP, VNI: 18952, Port: 4789, Address: "10.80.0.11/16", Gateway: gwIP, GatewayMAC: gwMAC})
+	c.nodeMAC = c.node.AddVXLAN(t, netnstest.VXLANNode{Underlay: nodeIP, VNI: 18952, Port: 4789, Address: "10.80.0.11/16", Gateway: gwIP, GatewayMAC: gwMAC, Offload: offload})
 	c.node.Run(t, "ip", "addr", "add", pod+"/32", "dev", "lo")
 	c.node.Run(t, "ip", "route", "add", remoteSeen, "via", "10.80.0.1", "dev", "liqo.vxlan", "onlink")
 	c.podCIDR = strings.TrimSuffix(pod, pod[strings.LastIndexByte(pod, '.'):]) + ".0/24"
@@ -113,6 +117,7 @@ overlay:
   listen: 192.168.%s.2
   ip: 10.80.0.1
   mac: %s
+  completeChecksums: %v
 nodes:
 - name: node
   vtep: 192.168.%s.1
@@ -121,14 +126,15 @@ nodes:
 probe:
   interval: 200ms
   failAfter: 3
-`, wg, keyFile, peerPub, remap, c.sub, c.gwMAC, c.sub, c.nodeMAC, c.podCIDR)
+pprof: true
+`, wg, keyFile, peerPub, remap, c.sub, c.gwMAC, offload, c.sub, c.nodeMAC, c.podCIDR)
 }
 
 // twoClusters builds cluster A (client) and B (server), both with pods in 10.244.0.0/16:
 // A's pod 10.244.1.5 on node a, B's pod 10.244.2.7 on node b. A sees B's pods as 10.71.0.0/16,
 // B sees A's as 10.72.0.0/16. The gateways run as the real binary, as user nobody with no
 // capabilities.
-func twoClusters(t *testing.T) (a, b *cluster) {
+func twoClusters(t testing.TB) (a, b *cluster) {
 	netnstest.RequireRoot(t)
 	dir, bin := workdir(t)
 	privA, pubA := keyPair(t)
@@ -161,7 +167,7 @@ func (s *syncBuffer) String() string {
 }
 
 // start runs the gateway binary in the gateway namespace as nobody, without capabilities.
-func (c *cluster) start(t *testing.T, bin, cfg string) {
+func (c *cluster) start(t testing.TB, bin, cfg string) {
 	t.Helper()
 	c.logs = &syncBuffer{}
 	c.proc = exec.Command("ip", "netns", "exec", c.gw.Name,
@@ -173,6 +179,17 @@ func (c *cluster) start(t *testing.T, bin, cfg string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			if m, err := c.get("/metrics"); err == nil {
+				var lines []string
+				for _, l := range strings.Split(m, "\n") {
+					if strings.HasPrefix(l, "skein_") && !strings.HasSuffix(l, " 0") {
+						lines = append(lines, l)
+					}
+				}
+				t.Logf("gateway in %s, non-zero metrics:\n%s", c.gw.Name, strings.Join(lines, "\n"))
+			}
+		}
 		c.proc.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
 		go func() { c.proc.Wait(); close(done) }()
@@ -199,7 +216,7 @@ func (c *cluster) start(t *testing.T, bin, cfg string) {
 
 // get fetches a path from the gateway's HTTP endpoint (127.0.0.1:9471 in its namespace).
 func (c *cluster) get(path string) (string, error) {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
 			err2 := c.gw.Do(func() error {
 				conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -222,7 +239,7 @@ func (c *cluster) get(path string) (string, error) {
 
 // metric returns the value of the first sample of the metrics text whose line starts with
 // prefix, or -1.
-func (c *cluster) metric(t *testing.T, prefix string) float64 {
+func (c *cluster) metric(t testing.TB, prefix string) float64 {
 	t.Helper()
 	text, err := c.get("/metrics")
 	if err != nil {
@@ -240,7 +257,7 @@ func (c *cluster) metric(t *testing.T, prefix string) float64 {
 }
 
 // in runs fn with a socket-creating function bound to ns.
-func in(t *testing.T, ns *netnstest.NS, fn func() error) {
+func in(t testing.TB, ns *netnstest.NS, fn func() error) {
 	t.Helper()
 	if err := ns.Do(fn); err != nil {
 		t.Fatal(err)
@@ -449,10 +466,7 @@ func TestStockWireguardPeer(t *testing.T) {
 		t.Fatalf("wg (Debian package wireguard-tools) is needed: %v", err)
 	}
 	dir, bin := workdir(t)
-	stockBin := filepath.Join(dir, "wireguard-go")
-	if out, err := exec.Command("go", "build", "-o", stockBin, "golang.zx2c4.com/wireguard").CombinedOutput(); err != nil {
-		t.Fatalf("building the pinned wireguard-go: %v\n%s", err, out)
-	}
+	stockBin := buildStockWG(t, dir)
 	privA, pubA := keyPair(t)
 	privS, pubS := keyPair(t)
 	a := newSite(t, "a", "77", "10.244.1.5", "10.71.0.0/16", "02:5b:00:00:00:0a")
@@ -462,32 +476,7 @@ func TestStockWireguardPeer(t *testing.T) {
 
 	// The stock peer: wireguard-go on a TUN in its namespace, the remote "pod" 10.244.2.7 on
 	// its loopback, A's real pod CIDR routed into the tunnel.
-	ifname := fmt.Sprintf("wgs%d", os.Getpid()%100000)
-	wgProc := exec.Command("ip", "netns", "exec", stock.Name, stockBin, "-f", ifname)
-	wgLogs := &syncBuffer{}
-	wgProc.Stdout, wgProc.Stderr = wgLogs, wgLogs
-	wgProc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := wgProc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sock := "/var/run/wireguard/" + ifname + ".sock"
-	t.Cleanup(func() {
-		wgProc.Process.Signal(syscall.SIGTERM)
-		wgProc.Wait()
-		os.Remove(sock)
-		if t.Failed() {
-			t.Logf("stock wireguard-go logged:\n%s", wgLogs.String())
-		}
-	})
-	for i := 0; ; i++ {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if i == 100 {
-			t.Fatalf("wireguard-go did not create %s:\n%s", sock, wgLogs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	ifname := startStockWG(t, stock, stockBin, "wgs")
 	keyFile := writeFile(t, dir, "stock.key", privS)
 	stock.Run(t, wgTool, "set", ifname, "private-key", keyFile, "peer", pubA,
 		"allowed-ips", "10.244.1.0/24,169.254.100.1/32", "endpoint", wanServer+":51820", "persistent-keepalive", "1")
@@ -560,5 +549,47 @@ func TestStockWireguardPeer(t *testing.T) {
 	}
 	if addr.String() != "10.71.2.7:7000" {
 		t.Errorf("A's pod saw the stock side as %s, want 10.71.2.7:7000", addr)
+	}
+}
+
+// buildStockWG builds the upstream wireguard-go daemon at the version go.mod pins.
+func buildStockWG(t testing.TB, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "wireguard-go")
+	if out, err := exec.Command("go", "build", "-o", bin, "golang.zx2c4.com/wireguard").CombinedOutput(); err != nil {
+		t.Fatalf("building the pinned wireguard-go: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startStockWG runs the stock wireguard-go daemon on a TUN named after prefix and the test's
+// pid inside ns, waits for its UAPI socket, and stops it (removing the socket) when t ends.
+func startStockWG(t testing.TB, ns *netnstest.NS, bin, prefix string) string {
+	t.Helper()
+	ifname := fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
+	proc := exec.Command("ip", "netns", "exec", ns.Name, bin, "-f", ifname)
+	logs := &syncBuffer{}
+	proc.Stdout, proc.Stderr = logs, logs
+	proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sock := "/var/run/wireguard/" + ifname + ".sock"
+	t.Cleanup(func() {
+		proc.Process.Signal(syscall.SIGTERM)
+		proc.Wait()
+		os.Remove(sock)
+		if t.Failed() {
+			t.Logf("stock wireguard-go %s logged:\n%s", ifname, logs.String())
+		}
+	})
+	for i := 0; ; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			return ifname
+		}
+		if i == 100 {
+			t.Fatalf("wireguard-go did not create %s:\n%s", sock, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -50,6 +50,11 @@ type Config struct {
 	// local handler (the netstack), not through NAT.
 	Local []netip.Addr
 
+	// CompleteChecksums recomputes the TCP and UDP checksums of packets from the overlay in
+	// full. Needed when the nodes' overlay devices keep TX checksum offload on (for TSO), since
+	// their packets may then arrive with the checksum only started (see docs/design-notes.md).
+	CompleteChecksums bool
+
 	// ICMPRate is how many ICMP errors per second the gateway sends at most (token bucket,
 	// ICMPBurst deep). Defaults 100 and 20; a negative rate sends none.
 	ICMPRate  int

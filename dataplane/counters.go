@@ -80,6 +80,8 @@ const (
 	NATUnmatched
 	// MSSClamped SYNs had their MSS lowered.
 	MSSClamped
+	// Segmented TCP superpackets (from nodes with TSO) were cut to fit the tunnel MTU.
+	Segmented
 	// ICMPSent errors were generated (time exceeded, fragmentation needed).
 	ICMPSent
 	// ICMPRateLimited errors were not sent because of the rate limit.
@@ -114,6 +116,7 @@ var counterNames = [NumCounters]string{
 	DropSend:             "drop-send-failed",
 	NATUnmatched:         "nat-unmatched",
 	MSSClamped:           "mss-clamped",
+	Segmented:            "tso-segmented",
 	ICMPSent:             "icmp-sent",
 	ICMPRateLimited:      "icmp-rate-limited",
 }

@@ -109,7 +109,7 @@ func New(cfg Config, conn OverlayConn) (*Dataplane, error) {
 	for i := range d.ricmp {
 		d.ricmp[i] = make([]byte, icmpBufLen)
 	}
-	d.queue.init(64)
+	d.queue.init(512)
 	d.t.Store(t)
 	d.events <- tun.EventUp
 	return d, nil
@@ -207,16 +207,61 @@ func (d *Dataplane) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		t := d.t.Load()
 		now := time.Time{}
 		last := 0
+		limit := min(len(bufs), len(sizes))
+		// queued: an earlier superpacket of this batch spilled segments into the queue, so
+		// everything after it goes there too, keeping the order.
+		queued := false
 		for i := range got {
-			sizes[i] = d.toTunnel(t, &msgs[i], i, &now)
-			if sizes[i] > 0 {
-				last = i + 1
+			size, sp := d.toTunnel(t, &msgs[i], i, &now)
+			sizes[i] = 0
+			if size == 0 {
+				continue
 			}
+			pkt := packet.IPv4(bufs[i][offset : offset+size])
+			if queued {
+				d.queuePacket(pkt, sp)
+				continue
+			}
+			if sp.n == 0 {
+				sizes[i], last = size, i+1
+				continue
+			}
+			// A superpacket: segments after the first go to the free slots after the batch
+			// when it is the batch's last datagram, else (and when slots run out) to the queue.
+			for k := 1; k < sp.n; k++ {
+				if j := i + k; i == got-1 && j < limit {
+					sizes[j] = writeSegment(bufs[j][offset:], pkt, sp, k)
+					last = j + 1
+				} else if !d.queue.pushSegment(pkt, sp, k) {
+					d.rtally[DropQueueFull]++
+				}
+			}
+			sizes[i] = cutFirst(pkt, sp)
+			last = max(last, i+1)
+			queued = i < got-1
 		}
 		d.flushOverlay(&d.rtally)
 		d.ctr.add(ToTunnel, &d.rtally)
 		if last > 0 {
 			return last, nil
+		}
+		if d.queue.pending.Load() > 0 {
+			continue
+		}
+	}
+}
+
+// queuePacket moves a processed packet (cut first if it is a superpacket) into the queue.
+func (d *Dataplane) queuePacket(pkt packet.IPv4, sp split) {
+	if sp.n == 0 {
+		if !d.queue.push(pkt) {
+			d.rtally[DropQueueFull]++
+		}
+		return
+	}
+	for k := 0; k < sp.n; k++ {
+		if !d.queue.pushSegment(pkt, sp, k) {
+			d.rtally[DropQueueFull]++
 		}
 	}
 }
@@ -233,11 +278,11 @@ var overlayDrops = [overlay.NumResults]Counter{
 
 // toTunnel handles datagram m (slot i of the batch) from the overlay and returns the size of
 // the packet to hand to wireguard-go, which then starts at the start of m.Body, or 0.
-func (d *Dataplane) toTunnel(t *tables, m *Message, slot int, now *time.Time) int {
+func (d *Dataplane) toTunnel(t *tables, m *Message, slot int, now *time.Time) (int, split) {
 	tl := &d.rtally
 	if m.N < overlay.HeaderLen {
 		tl[DropMalformedOverlay]++
-		return 0
+		return 0, split{}
 	}
 	inner, res := t.vtep.Decap(m.Addr.Addr(), m.Head, m.Body[:m.N-overlay.HeaderLen])
 	switch res {
@@ -245,54 +290,100 @@ func (d *Dataplane) toTunnel(t *tables, m *Message, slot int, now *time.Time) in
 	case overlay.Reply:
 		tl[ARPReplied]++
 		d.routs = append(d.routs, Message{Head: m.Head, Body: inner, Addr: netip.AddrPortFrom(m.Addr.Addr(), t.cfg.OverlayPort)})
-		return 0
+		return 0, split{}
 	default:
 		tl[overlayDrops[res]]++
-		return 0
+		return 0, split{}
 	}
 	return d.forwardToTunnel(t, inner, slot, now)
 }
 
-// forwardToTunnel routes, checks, translates and clamps an inner packet from the overlay.
-func (d *Dataplane) forwardToTunnel(t *tables, inner []byte, slot int, now *time.Time) int {
+// forwardToTunnel routes, checks, translates and clamps an inner packet from the overlay. It
+// returns the packet's size (0: not for the tunnel) and, for a TCP superpacket larger than the
+// tunnel MTU, how to cut it.
+func (d *Dataplane) forwardToTunnel(t *tables, inner []byte, slot int, now *time.Time) (int, split) {
 	tl := &d.rtally
 	ip, err := packet.ParseIPv4(inner)
 	if err != nil {
 		tl[DropMalformedIP]++
-		return 0
+		return 0, split{}
 	}
 	hop, ok := t.routes.Lookup4(ip.Dst())
 	if !ok {
 		tl[DropNoRoute]++
-		return 0
+		return 0, split{}
 	}
 	switch {
 	case hop == hopLocal:
 		d.deliverLocal(ip, tl)
-		return 0
+		return 0, split{}
 	case hop != hopTunnel:
 		tl[DropLoop]++
-		return 0
+		return 0, split{}
 	}
 	if ip.TTL() <= 1 {
 		tl[DropTTL]++
 		d.icmpToOverlay(t, ip, icmpTimeExceeded, icmpTTLInTransit, 0, slot, now, tl)
-		return 0
+		return 0, split{}
 	}
-	if len(ip) > t.tunnelMTU && ip.DontFragment() {
-		tl[DropTooBig]++
-		d.icmpToOverlay(t, ip, icmpDestUnreach, icmpFragNeeded, uint32(t.tunnelMTU), slot, now, tl)
-		return 0
+	var sp split
+	if len(ip) > t.tunnelMTU {
+		sp = planSplit(ip, t.tunnelMTU)
+		if sp.n == 0 && ip.DontFragment() {
+			tl[DropTooBig]++
+			d.icmpToOverlay(t, ip, icmpDestUnreach, icmpFragNeeded, uint32(t.tunnelMTU), slot, now, tl)
+			return 0, split{}
+		}
+	}
+	if t.cfg.CompleteChecksums && sp.n == 0 {
+		completeChecksum(ip)
 	}
 	ip.DecTTL()
 	if c, drop := natVerdict(t.in.RewriteDst(ip), t.cfg.DropUnmatched, tl); drop {
 		tl[c]++
-		return 0
+		return 0, split{}
+	}
+	if sp.n > 0 {
+		// Checksums are computed per segment; counted as the packets they become.
+		tl[Segmented]++
+		tl[Forwarded] += uint64(sp.n)
+		tl[Bytes] += uint64(len(ip) + (sp.n-1)*sp.hdrLen)
+		return len(ip), sp
 	}
 	clamp(ip, t.mss, tl)
 	tl[Forwarded]++
 	tl[Bytes] += uint64(len(ip))
-	return len(ip)
+	return len(ip), split{}
+}
+
+// completeChecksum recomputes the TCP or UDP checksum of an unfragmented packet (a UDP
+// checksum of 0, "none", stays 0).
+func completeChecksum(ip packet.IPv4) {
+	if ip.IsFragment() {
+		return
+	}
+	l4 := ip.Payload()
+	var off int
+	switch ip.Protocol() {
+	case packet.ProtoTCP:
+		if len(l4) < packet.TCPMinHeaderLen {
+			return
+		}
+		off = packet.TCPChecksumOffset
+	case packet.ProtoUDP:
+		if len(l4) < packet.UDPHeaderLen || l4[6]|l4[7] == 0 {
+			return
+		}
+		off = packet.UDPChecksumOffset
+	default:
+		return
+	}
+	l4[off], l4[off+1] = 0, 0
+	c := ^packet.Fold(packet.Sum(l4, packet.PseudoSum4(ip.Src(), ip.Dst(), ip.Protocol(), len(l4))))
+	if c == 0 && ip.Protocol() == packet.ProtoUDP {
+		c = 0xffff
+	}
+	l4[off], l4[off+1] = byte(c>>8), byte(c)
 }
 
 // natVerdict counts a NAT result and says whether (and as what) to drop the packet.
@@ -546,6 +637,32 @@ func (q *injectQueue) push(p []byte) bool {
 		q.slots[i] = make([]byte, max(len(p), 2048))
 	}
 	q.lens[i] = copy(q.slots[i][:cap(q.slots[i])], p)
+	q.size++
+	q.pending.Store(int32(q.size))
+	return true
+}
+
+// pushSegment builds segment k of superpacket ip directly in a queue slot.
+func (q *injectQueue) pushSegment(ip packet.IPv4, s split, k int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.size == len(q.slots) {
+		return false
+	}
+	i := (q.head + q.size) % len(q.slots)
+	if need := s.hdrLen + s.mss; cap(q.slots[i]) < need {
+		q.slots[i] = make([]byte, max(need, 2048))
+	}
+	buf := q.slots[i][:cap(q.slots[i])]
+	if k == 0 {
+		// The first segment: copy its part and cut it there; ip keeps its headers.
+		n := min(s.hdrLen+s.mss, len(ip))
+		copy(buf, ip[:n])
+		fixSegment(packet.IPv4(buf[:n]), s, 0)
+		q.lens[i] = n
+	} else {
+		q.lens[i] = writeSegment(buf, ip, s, k)
+	}
 	q.size++
 	q.pending.Store(int32(q.size))
 	return true

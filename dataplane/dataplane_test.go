@@ -533,7 +533,10 @@ func TestReconfig(t *testing.T) {
 	}()
 	p := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.71.2.7", 1, 2, []byte("x"), false)}.Build()
 	seen := map[string]int{}
-	for range 200 {
+	// Send until both configurations were seen several times (the swapper runs on its own
+	// schedule), at most 20000 packets.
+	sent := 0
+	for ; sent < 20000 && (seen["10.244.2.7"] < 20 || seen["10.250.2.7"] < 20); sent++ {
 		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, p), from1}
 		for _, q := range readPackets(t, dp) {
 			seen[ip4(q[16:20])]++
@@ -542,8 +545,8 @@ func TestReconfig(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	if seen["10.244.2.7"]+seen["10.250.2.7"] != 200 || len(seen) != 2 {
-		t.Errorf("destinations during swaps: %v", seen)
+	if seen["10.244.2.7"]+seen["10.250.2.7"] != sent || len(seen) != 2 {
+		t.Errorf("destinations of %d packets during swaps: %v", sent, seen)
 	}
 	if err := dp.Reconfig(next); err != nil {
 		t.Fatal(err)

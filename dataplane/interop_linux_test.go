@@ -201,7 +201,12 @@ func testKernelInterop(t *testing.T, kind overlay.Kind) {
 			default:
 				t.Error("nothing went into the tunnel")
 			}
+			// Counters are added when a batch is done, which may trail the echo a little.
 			c := dp.Counters()
+			for i := 0; i < 100 && c.Get(dataplane.FromTunnel, dataplane.Forwarded) == 0; i++ {
+				time.Sleep(10 * time.Millisecond)
+				c = dp.Counters()
+			}
 			if c.Get(dataplane.ToTunnel, dataplane.Forwarded) == 0 || c.Get(dataplane.FromTunnel, dataplane.Forwarded) == 0 {
 				t.Errorf("counters to-tunnel %v from-tunnel %v", c[dataplane.ToTunnel], c[dataplane.FromTunnel])
 			}

@@ -13,6 +13,8 @@ import (
 const (
 	ethtoolGTXCSUM = 0x16 // get TX checksum offload
 	ethtoolSTXCSUM = 0x17 // set TX checksum offload
+	ethtoolGGRO    = 0x2b // get generic receive offload
+	ethtoolSGRO    = 0x2c // set generic receive offload
 )
 
 type ethtoolValue struct {
@@ -43,6 +45,24 @@ func SetTxChecksum(name string, on bool) error {
 // TxChecksum reports whether TX checksum offload is on for link name.
 func TxChecksum(name string) (bool, error) {
 	v := ethtoolValue{cmd: ethtoolGTXCSUM}
+	err := ethtool(name, &v)
+	return v.data != 0, err
+}
+
+// SetGRO turns generic receive offload of link name on or off. On a veth, turning it on also
+// switches the veth to NAPI mode, so the kernel coalesces what it receives (VXLAN and UDP
+// included) as a physical NIC's driver would.
+func SetGRO(name string, on bool) error {
+	v := ethtoolValue{cmd: ethtoolSGRO}
+	if on {
+		v.data = 1
+	}
+	return ethtool(name, &v)
+}
+
+// GRO reports whether generic receive offload is on for link name.
+func GRO(name string) (bool, error) {
+	v := ethtoolValue{cmd: ethtoolGGRO}
 	err := ethtool(name, &v)
 	return v.data != 0, err
 }

@@ -128,6 +128,8 @@ type VXLANNode struct {
 	Address    string // the device's overlay address with prefix, such as 10.80.0.11/16
 	Gateway    string // the gateway's underlay IP (FDB destination)
 	GatewayMAC string
+	// Offload leaves TX checksum offload (and so TSO) on.
+	Offload bool
 }
 
 // AddVXLAN creates liqo.vxlan in ns as described, with TX checksum offload off, and returns
@@ -137,8 +139,10 @@ func (ns *NS) AddVXLAN(t testing.TB, v VXLANNode) string {
 	ns.Run(t, "ip", "link", "add", "liqo.vxlan", "type", "vxlan", "id", fmt.Sprint(v.VNI), "dstport", fmt.Sprint(v.Port), "local", v.Underlay, "nolearning")
 	ns.Run(t, "bridge", "fdb", "append", "00:00:00:00:00:00", "dev", "liqo.vxlan", "dst", v.Gateway)
 	ns.Run(t, "bridge", "fdb", "append", v.GatewayMAC, "dev", "liqo.vxlan", "dst", v.Gateway)
-	if err := ns.Do(func() error { return kernel.SetTxChecksum("liqo.vxlan", false) }); err != nil {
-		t.Fatal(err)
+	if !v.Offload {
+		if err := ns.Do(func() error { return kernel.SetTxChecksum("liqo.vxlan", false) }); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ns.Run(t, "ip", "link", "set", "liqo.vxlan", "mtu", "1450", "up")
 	ns.Run(t, "ip", "addr", "add", v.Address, "dev", "liqo.vxlan")
@@ -146,12 +150,23 @@ func (ns *NS) AddVXLAN(t testing.TB, v VXLANNode) string {
 }
 
 // Veth connects a and b with a veth pair named name on both sides, addresses addrA and addrB
-// (with prefix), both up.
+// (with prefix), both up. With VethGRO set, both ends have GRO on, as physical NICs do.
 func Veth(t testing.TB, a, b *NS, name, addrA, addrB string) {
 	t.Helper()
 	a.Run(t, "ip", "link", "add", name, "type", "veth", "peer", "name", name, "netns", b.Name)
-	a.Run(t, "ip", "addr", "add", addrA, "dev", name)
-	a.Run(t, "ip", "link", "set", name, "up")
-	b.Run(t, "ip", "addr", "add", addrB, "dev", name)
-	b.Run(t, "ip", "link", "set", name, "up")
+	for _, side := range []struct {
+		ns   *NS
+		addr string
+	}{{a, addrA}, {b, addrB}} {
+		side.ns.Run(t, "ip", "addr", "add", side.addr, "dev", name)
+		if VethGRO {
+			if err := side.ns.Do(func() error { return kernel.SetGRO(name, true) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		side.ns.Run(t, "ip", "link", "set", name, "up")
+	}
 }
+
+// VethGRO makes Veth turn GRO on (SKEIN_TEST_VETH_GRO=1).
+var VethGRO = os.Getenv("SKEIN_TEST_VETH_GRO") == "1"

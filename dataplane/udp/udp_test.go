@@ -231,3 +231,39 @@ func TestListenErrors(t *testing.T) {
 		t.Error("a port in use was accepted")
 	}
 }
+
+// TestWriteBatchGSO: runs of same-size datagrams to one address (sent as one GSO send) arrive
+// as the separate datagrams they were, in order, a shorter last one included.
+func TestWriteBatchGSO(t *testing.T) {
+	c := listen(t, 64)
+	p1, p2 := plainPeer(t), plainPeer(t)
+	to1, to2 := p1.LocalAddr().(*net.UDPAddr).AddrPort(), p2.LocalAddr().(*net.UDPAddr).AddrPort()
+	var out []dataplane.Message
+	for i := range 30 {
+		size, to := 1000, to1
+		if i == 19 {
+			size = 500 // ends the first run
+		}
+		if i == 25 {
+			to = to2 // interrupts the second run
+		}
+		out = append(out, dataplane.Message{Head: []byte{byte(i)}, Body: bytes.Repeat([]byte{byte(i)}, size-1), Addr: to})
+	}
+	if n, err := c.WriteBatch(out); n != 30 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	buf := make([]byte, 2000)
+	for i := range 30 {
+		p := p1
+		if i == 25 {
+			p = p2
+		}
+		n, _, err := p.ReadFromUDP(buf)
+		if err != nil {
+			t.Fatalf("datagram %d: %v", i, err)
+		}
+		if n != len(out[i].Head)+len(out[i].Body) || buf[0] != byte(i) || buf[n-1] != byte(i) {
+			t.Fatalf("datagram %d: %d bytes starting %d, want %d bytes of %d", i, n, buf[0], len(out[i].Head)+len(out[i].Body), i)
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package dataplane_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/skein-net/skein/dataplane"
+	"github.com/skein-net/skein/dataplane/packet"
+	pt "github.com/skein-net/skein/dataplane/packet/packettest"
+)
+
+// superpacket is what a node with TSO sends: one TCP segment of len(data) bytes with FIN|PSH
+// set and the checksum only started (the pseudo-header sum, as CHECKSUM_PARTIAL leaves it).
+func superpacket(data []byte) []byte {
+	seg := pt.TCP("10.244.1.5", "10.71.2.7", 40000, 80, packet.TCPFlagACK|packet.TCPFlagFIN|0x08|0x80, nil, data)
+	ip := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 6, DF: true, ID: 0xfff0, Payload: seg}.Build()
+	partial := packet.Fold(packet.PseudoSum4([4]byte{10, 244, 1, 5}, [4]byte{10, 71, 2, 7}, 6, len(seg)))
+	binary.BigEndian.PutUint16(ip[20+16:], partial)
+	return ip
+}
+
+func checkSegments(t *testing.T, segs [][]byte, data []byte) {
+	t.Helper()
+	var got []byte
+	seq := uint32(0x01020304)
+	for i, s := range segs {
+		if len(s) > dataplane.DefaultTunnelMTU {
+			t.Errorf("segment %d is %d bytes, over the tunnel MTU", i, len(s))
+		}
+		if p := pt.Problem(s); p != "" {
+			t.Errorf("segment %d: %s", i, p)
+		}
+		if id := binary.BigEndian.Uint16(s[4:]); id != 0xfff0+uint16(i) {
+			t.Errorf("segment %d: IP ID %#x", i, id)
+		}
+		tcp := s[20:]
+		if sn := binary.BigEndian.Uint32(tcp[4:]); sn != seq+uint32(len(got)) {
+			t.Errorf("segment %d: seq %#x, want %#x", i, sn, seq+uint32(len(got)))
+		}
+		flags := tcp[13]
+		last := i == len(segs)-1
+		if (flags&0x01 != 0) != last || (flags&0x08 != 0) != last || (flags&0x80 != 0) != (i == 0) || flags&0x10 == 0 {
+			t.Errorf("segment %d of %d: flags %#x", i, len(segs), flags)
+		}
+		if ip4(s[16:20]) != "10.244.2.7" || s[8] != 63 {
+			t.Errorf("segment %d: dst %s TTL %d", i, ip4(s[16:20]), s[8])
+		}
+		got = append(got, tcp[20:]...)
+	}
+	if !bytes.Equal(got, data) {
+		t.Errorf("segments carry %d bytes that differ from the %d sent", len(got), len(data))
+	}
+}
+
+func TestSuperpacketSplit(t *testing.T) {
+	data := make([]byte, 30000)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	// 1300 payload bytes fit in a 1340-byte segment with 40 bytes of headers.
+	nseg := (len(data) + 1299) / 1300
+	small := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.9.9", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.71.9.9", 1, 2, []byte("after"), false)}.Build()
+
+	t.Run("last in its batch: free slots", func(t *testing.T) {
+		dp, c := newDP(t, baseConfig())
+		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, superpacket(data)), from1}
+		var segs [][]byte
+		for len(segs) < nseg {
+			segs = append(segs, readPackets(t, dp)...)
+		}
+		checkSegments(t, segs, data)
+		if cn := dp.Counters(); cn.Get(dataplane.ToTunnel, dataplane.Segmented) != 1 || cn.Get(dataplane.ToTunnel, dataplane.Forwarded) != uint64(len(segs)) {
+			t.Errorf("counters %v", cn[dataplane.ToTunnel])
+		}
+	})
+	t.Run("mid-batch: queued in order", func(t *testing.T) {
+		dp, c := newDP(t, baseConfig())
+		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, superpacket(data)), from1}
+		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, small), from1}
+		var pkts [][]byte
+		for len(pkts) < nseg+1 {
+			pkts = append(pkts, readPackets(t, dp)...)
+		}
+		if ip4(pkts[nseg][16:20]) != "10.244.9.9" {
+			t.Fatalf("the datagram after the superpacket was not last")
+		}
+		checkSegments(t, pkts[:nseg], data)
+	})
+	t.Run("udp over the MTU still gets fragmentation needed", func(t *testing.T) {
+		dp, c := newDP(t, baseConfig())
+		big := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, DF: true, Payload: pt.UDP("10.244.1.5", "10.71.2.7", 5, 6, make([]byte, 1400), false)}.Build()
+		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, big), from1}
+		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, small), from1}
+		readPackets(t, dp)
+		if cn := dp.Counters(); cn.Get(dataplane.ToTunnel, dataplane.DropTooBig) != 1 {
+			t.Errorf("counters %v", cn[dataplane.ToTunnel])
+		}
+	})
+}
+
+func TestCompleteChecksums(t *testing.T) {
+	cfg := baseConfig()
+	cfg.CompleteChecksums = true
+	dp, c := newDP(t, cfg)
+	p := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.71.2.7", 1, 2, []byte("partial"), false)}.Build()
+	binary.BigEndian.PutUint16(p[26:], 0x1234) // an unfinished checksum
+	c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, p), from1}
+	got := readPackets(t, dp)
+	if len(got) != 1 || pt.Problem(got[0]) != "" {
+		t.Fatalf("checksum not completed: %v", pt.Problem(got[0]))
+	}
+}
