@@ -18,10 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/crypto/curve25519"
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
 
+	"github.com/skein-net/skein/control/gwconfig"
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/udp"
 	"github.com/skein-net/skein/netstack"
@@ -30,7 +30,7 @@ import (
 // Gateway is a running gateway: wireguard-go on the dataplane, the netstack for its own
 // addresses, the prober, and the HTTP endpoints.
 type Gateway struct {
-	plan   *Plan
+	plan   *gwconfig.Gateway
 	log    *slog.Logger
 	dp     *dataplane.Dataplane
 	wg     *device.Device
@@ -47,7 +47,7 @@ type Gateway struct {
 // Start opens the sockets and starts everything. The process needs no privileges: two UDP
 // sockets (WireGuard and overlay, neither on a privileged port unless configured so) and a
 // TCP listener for HTTP.
-func Start(plan *Plan, log *slog.Logger) (_ *Gateway, err error) {
+func Start(plan *gwconfig.Gateway, log *slog.Logger) (_ *Gateway, err error) {
 	g := &Gateway{plan: plan, log: log}
 	if plan.MemoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(plan.MemoryLimit)
@@ -72,7 +72,7 @@ func Start(plan *Plan, log *slog.Logger) (_ *Gateway, err error) {
 	g.dp.SetLocalHandler(g.ns)
 
 	g.wg = device.NewDevice(g.dp, conn.NewDefaultBind(), wgLogger(log))
-	if err := g.wg.IpcSet(plan.WireGuard); err != nil {
+	if err := g.wg.IpcSet(plan.UAPI()); err != nil {
 		return nil, fmt.Errorf("wireguard: %w", err)
 	}
 	if err := g.wg.Up(); err != nil {
@@ -95,7 +95,7 @@ func Start(plan *Plan, log *slog.Logger) (_ *Gateway, err error) {
 			return nil, err
 		}
 	}
-	log.Info("gateway started", "publicKey", plan.PublicKey, "wireguardPort", g.listenPort(),
+	log.Info("gateway started", "publicKey", plan.PrivateKey.Public().String(), "wireguardPort", g.listenPort(),
 		"overlay", plan.OverlayListen.String(), "tunnelIP", plan.TunnelIP.String(), "peerTunnelIP", plan.PeerTunnelIP.String())
 	return g, nil
 }
@@ -259,13 +259,4 @@ func wgLogger(log *slog.Logger) *device.Logger {
 		Verbosef: func(format string, args ...any) { log.Debug(fmt.Sprintf(format, args...), "component", "wireguard") },
 		Errorf:   func(format string, args ...any) { log.Error(fmt.Sprintf(format, args...), "component", "wireguard") },
 	}
-}
-
-// publicKey derives a WireGuard public key from a private key.
-func publicKey(priv [32]byte) []byte {
-	pub, err := curve25519.X25519(priv[:], curve25519.Basepoint)
-	if err != nil {
-		return nil
-	}
-	return pub
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/skein-net/skein/appliance"
+	"github.com/skein-net/skein/control/gwconfig"
 )
 
 const usage = `skein-gateway connects this cluster's pods to a peer cluster's through WireGuard,
@@ -54,7 +55,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "skein-gateway: --config is required (see --help)")
 		os.Exit(2)
 	}
-	cfg, err := appliance.LoadConfig(*configPath)
+	cfg, err := gwconfig.LoadFile(*configPath)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "skein-gateway: %v\n", err)
 		os.Exit(1)
@@ -65,7 +66,7 @@ func main() {
 		os.Exit(1)
 	}
 	if *check {
-		fmt.Printf("config ok; public key %s\n", plan.PublicKey)
+		fmt.Printf("config ok; public key %s\n", plan.PrivateKey.Public())
 		return
 	}
 	gw, err := appliance.Start(plan, log)

@@ -1,9 +1,7 @@
-package appliance
+package gwconfig
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -19,9 +17,8 @@ import (
 	"github.com/skein-net/skein/dataplane/packet"
 )
 
-// Config is the standalone gateway's configuration file (YAML). The in-cluster gateway builds
-// the same type from API objects.
-type Config struct {
+// File is the standalone gateway's configuration file (YAML).
+type File struct {
 	// Role is "server" (listens, the remote cluster's side in `network connect`) or "client"
 	// (dials the server's endpoint).
 	Role string `json:"role"`
@@ -115,45 +112,27 @@ const DefaultVNI = 18952
 // DefaultMemoryLimitMiB is the gateway's default soft heap limit.
 const DefaultMemoryLimitMiB = 100
 
-// LoadConfig reads and validates a config file.
-func LoadConfig(path string) (*Config, error) {
+// LoadFile reads a config file; Resolve validates it.
+func LoadFile(path string) (*File, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	var c Config
+	var c File
 	if err := yaml.UnmarshalStrict(b, &c); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return &c, nil
 }
 
-// Plan is a Config resolved into what each part needs.
-type Plan struct {
-	Dataplane dataplane.Config
-	// WireGuard is wireguard-go's UAPI configuration (keys in hex), applied with IpcSet.
-	WireGuard string
-	// TunnelIP and PeerTunnelIP are the two ends of the tunnel /30.
-	TunnelIP, PeerTunnelIP netip.Addr
-	// OverlayListen is where the overlay socket binds.
-	OverlayListen netip.AddrPort
-	ProbeInterval time.Duration
-	ProbeFail     int
-	HTTPListen    string
-	Pprof         bool
-	MemoryLimit   int64 // bytes; 0 means none
-	// PublicKey is this gateway's public key in base64, for logs and for the peer.
-	PublicKey string
-}
-
 // Resolve validates c (naming every bad field) and resolves it. The private key is read from
 // its file.
-func (c *Config) Resolve() (*Plan, error) {
+func (c *File) Resolve() (*Gateway, error) {
 	var errs []error
 	bad := func(field, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
 	}
-	p := &Plan{HTTPListen: c.HTTPListen, Pprof: c.Pprof}
+	p := &Gateway{HTTPListen: c.HTTPListen, Pprof: c.Pprof, ListenPort: c.ListenPort}
 	switch {
 	case c.MemoryLimitMiB == 0:
 		p.MemoryLimit = DefaultMemoryLimitMiB << 20
@@ -166,13 +145,11 @@ func (c *Config) Resolve() (*Plan, error) {
 		p.HTTPListen = "127.0.0.1:9471"
 	}
 
-	var uapi strings.Builder
 	priv, err := readKey(c.PrivateKeyFile)
 	if err != nil {
 		bad("privateKeyFile", "%v", err)
 	} else {
-		fmt.Fprintf(&uapi, "private_key=%s\n", hex.EncodeToString(priv[:]))
-		p.PublicKey = base64.StdEncoding.EncodeToString(publicKey(priv))
+		p.PrivateKey = priv
 	}
 	switch c.Role {
 	case "server":
@@ -189,19 +166,12 @@ func (c *Config) Resolve() (*Plan, error) {
 	default:
 		bad("role", "%q: want server or client", c.Role)
 	}
-	fmt.Fprintf(&uapi, "listen_port=%d\nreplace_peers=true\n", c.ListenPort)
-	peer, err := parseKey(c.PeerPublicKey)
-	if err != nil {
+	if p.PeerPublicKey, err = ParseKey(c.PeerPublicKey); err != nil {
 		bad("peerPublicKey", "%v", err)
-	} else {
-		fmt.Fprintf(&uapi, "public_key=%s\nreplace_allowed_ips=true\n", hex.EncodeToString(peer[:]))
 	}
 	if c.Endpoint != "" {
-		ap, err := netip.ParseAddrPort(c.Endpoint)
-		if err != nil {
+		if p.PeerEndpoint, err = netip.ParseAddrPort(c.Endpoint); err != nil {
 			bad("endpoint", "%q is not address:port: %v", c.Endpoint, err)
-		} else {
-			fmt.Fprintf(&uapi, "endpoint=%s\n", ap)
 		}
 	}
 	keepalive := 0
@@ -213,8 +183,8 @@ func (c *Config) Resolve() (*Plan, error) {
 	}
 	if keepalive < 0 || keepalive > 65535 {
 		bad("keepaliveSeconds", "%d is outside 0-65535", keepalive)
-	} else if keepalive > 0 {
-		fmt.Fprintf(&uapi, "persistent_keepalive_interval=%d\n", keepalive)
+	} else {
+		p.Keepalive = keepalive
 	}
 
 	tunCIDR := c.TunnelCIDR
@@ -235,7 +205,7 @@ func (c *Config) Resolve() (*Plan, error) {
 	dp := dataplane.Config{TunnelMTU: c.MTU, OverlayMTU: c.Overlay.MTU, TunnelIP: p.TunnelIP, CompleteChecksums: c.Overlay.CompleteChecksums}
 	if p.PeerTunnelIP.IsValid() {
 		dp.Remote = append(dp.Remote, netip.PrefixFrom(p.PeerTunnelIP, 32))
-		fmt.Fprintf(&uapi, "allowed_ip=%s/32\n", p.PeerTunnelIP)
+		p.AllowedIPs = append(p.AllowedIPs, netip.PrefixFrom(p.PeerTunnelIP, 32))
 	}
 	for _, r := range []struct{ field, real, remapped, remappedField string }{
 		{"remote.podCIDR", c.Remote.PodCIDR, c.Remote.RemappedPodCIDR, "remote.remappedPodCIDR"},
@@ -256,7 +226,7 @@ func (c *Config) Resolve() (*Plan, error) {
 			continue
 		}
 		// WireGuard accepts from the peer only sources in its real CIDRs.
-		fmt.Fprintf(&uapi, "allowed_ip=%s\n", real)
+		p.AllowedIPs = append(p.AllowedIPs, real)
 		if r.remapped == "" {
 			dp.Remote = append(dp.Remote, real)
 			continue
@@ -298,7 +268,7 @@ func (c *Config) Resolve() (*Plan, error) {
 		bad("overlay.ip", "%q: want the gateway's IPv4 overlay address", c.Overlay.IP)
 	} else {
 		dp.Overlay.IP = a
-		dp.Overlay.MAC = macFor(a)
+		dp.Overlay.MAC = MACFor(a)
 	}
 	if c.Overlay.MAC != "" {
 		if m, err := overlay.ParseMAC(c.Overlay.MAC); err != nil {
@@ -357,7 +327,6 @@ func (c *Config) Resolve() (*Plan, error) {
 		return nil, fmt.Errorf("invalid gateway config:\n  %w", joinIndented(errs))
 	}
 	p.Dataplane = dp
-	p.WireGuard = uapi.String()
 	return p, nil
 }
 
@@ -370,33 +339,23 @@ func joinIndented(errs []error) error {
 }
 
 // readKey reads a base64 WireGuard key from a file.
-func readKey(path string) ([32]byte, error) {
+func readKey(path string) (Key, error) {
 	if path == "" {
-		return [32]byte{}, errors.New("required: a file holding the private key (wg genkey > FILE)")
+		return Key{}, errors.New("required: a file holding the private key (wg genkey > FILE)")
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return [32]byte{}, err
+		return Key{}, err
 	}
-	k, err := parseKey(strings.TrimSpace(string(b)))
+	k, err := ParseKey(string(b))
 	if err != nil {
-		return [32]byte{}, fmt.Errorf("%s: %w", path, err)
+		return Key{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return k, nil
 }
 
-func parseKey(s string) ([32]byte, error) {
-	var k [32]byte
-	b, err := base64.StdEncoding.DecodeString(s)
-	if err != nil || len(b) != 32 {
-		return k, errors.New("not a WireGuard key (32 bytes in base64, as wg genkey and wg pubkey print)")
-	}
-	copy(k[:], b)
-	return k, nil
-}
-
-// macFor derives a stable, locally administered unicast MAC from the overlay IP.
-func macFor(ip netip.Addr) packet.MAC {
+// MACFor derives a stable, locally administered unicast MAC from an overlay IP.
+func MACFor(ip netip.Addr) packet.MAC {
 	h := sha256.Sum256(ip.AsSlice())
 	return packet.MAC{0x02, 0x5b, h[0], h[1], h[2], h[3]}
 }

@@ -1,4 +1,4 @@
-package appliance_test
+package gwconfig_test
 
 import (
 	"net/netip"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/skein-net/skein/appliance"
+	"github.com/skein-net/skein/control/gwconfig"
 	"github.com/skein-net/skein/dataplane/nat"
 )
 
@@ -50,7 +50,7 @@ nodes:
 `
 
 func TestResolve(t *testing.T) {
-	c, err := appliance.LoadConfig(writeConfig(t, goodServer))
+	c, err := gwconfig.LoadFile(writeConfig(t, goodServer))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,31 +74,32 @@ func TestResolve(t *testing.T) {
 		t.Errorf("remote routes %v", p.Dataplane.Remote)
 	}
 	// WireGuard accepts the peer's real CIDRs only; keys go in hex; no private key in base64.
+	uapi := p.UAPI()
 	for _, want := range []string{"listen_port=51820", "allowed_ip=10.244.0.0/16", "allowed_ip=10.70.0.0/16", "allowed_ip=169.254.100.2/32", "public_key=1f31f56d"} {
-		if !strings.Contains(p.WireGuard, want) {
-			t.Errorf("wireguard config lacks %q:\n%s", want, p.WireGuard)
+		if !strings.Contains(uapi, want) {
+			t.Errorf("wireguard config lacks %q:\n%s", want, uapi)
 		}
 	}
-	if strings.Contains(p.WireGuard, testPriv) || strings.Contains(p.WireGuard, "allowed_ip=10.71.0.0/16") {
-		t.Errorf("wireguard config:\n%s", p.WireGuard)
+	if strings.Contains(uapi, testPriv) || strings.Contains(uapi, "allowed_ip=10.71.0.0/16") {
+		t.Errorf("wireguard config:\n%s", uapi)
 	}
-	if p.Dataplane.Overlay.IP.String() != "10.80.0.1" || p.OverlayListen.String() != "192.168.77.2:4789" || p.Dataplane.Overlay.VNI != appliance.DefaultVNI {
+	if p.Dataplane.Overlay.IP.String() != "10.80.0.1" || p.OverlayListen.String() != "192.168.77.2:4789" || p.Dataplane.Overlay.VNI != gwconfig.DefaultVNI {
 		t.Errorf("overlay %+v listen %v", p.Dataplane.Overlay, p.OverlayListen)
 	}
-	if p.PublicKey == "" || p.PublicKey == testPub {
-		t.Errorf("public key %q", p.PublicKey)
+	if pub := p.PrivateKey.Public().String(); pub == testPub || len(pub) != 44 {
+		t.Errorf("public key %q", pub)
 	}
 
 	client := strings.Replace(strings.Replace(goodServer, "role: server", "role: client", 1), "listenPort: 51820", "endpoint: 192.0.2.10:51820", 1)
-	c, err = appliance.LoadConfig(writeConfig(t, client))
+	c, err = gwconfig.LoadFile(writeConfig(t, client))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p, err = c.Resolve(); err != nil {
 		t.Fatal(err)
 	}
-	if p.TunnelIP.String() != "169.254.100.2" || !strings.Contains(p.WireGuard, "endpoint=192.0.2.10:51820") || !strings.Contains(p.WireGuard, "persistent_keepalive_interval=25") {
-		t.Errorf("client: tunnel IP %v, wireguard:\n%s", p.TunnelIP, p.WireGuard)
+	if uapi := p.UAPI(); p.TunnelIP.String() != "169.254.100.2" || !strings.Contains(uapi, "endpoint=192.0.2.10:51820") || !strings.Contains(uapi, "persistent_keepalive_interval=25") {
+		t.Errorf("client: tunnel IP %v, wireguard:\n%s", p.TunnelIP, uapi)
 	}
 }
 
@@ -123,7 +124,7 @@ func TestResolveErrors(t *testing.T) {
 		if !strings.Contains(goodServer, tc.from) {
 			t.Fatalf("test case edits %q, which the config does not have", tc.from)
 		}
-		c, err := appliance.LoadConfig(writeConfig(t, strings.Replace(goodServer, tc.from, tc.to, 1)))
+		c, err := gwconfig.LoadFile(writeConfig(t, strings.Replace(goodServer, tc.from, tc.to, 1)))
 		if err == nil {
 			_, err = c.Resolve()
 		}
@@ -131,7 +132,7 @@ func TestResolveErrors(t *testing.T) {
 			t.Errorf("%q -> %q: %v, want an error containing %q", tc.from, tc.to, err, tc.want)
 		}
 	}
-	if _, err := appliance.LoadConfig(writeConfig(t, goodServer+"unknownField: 1\n")); err == nil || !strings.Contains(err.Error(), "unknownField") {
+	if _, err := gwconfig.LoadFile(writeConfig(t, goodServer+"unknownField: 1\n")); err == nil || !strings.Contains(err.Error(), "unknownField") {
 		t.Errorf("unknown field: %v", err)
 	}
 }
