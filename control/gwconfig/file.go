@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/skein-net/skein/dataplane"
-	"github.com/skein-net/skein/dataplane/nat"
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/dataplane/packet"
 )
@@ -225,10 +224,8 @@ func (c *File) Resolve() (*Gateway, error) {
 			bad(r.field, "%q is not an IPv4 CIDR without host bits", r.real)
 			continue
 		}
-		// WireGuard accepts from the peer only sources in its real CIDRs.
-		p.AllowedIPs = append(p.AllowedIPs, real)
 		if r.remapped == "" {
-			dp.Remote = append(dp.Remote, real)
+			addRemote(&dp, p, real, real)
 			continue
 		}
 		seen, err := netip.ParsePrefix(r.remapped)
@@ -240,7 +237,7 @@ func (c *File) Resolve() (*Gateway, error) {
 			bad(r.remappedField, "%s must have the length of %s (/%d)", seen, real, real.Bits())
 			continue
 		}
-		dp.NAT = append(dp.NAT, nat.Pair{From: seen, To: real})
+		addRemote(&dp, p, real, seen)
 	}
 
 	kind := overlay.VXLAN

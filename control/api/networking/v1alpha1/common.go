@@ -86,12 +86,18 @@ type Endpoint struct {
 	Protocol Protocol `json:"protocol,omitempty"`
 }
 
-// InternalEndpoint is the gateway's own address inside the tunnel, used by the peer's prober.
+// InternalEndpoint is where the nodes of this cluster reach the gateway over the overlay: its
+// overlay address (from the internal CIDR, assigned by the controller; nodes route the peer's
+// CIDRs via it) and, published by the active replica, its VTEP.
 type InternalEndpoint struct {
-	// IP is the gateway's address inside the tunnel.
+	// IP is the gateway's overlay address.
 	// +optional
 	IP *IP `json:"ip,omitempty"`
 	// Node is the node that runs the active gateway replica.
 	// +optional
 	Node *string `json:"node,omitempty"`
+	// VTEP is the active replica's overlay endpoint: its pod IP and overlay MAC. Node agents
+	// point their FDB and neighbour entries at it.
+	// +optional
+	VTEP *VTEP `json:"vtep,omitempty"`
 }
