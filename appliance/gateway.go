@@ -10,9 +10,11 @@ import (
 	"net/http/pprof"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,9 +41,11 @@ type Gateway struct {
 	http   *http.Server
 	httpLn net.Listener
 
-	cancel context.CancelFunc
-	wgDone sync.WaitGroup
-	once   sync.Once
+	cancel   context.CancelFunc
+	wgDone   sync.WaitGroup
+	once     sync.Once
+	observer atomic.Pointer[func(netstack.ProbeStatus)]
+	applyMu  sync.Mutex
 }
 
 // Start opens the sockets and starts everything. The process needs no privileges: two UDP
@@ -85,8 +89,15 @@ func Start(plan *gwconfig.Gateway, log *slog.Logger) (_ *Gateway, err error) {
 	g.wgDone.Add(1)
 	go func() {
 		defer g.wgDone.Done()
+		last := netstack.Connecting
 		g.prober.Run(ctx, func(s netstack.ProbeStatus) {
-			log.Info("connection", "state", string(s.State), "rtt", s.RTT.Round(time.Microsecond), "lost", s.Lost)
+			if s.State != last {
+				log.Info("connection", "state", string(s.State), "rtt", s.RTT.Round(time.Microsecond), "lost", s.Lost)
+				last = s.State
+			}
+			if fn := g.observer.Load(); fn != nil {
+				(*fn)(s)
+			}
 		})
 	}()
 
@@ -98,6 +109,38 @@ func Start(plan *gwconfig.Gateway, log *slog.Logger) (_ *Gateway, err error) {
 	log.Info("gateway started", "publicKey", plan.PrivateKey.Public().String(), "wireguardPort", g.listenPort(),
 		"overlay", plan.OverlayListen.String(), "tunnelIP", plan.TunnelIP.String(), "peerTunnelIP", plan.PeerTunnelIP.String())
 	return g, nil
+}
+
+// ObserveConnection has fn called after every probe whose outcome changed the connection's
+// state or RTT.
+func (g *Gateway) ObserveConnection(fn func(netstack.ProbeStatus)) { g.observer.Store(&fn) }
+
+// WireGuardPort is the UDP port wireguard-go listens on.
+func (g *Gateway) WireGuardPort() int { return g.listenPort() }
+
+// Apply switches a running gateway to a new configuration: the dataplane through its atomic
+// Reconfig, WireGuard through the UAPI changes only, so established sessions and flows survive
+// changes that do not concern them. The gateway's own addresses and sockets cannot change
+// while it runs; such a change is refused with an error saying a restart is needed.
+func (g *Gateway) Apply(next *gwconfig.Gateway) error {
+	g.applyMu.Lock()
+	defer g.applyMu.Unlock()
+	cur := g.plan
+	if next.OverlayListen != cur.OverlayListen || next.TunnelIP != cur.TunnelIP || next.PeerTunnelIP != cur.PeerTunnelIP ||
+		!slices.Equal(next.Dataplane.Local, cur.Dataplane.Local) || next.HTTPListen != cur.HTTPListen {
+		return fmt.Errorf("the gateway's own addresses changed (overlay %v -> %v, tunnel %v -> %v): restart the gateway to apply",
+			cur.OverlayListen, next.OverlayListen, cur.TunnelIP, next.TunnelIP)
+	}
+	if err := g.dp.Reconfig(next.Dataplane); err != nil {
+		return err
+	}
+	if u := next.UAPIUpdate(cur); u != "" {
+		if err := g.wg.IpcSet(u); err != nil {
+			return fmt.Errorf("wireguard: %w", err)
+		}
+	}
+	g.plan = next
+	return nil
 }
 
 // Dataplane is the gateway's dataplane (for live reconfiguration and counters).
@@ -257,6 +300,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 func wgLogger(log *slog.Logger) *device.Logger {
 	return &device.Logger{
 		Verbosef: func(format string, args ...any) { log.Debug(fmt.Sprintf(format, args...), "component", "wireguard") },
-		Errorf:   func(format string, args ...any) { log.Error(fmt.Sprintf(format, args...), "component", "wireguard") },
+		Errorf: func(format string, args ...any) {
+			msg := fmt.Sprintf(format, args...)
+			if strings.Contains(msg, "no known endpoint for peer") {
+				// A server's probes before its client first connects: expected, not an error.
+				log.Debug(msg, "component", "wireguard")
+				return
+			}
+			log.Error(msg, "component", "wireguard")
+		},
 	}
 }

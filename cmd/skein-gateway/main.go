@@ -1,5 +1,6 @@
 // Command skein-gateway is skein's gateway: wireguard-go, the userspace dataplane and a gVisor
-// netstack in one unprivileged process. This build runs from a config file (standalone mode).
+// netstack in one unprivileged process. It runs from a config file (standalone) or from the
+// API objects of its GatewayServer or GatewayClient (in-cluster).
 package main
 
 import (
@@ -7,24 +8,37 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/skein-net/skein/appliance"
 	"github.com/skein-net/skein/control/gwconfig"
+	"github.com/skein-net/skein/control/gwwatch"
+	"github.com/skein-net/skein/dataplane/overlay"
 )
 
 const usage = `skein-gateway connects this cluster's pods to a peer cluster's through WireGuard,
 without the kernel WireGuard module, a TUN device or any privilege.
 
 Usage:
-  skein-gateway --config FILE [--log-level LEVEL]
-  skein-gateway --check --config FILE
+  skein-gateway --config FILE                        standalone, from a YAML file
+  skein-gateway --check --config FILE                validate the file, print the public key
+  skein-gateway --mode server|client --gateway-name NAME [--gateway-namespace NS] [flags]
+                                                     in-cluster, from the API
 
-It needs two UDP ports (WireGuard, and the overlay where the nodes' liqo.vxlan devices send
-traffic for the peer cluster) and, unless httpListen is off, a TCP port for /healthz,
-/readyz and /metrics. See README.md for a complete two-host example.
+Standalone mode needs two UDP ports (WireGuard, and the overlay where the nodes' liqo.vxlan
+devices send traffic for the peer cluster) and, unless httpListen is off, a TCP port for
+/healthz, /readyz and /metrics. See README.md for a complete two-host example.
+
+In-cluster mode reads its GatewayServer or GatewayClient, the Configuration and PublicKey
+labelled with the remote cluster id, its key Secret and the InternalNodes, starts once they are
+complete, applies changes live and keeps its Connection's status current. It is normally
+started by the gateway Deployment that skein-controller renders from a template.
 
 Flags:
 `
@@ -35,48 +49,109 @@ func main() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
-	configPath := fs.String("config", "", "path of the gateway's YAML config file (required)")
+	configPath := fs.String("config", "", "standalone: path of the gateway's YAML config file")
+	check := fs.Bool("check", false, "standalone: validate the config file, print the public key, and exit")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	check := fs.Bool("check", false, "validate the config file, print the public key, and exit")
+
+	mode := fs.String("mode", "", "in-cluster: server (a GatewayServer) or client (a GatewayClient)")
+	name := fs.String("gateway-name", "", "in-cluster: name of the GatewayServer or GatewayClient")
+	namespace := fs.String("gateway-namespace", os.Getenv("POD_NAMESPACE"), "in-cluster: its namespace (default $POD_NAMESPACE)")
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "in-cluster: kubeconfig file (default: the pod's service account)")
+	podIP := fs.String("pod-ip", os.Getenv("POD_IP"), "in-cluster: the pod's IP, where the overlay socket binds (default $POD_IP)")
+	overlayKind := fs.String("overlay-kind", "vxlan", "in-cluster: vxlan or geneve, as the nodes' overlay devices")
+	overlayPort := fs.Uint("overlay-port", 0, "in-cluster: UDP port of the overlay (default 4789 for vxlan, 6081 for geneve)")
+	vni := fs.Uint("vni", gwconfig.DefaultVNI, "in-cluster: VNI of the overlay")
+	overlayMTU := fs.Int("overlay-mtu", 0, "in-cluster: MTU of the nodes' overlay devices (default 1450)")
+	listenPort := fs.Uint("listen-port", 0, "in-cluster server: WireGuard UDP port (default: the GatewayServer's endpoint port)")
+	httpListen := fs.String("http-listen", ":9471", "in-cluster: address of /healthz, /readyz and /metrics (\"off\" disables them)")
+	probeInterval := fs.Duration("probe-interval", 2*time.Second, "in-cluster: interval of the probes to the peer gateway")
+	probeFail := fs.Int("probe-fail-after", 5, "in-cluster: consecutive lost probes that make the Connection Error")
+	watchPods := fs.Bool("watch-pods", false, "in-cluster: route local pods by /32 from Pod objects (for CNIs without per-node pod CIDRs)")
+	memLimit := fs.Int("memory-limit-mib", gwconfig.DefaultMemoryLimitMiB, "in-cluster: soft limit of the Go heap in MiB (0: none; the file's memoryLimitMiB in standalone mode)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
+	fail := func(code int, format string, a ...any) {
+		fmt.Fprintf(os.Stderr, "skein-gateway: "+format+"\n", a...)
+		os.Exit(code)
+	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "skein-gateway: unexpected arguments %q (see --help)\n", fs.Args())
-		os.Exit(2)
+		fail(2, "unexpected arguments %q (see --help)", fs.Args())
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(os.Stderr, "skein-gateway: --log-level %q: want debug, info, warn or error\n", *logLevel)
-		os.Exit(2)
+		fail(2, "--log-level %q: want debug, info, warn or error", *logLevel)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if *configPath == "" {
-		fmt.Fprintln(os.Stderr, "skein-gateway: --config is required (see --help)")
-		os.Exit(2)
-	}
-	cfg, err := gwconfig.LoadFile(*configPath)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "skein-gateway: %v\n", err)
-		os.Exit(1)
-	}
-	plan, err := cfg.Resolve()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "skein-gateway: %s: %v\n", *configPath, err)
-		os.Exit(1)
-	}
-	if *check {
-		fmt.Printf("config ok; public key %s\n", plan.PrivateKey.Public())
-		return
-	}
-	gw, err := appliance.Start(plan, log)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "skein-gateway: %v\n", err)
-		os.Exit(1)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	<-ctx.Done()
-	log.Info("stopping")
-	gw.Close()
+
+	switch {
+	case *configPath != "" && *mode != "":
+		fail(2, "--config (standalone) and --mode (in-cluster) exclude each other")
+	case *configPath != "":
+		cfg, err := gwconfig.LoadFile(*configPath)
+		if err != nil {
+			fail(1, "%v", err)
+		}
+		plan, err := cfg.Resolve()
+		if err != nil {
+			fail(1, "%s: %v", *configPath, err)
+		}
+		if *check {
+			fmt.Printf("config ok; public key %s\n", plan.PrivateKey.Public())
+			return
+		}
+		gw, err := appliance.Start(plan, log)
+		if err != nil {
+			fail(1, "%v", err)
+		}
+		<-ctx.Done()
+		log.Info("stopping")
+		gw.Close()
+	case *mode != "":
+		if *mode != "server" && *mode != "client" {
+			fail(2, "--mode %q: want server or client", *mode)
+		}
+		if *name == "" || *namespace == "" {
+			fail(2, "--gateway-name and --gateway-namespace (or $POD_NAMESPACE) are required in-cluster")
+		}
+		ip, err := netip.ParseAddr(*podIP)
+		if err != nil {
+			fail(2, "--pod-ip %q (or $POD_IP): want the pod's IPv4 address", *podIP)
+		}
+		kind, err := overlay.ParseKind(*overlayKind)
+		if err != nil {
+			fail(2, "--overlay-kind: %v", err)
+		}
+		if *overlayPort > 65535 || *listenPort > 65535 || *vni > 1<<24-1 {
+			fail(2, "--overlay-port and --listen-port must be below 65536, --vni below 2^24")
+		}
+		restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+		if err != nil {
+			fail(1, "reaching the API server: %v", err)
+		}
+		ic, err := appliance.StartInCluster(restCfg, gwwatch.Options{
+			Namespace: *namespace, Name: *name, Server: *mode == "server", WatchPods: *watchPods,
+			Local: gwconfig.Local{
+				PodIP: ip, OverlayKind: kind, OverlayPort: uint16(*overlayPort), VNI: uint32(*vni), OverlayMTU: *overlayMTU,
+				ListenPort: uint16(*listenPort), ProbeInterval: *probeInterval, ProbeFail: *probeFail,
+				HTTPListen: *httpListen, MemoryLimit: int64(*memLimit) << 20,
+			},
+		}, log)
+		if err != nil {
+			fail(1, "%v", err)
+		}
+		select {
+		case <-ctx.Done():
+			log.Info("stopping")
+		case <-ic.Done():
+		}
+		ic.Close()
+		if err := ic.Err(); err != nil {
+			fail(1, "%v", err)
+		}
+	default:
+		fail(2, "either --config FILE (standalone) or --mode server|client (in-cluster) is required (see --help)")
+	}
 }

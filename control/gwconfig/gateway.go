@@ -4,6 +4,7 @@
 package gwconfig
 
 import (
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -113,4 +114,15 @@ func (g *Gateway) UAPIUpdate(old *Gateway) string {
 		g.peerUAPI(&b)
 	}
 	return b.String()
+}
+
+// GenerateKey returns a new random WireGuard private key.
+func GenerateKey() (Key, error) {
+	var k Key
+	if _, err := rand.Read(k[:]); err != nil {
+		return k, err
+	}
+	k[0] &= 248
+	k[31] = k[31]&127 | 64
+	return k, nil
 }
