@@ -51,7 +51,17 @@ type Gateway struct {
 // Start opens the sockets and starts everything. The process needs no privileges: two UDP
 // sockets (WireGuard and overlay, neither on a privileged port unless configured so) and a
 // TCP listener for HTTP.
-func Start(plan *gwconfig.Gateway, log *slog.Logger) (_ *Gateway, err error) {
+func Start(plan *gwconfig.Gateway, log *slog.Logger) (*Gateway, error) {
+	return start(plan, log, false)
+}
+
+// StartStandby starts a gateway whose WireGuard side stays down (no handshakes, no traffic,
+// no probes answered) until SetActive(true): a standby replica.
+func StartStandby(plan *gwconfig.Gateway, log *slog.Logger) (*Gateway, error) {
+	return start(plan, log, true)
+}
+
+func start(plan *gwconfig.Gateway, log *slog.Logger, standby bool) (_ *Gateway, err error) {
 	g := &Gateway{plan: plan, log: log}
 	if plan.MemoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(plan.MemoryLimit)
@@ -79,8 +89,10 @@ func Start(plan *gwconfig.Gateway, log *slog.Logger) (_ *Gateway, err error) {
 	if err := g.wg.IpcSet(plan.UAPI()); err != nil {
 		return nil, fmt.Errorf("wireguard: %w", err)
 	}
-	if err := g.wg.Up(); err != nil {
-		return nil, fmt.Errorf("wireguard: listen on UDP port %d: %w", g.listenPort(), err)
+	if !standby {
+		if err := g.wg.Up(); err != nil {
+			return nil, fmt.Errorf("wireguard: listen on UDP port %d: %w", plan.ListenPort, err)
+		}
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -114,6 +126,17 @@ func Start(plan *gwconfig.Gateway, log *slog.Logger) (_ *Gateway, err error) {
 // ObserveConnection has fn called after every probe whose outcome changed the connection's
 // state or RTT.
 func (g *Gateway) ObserveConnection(fn func(netstack.ProbeStatus)) { g.observer.Store(&fn) }
+
+// SetActive brings the WireGuard side up (the active replica) or down (a standby).
+func (g *Gateway) SetActive(active bool) error {
+	if active {
+		if err := g.wg.Up(); err != nil {
+			return fmt.Errorf("wireguard: listen on UDP port %d: %w", g.plan.ListenPort, err)
+		}
+		return nil
+	}
+	return g.wg.Down()
+}
 
 // WireGuardPort is the UDP port wireguard-go listens on.
 func (g *Gateway) WireGuardPort() int { return g.listenPort() }

@@ -12,6 +12,7 @@ import (
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gwconfig"
 	"github.com/skein-net/skein/control/gwwatch"
+	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/netstack"
 )
 
@@ -23,17 +24,23 @@ type InCluster struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 
-	mu  sync.Mutex
-	gw  *Gateway
-	err error
+	election *gwwatch.Election
+
+	mu     sync.Mutex
+	gw     *Gateway
+	err    error
+	active bool // this replica holds the Lease (always true without an election)
 }
 
 // StartInCluster begins watching; the gateway itself starts once the objects it needs exist.
-func StartInCluster(cfg *rest.Config, opts gwwatch.Options, log *slog.Logger) (*InCluster, error) {
+// With an election, replicas share the gateway's Lease: the holder is active (WireGuard up,
+// pod labelled for the Service, VTEP published for the node agents, Connection reported); the
+// others are standbys with their WireGuard side down, ready to take over.
+func StartInCluster(cfg *rest.Config, opts gwwatch.Options, election *gwwatch.Election, log *slog.Logger) (*InCluster, error) {
 	if opts.Log == nil {
 		opts.Log = log
 	}
-	ic := &InCluster{log: log, done: make(chan struct{})}
+	ic := &InCluster{log: log, done: make(chan struct{}), election: election, active: election == nil}
 	w, err := gwwatch.New(cfg, opts, ic.apply)
 	if err != nil {
 		return nil, err
@@ -41,6 +48,16 @@ func StartInCluster(cfg *rest.Config, opts gwwatch.Options, log *slog.Logger) (*
 	ic.watcher = w
 	ctx, cancel := context.WithCancel(context.Background())
 	ic.cancel = cancel
+	var elected sync.WaitGroup
+	if election != nil {
+		elected.Add(1)
+		go func() {
+			defer elected.Done()
+			if err := gwwatch.RunElection(ctx, cfg, opts.Namespace, opts.Name, *election, ic.becomeActive, ic.becomeStandby); err != nil {
+				log.Error("leader election", "err", err)
+			}
+		}()
+	}
 	go func() {
 		defer close(ic.done)
 		if err := w.Run(ctx); err != nil {
@@ -49,8 +66,58 @@ func StartInCluster(cfg *rest.Config, opts gwwatch.Options, log *slog.Logger) (*
 			ic.err = err
 			ic.mu.Unlock()
 		}
+		elected.Wait()
 	}()
 	return ic, nil
+}
+
+// becomeActive runs when this replica wins the Lease.
+func (ic *InCluster) becomeActive() {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	ic.log.Info("active: this replica holds the gateway's Lease")
+	ic.active = true
+	if ic.gw != nil {
+		ic.activate(ic.gw)
+	}
+}
+
+// becomeStandby runs when this replica loses (or releases) the Lease.
+func (ic *InCluster) becomeStandby() {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	if !ic.active {
+		return
+	}
+	ic.log.Info("standby: the gateway's Lease is lost or released")
+	ic.active = false
+	if ic.gw != nil {
+		if err := ic.gw.SetActive(false); err != nil {
+			ic.log.Error("going standby", "err", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ic.watcher.PublishActive(ctx, *ic.election, false, "", ""); err != nil {
+		ic.log.Error("unlabel the pod", "err", err)
+	}
+}
+
+// activate brings gw up and publishes this replica; ic.mu is held.
+func (ic *InCluster) activate(gw *Gateway) {
+	if err := gw.SetActive(true); err != nil {
+		ic.log.Error("going active", "err", err)
+		return
+	}
+	if ic.election == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cfg := gw.Dataplane().Config()
+	if err := ic.watcher.PublishActive(ctx, *ic.election, true, gw.plan.OverlayListen.Addr().String(), overlay.MACString(cfg.Overlay.MAC)); err != nil {
+		ic.log.Error("publishing the active replica", "err", err)
+	}
 }
 
 // apply starts the gateway or reconfigures it.
@@ -60,12 +127,15 @@ func (ic *InCluster) apply(g *gwconfig.Gateway) error {
 	if ic.gw != nil {
 		return ic.gw.Apply(g)
 	}
-	gw, err := Start(g, ic.log)
+	gw, err := StartStandby(g, ic.log)
 	if err != nil {
 		return err
 	}
 	gw.ObserveConnection(ic.report)
 	ic.gw = gw
+	if ic.active {
+		ic.activate(gw)
+	}
 	return nil
 }
 
@@ -76,6 +146,12 @@ var connectionValue = map[netstack.State]netv1alpha1.ConnectionStatusValue{
 }
 
 func (ic *InCluster) report(s netstack.ProbeStatus) {
+	ic.mu.Lock()
+	active := ic.active
+	ic.mu.Unlock()
+	if !active {
+		return // a standby's probes cannot pass; the active replica reports
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rtt := time.Duration(0)
@@ -104,7 +180,14 @@ func (ic *InCluster) Err() error {
 // Done is closed when the watcher stops.
 func (ic *InCluster) Done() <-chan struct{} { return ic.done }
 
-// Close stops watching and the gateway.
+// Active reports whether this replica is the active one.
+func (ic *InCluster) Active() bool {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	return ic.active
+}
+
+// Close stops watching and the gateway, releasing the Lease at once.
 func (ic *InCluster) Close() {
 	ic.cancel()
 	<-ic.done

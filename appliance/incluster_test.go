@@ -84,7 +84,7 @@ func TestInCluster(t *testing.T) {
 	ic, err := appliance.StartInCluster(env.Config, gwwatch.Options{
 		Namespace: ns, Name: "gw",
 		Local: gwconfig.Local{PodIP: netip.MustParseAddr("127.0.0.3"), OverlayPort: 47891, ProbeInterval: 200 * time.Millisecond, ProbeFail: 3, HTTPListen: "off"},
-	}, log)
+	}, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}

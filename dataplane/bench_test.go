@@ -39,7 +39,6 @@ func toTunnelSetup(tb testing.TB) (*dataplane.Dataplane, [][]byte, []int) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	<-dp.Events()
 	bufs := make([][]byte, benchBatch)
 	for i := range bufs {
 		bufs[i] = make([]byte, 65535)
@@ -54,7 +53,6 @@ func fromTunnelSetup(tb testing.TB) (*dataplane.Dataplane, [][]byte, []byte) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	<-dp.Events()
 	bufs := make([][]byte, benchBatch)
 	for i := range bufs {
 		bufs[i] = append(make([]byte, offset, 65535), ip...)

@@ -111,7 +111,6 @@ func New(cfg Config, conn OverlayConn) (*Dataplane, error) {
 	}
 	d.queue.init(512)
 	d.t.Store(t)
-	d.events <- tun.EventUp
 	return d, nil
 }
 
@@ -164,7 +163,8 @@ func (d *Dataplane) MTU() (int, error) { return d.t.Load().tunnelMTU, nil }
 // Name names the device in wireguard-go's logs.
 func (d *Dataplane) Name() (string, error) { return "skein", nil }
 
-// Events delivers EventUp once, then MTU updates.
+// Events delivers MTU updates. There is no EventUp: whoever runs wireguard-go brings the
+// device up (or keeps a standby replica down) with Device.Up and Device.Down.
 func (d *Dataplane) Events() <-chan tun.Event { return d.events }
 
 // BatchSize is the overlay socket's batch size.

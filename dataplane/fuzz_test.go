@@ -34,7 +34,6 @@ func FuzzPath(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	<-dp.Events()
 	dp.SetLocalHandler(&handler{})
 	sentinel := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.9.9", Proto: 17, ID: 0x5e17, Payload: pt.UDP("10.244.1.5", "10.71.9.9", 9, 9, nil, false)}.Build()
 	bufs := make([][]byte, dp.BatchSize())

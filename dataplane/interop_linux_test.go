@@ -102,7 +102,6 @@ func (k *kernelNode) gateway(t *testing.T, kind overlay.Kind) (*dataplane.Datapl
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-dp.Events()
 	seen := make(chan packet.IPv4, 64)
 	done := make(chan struct{})
 	t.Cleanup(func() {

@@ -67,6 +67,11 @@ func main() {
 	probeInterval := fs.Duration("probe-interval", 2*time.Second, "in-cluster: interval of the probes to the peer gateway")
 	probeFail := fs.Int("probe-fail-after", 5, "in-cluster: consecutive lost probes that make the Connection Error")
 	watchPods := fs.Bool("watch-pods", false, "in-cluster: route local pods by /32 from Pod objects (for CNIs without per-node pod CIDRs)")
+	podName := fs.String("pod-name", os.Getenv("POD_NAME"), "in-cluster: this replica's pod; with it, replicas elect an active one through a Lease (default $POD_NAME; empty: no election)")
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "in-cluster: the node this replica runs on, published when active (default $NODE_NAME)")
+	leaseDuration := fs.Duration("lease-duration", 6*time.Second, "in-cluster: how long a dead active replica holds the Lease before a standby takes over")
+	renewDeadline := fs.Duration("lease-renew-deadline", 4*time.Second, "in-cluster: how long the active replica keeps trying to renew before it steps down")
+	retryPeriod := fs.Duration("lease-retry-period", 500*time.Millisecond, "in-cluster: how often replicas try to acquire or renew the Lease")
 	memLimit := fs.Int("memory-limit-mib", gwconfig.DefaultMemoryLimitMiB, "in-cluster: soft limit of the Go heap in MiB (0: none; the file's memoryLimitMiB in standalone mode)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -131,6 +136,13 @@ func main() {
 		if err != nil {
 			fail(1, "reaching the API server: %v", err)
 		}
+		var election *gwwatch.Election
+		if *podName != "" {
+			if !(*leaseDuration > *renewDeadline && *renewDeadline > *retryPeriod && *retryPeriod > 0) {
+				fail(2, "lease timings: want --lease-duration > --lease-renew-deadline > --lease-retry-period > 0")
+			}
+			election = &gwwatch.Election{PodName: *podName, NodeName: *nodeName, LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod}
+		}
 		ic, err := appliance.StartInCluster(restCfg, gwwatch.Options{
 			Namespace: *namespace, Name: *name, Server: *mode == "server", WatchPods: *watchPods,
 			Local: gwconfig.Local{
@@ -138,7 +150,7 @@ func main() {
 				ListenPort: uint16(*listenPort), ProbeInterval: *probeInterval, ProbeFail: *probeFail,
 				HTTPListen: *httpListen, MemoryLimit: int64(*memLimit) << 20,
 			},
-		}, log)
+		}, election, log)
 		if err != nil {
 			fail(1, "%v", err)
 		}

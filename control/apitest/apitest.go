@@ -171,14 +171,22 @@ func (e *Env) EnsureNamespace(ctx context.Context, name string) error {
 	return nil
 }
 
+// KubeconfigFile writes an administrator's kubeconfig for this server into the test's temp
+// directory, for processes the test starts.
+func (e *Env) KubeconfigFile(tb testing.TB) string {
+	tb.Helper()
+	kubeconfig := filepath.Join(tb.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, e.env.KubeConfig, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return kubeconfig
+}
+
 // Kubectl runs the kubectl of the cached Kubernetes build against this server and returns its
 // standard output, to check what users see (`kubectl get` columns, error text).
 func (e *Env) Kubectl(tb testing.TB, args ...string) (string, error) {
 	tb.Helper()
-	kubeconfig := filepath.Join(tb.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, e.env.KubeConfig, 0o600); err != nil {
-		return "", err
-	}
+	kubeconfig := e.KubeconfigFile(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(e.binDir, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)

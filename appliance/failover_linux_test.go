@@ -1,0 +1,193 @@
+//go:build linux
+
+package appliance_test
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/skein-net/skein/appliance"
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/apitest"
+	"github.com/skein-net/skein/control/gwconfig"
+	"github.com/skein-net/skein/control/gwwatch"
+	"github.com/skein-net/skein/dataplane"
+	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/packet"
+)
+
+// TestFailover runs two replicas of an in-cluster gateway client (the real binary, against a
+// real API server) and a standalone server: one replica becomes active (pod labelled, VTEP
+// published, traffic flows); SIGKILL of it hands over to the standby within the Lease duration
+// plus a second; a graceful stop of the new active hands back within a second. The gaps are
+// measured from the server's side: the time until its probes are answered again.
+func TestFailover(t *testing.T) {
+	env := apitest.Start(t)
+	ns := env.Namespace(t, "fo")
+	c := env.Client
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, bin := workdir(t)
+	kubeconfig := env.KubeconfigFile(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	serverKey, _ := gwconfig.GenerateKey()
+	clientKey, _ := gwconfig.GenerateKey()
+	serverIP := netip.MustParseAddr("10.80.0.1")
+	server, err := appliance.Start(&gwconfig.Gateway{
+		Dataplane: dataplane.Config{
+			Overlay:     overlay.Config{Kind: overlay.VXLAN, VNI: gwconfig.DefaultVNI, MAC: gwconfig.MACFor(serverIP), IP: serverIP},
+			OverlayPort: 47893,
+			TunnelIP:    netip.MustParseAddr("169.254.100.1"),
+			Remote:      []netip.Prefix{netip.MustParsePrefix("169.254.100.2/32")},
+			Local:       []netip.Addr{serverIP, netip.MustParseAddr("169.254.100.1")},
+			Nodes:       []dataplane.Node{{Name: "b1", VTEP: netip.MustParseAddr("127.0.0.9"), MAC: packet.MAC{2, 0, 0, 0, 0, 0x31}}},
+		},
+		PrivateKey: serverKey, PeerPublicKey: clientKey.Public(),
+		AllowedIPs:    []netip.Prefix{netip.MustParsePrefix("169.254.100.2/32"), netip.MustParsePrefix("10.244.0.0/16")},
+		TunnelIP:      netip.MustParseAddr("169.254.100.1"),
+		PeerTunnelIP:  netip.MustParseAddr("169.254.100.2"),
+		OverlayListen: netip.MustParseAddrPort("127.0.0.2:47893"),
+		ProbeInterval: 100 * time.Millisecond, ProbeFail: 3, HTTPListen: "off",
+	}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+
+	labels := map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b"}
+	overlayIP := netv1alpha1.IP("10.80.0.2")
+	gc := &netv1alpha1.GatewayClient{
+		ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: ns, Labels: labels},
+		Spec: netv1alpha1.GatewayClientSpec{MTU: 1340, Endpoint: netv1alpha1.Endpoint{Addresses: []netv1alpha1.Address{"127.0.0.1"}, Port: int32(server.WireGuardPort())},
+			ClientTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: "wireguard-client"}},
+	}
+	must(t, c.Create(ctx, gc))
+	gc.Status = netv1alpha1.GatewayClientStatus{InternalEndpoint: &netv1alpha1.InternalEndpoint{IP: &overlayIP}, SecretRef: &netv1alpha1.ObjectRef{Name: "gw-key"}}
+	must(t, c.Status().Update(ctx, gc))
+	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-key", Namespace: ns}, Data: map[string][]byte{gwconfig.SecretPrivateKey: []byte(clientKey.String())}}))
+	must(t, c.Create(ctx, &netv1alpha1.PublicKey{
+		ObjectMeta: metav1.ObjectMeta{Name: "cluster-b", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b", netv1alpha1.GatewayResourceLabel: "true"}},
+		Spec:       netv1alpha1.PublicKeySpec{PublicKey: serverKey.Public().String()}}))
+	conf := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: "cluster-b", Namespace: ns, Labels: labels},
+		Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}
+	must(t, c.Create(ctx, conf))
+	conf.Status.Remote = &netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.71.0.0/16", External: "10.70.0.0/16"}}
+	must(t, c.Status().Update(ctx, conf))
+	inode := &netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: ns + "-a1"}}
+	must(t, c.Create(ctx, inode))
+	t.Cleanup(func() { c.Delete(context.Background(), inode) })
+	inode.Status.VTEP = &netv1alpha1.VTEP{IP: "127.0.0.8", MAC: "02:00:00:00:00:21"}
+	must(t, c.Status().Update(ctx, inode))
+
+	replicas := map[string]string{"rep-a": "127.0.0.3", "rep-b": "127.0.0.4"}
+	for name := range replicas {
+		must(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "gateway", Image: "skein-gateway"}}}}))
+	}
+	procs := map[string]*exec.Cmd{}
+	start := func(name string) {
+		cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--mode", "client", "--gateway-name", "gw", "--gateway-namespace", ns,
+			"--pod-name", name, "--pod-ip", replicas[name], "--node-name", "node-"+name, "--overlay-port", "47893",
+			"--http-listen", "off", "--probe-interval", "100ms", "--probe-fail-after", "3", "--log-level", "warn")
+		logs := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = logs, logs
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		must(t, cmd.Start())
+		procs[name] = cmd
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			if t.Failed() {
+				t.Logf("replica %s logged:\n%s", name, logs.String())
+			}
+		})
+	}
+	start("rep-a")
+	start("rep-b")
+
+	// One becomes active: its pod is labelled, its VTEP published, the server hears probes.
+	active := waitActive(t, c, ns, "", replicas)
+	standby := "rep-a"
+	if active == "rep-a" {
+		standby = "rep-b"
+	}
+	waitAnswered(t, server, time.Now(), 10*time.Second)
+
+	// SIGKILL: the standby takes over when the Lease expires.
+	killed := time.Now()
+	procs[active].Process.Signal(syscall.SIGKILL)
+	procs[active].Wait()
+	gap := waitAnswered(t, server, killed, 15*time.Second)
+	t.Logf("failover after SIGKILL of the active replica: traffic resumed after %v (lease 6s)", gap.Round(time.Millisecond))
+	if gap > 7*time.Second {
+		t.Errorf("failover after SIGKILL took %v, want <= lease duration + 1s", gap)
+	}
+	if got := waitActive(t, c, ns, active, replicas); got != standby {
+		t.Errorf("active after the kill: %s, want %s", got, standby)
+	}
+
+	// Graceful: restart the killed one as standby, stop the active with SIGTERM.
+	start(active)
+	time.Sleep(2 * time.Second) // let it come up as a standby
+	stopped := time.Now()
+	procs[standby].Process.Signal(syscall.SIGTERM)
+	gap = waitAnswered(t, server, stopped, 15*time.Second)
+	t.Logf("failover after a graceful stop: traffic resumed after %v", gap.Round(time.Millisecond))
+	if gap > time.Second+200*time.Millisecond {
+		t.Errorf("failover after a graceful stop took %v, want <= 1s (plus one probe interval)", gap)
+	}
+	procs[standby].Wait()
+}
+
+// waitActive waits for a replica other than not to be labelled active with its VTEP published
+// in the GatewayClient's status, and returns its name.
+func waitActive(t *testing.T, c client.Client, ns, not string, replicas map[string]string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		gc := &netv1alpha1.GatewayClient{}
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "gw"}, gc); err == nil && gc.Status.InternalEndpoint != nil && gc.Status.InternalEndpoint.VTEP != nil {
+			for name, ip := range replicas {
+				if name == not || string(gc.Status.InternalEndpoint.VTEP.IP) != ip {
+					continue
+				}
+				pod := &corev1.Pod{}
+				if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pod); err == nil && pod.Labels[gwwatch.ActiveLabel] == "true" {
+					if gc.Status.InternalEndpoint.Node == nil || *gc.Status.InternalEndpoint.Node != "node-"+name {
+						t.Errorf("active node %v, want node-%s", gc.Status.InternalEndpoint.Node, name)
+					}
+					return name
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("no replica became active")
+	return ""
+}
+
+// waitAnswered waits until the server's prober gets a reply sent after since, and returns how
+// long after since that was.
+func waitAnswered(t *testing.T, server *appliance.Gateway, since time.Time, timeout time.Duration) time.Duration {
+	t.Helper()
+	deadline := since.Add(timeout)
+	for time.Now().Before(deadline) {
+		if s := server.Status(); s.LastReply.After(since) && s.State == "Connected" {
+			return s.LastReply.Sub(since)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the server's probes were not answered within %v", timeout)
+	return 0
+}
