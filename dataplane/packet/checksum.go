@@ -1,28 +1,48 @@
 package packet
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // Sum adds b to a running one's complement sum (RFC 1071) and returns the new, unfolded sum.
 // Bytes are taken as big-endian 16-bit words; an odd final byte is padded with zero. Chain calls
 // only on even-length pieces (all but the last), as the pseudo-header and headers are.
+//
+// It adds 64-bit words with end-around carry: 2^64-1 is a multiple of 2^16-1, so Fold of the
+// result equals the 16-bit one's complement sum.
 func Sum(b []byte, initial uint64) uint64 {
-	s := initial
+	s, carry := initial, uint64(0)
+	var c uint64
+	for len(b) >= 32 {
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b), 0)
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[8:]), c)
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[16:]), c)
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[24:]), c)
+		carry += c
+		b = b[32:]
+	}
 	for len(b) >= 8 {
-		s += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:]))
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b), 0)
+		carry += c
 		b = b[8:]
 	}
+	var tail uint64
 	if len(b) >= 4 {
-		s += uint64(binary.BigEndian.Uint32(b))
+		tail += uint64(binary.BigEndian.Uint32(b))
 		b = b[4:]
 	}
 	if len(b) >= 2 {
-		s += uint64(binary.BigEndian.Uint16(b))
+		tail += uint64(binary.BigEndian.Uint16(b))
 		b = b[2:]
 	}
 	if len(b) == 1 {
-		s += uint64(b[0]) << 8
+		tail += uint64(b[0]) << 8
 	}
-	return s
+	s, c = bits.Add64(s, tail, 0)
+	carry += c
+	s, c = bits.Add64(s, carry, 0)
+	return s + c // no further carry: s is now below carry, a small number
 }
 
 // Fold folds a running sum to 16 bits with end-around carry. The result is the one's complement
