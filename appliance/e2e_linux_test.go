@@ -337,6 +337,41 @@ func TestTwoClusters(t *testing.T) {
 		}
 	})
 
+	t.Run("udp started from B", func(t *testing.T) {
+		var srv *net.UDPConn
+		in(t, a.node, func() (err error) {
+			srv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.244.1.5"), Port: 7})
+			return err
+		})
+		defer srv.Close()
+		go func() {
+			buf := make([]byte, 2000)
+			n, from, err := srv.ReadFromUDP(buf)
+			if err == nil {
+				srv.WriteToUDP(append([]byte(from.String()+" "), buf[:n]...), from)
+			}
+		}()
+		var cl *net.UDPConn
+		in(t, b.node, func() (err error) {
+			cl, err = net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.244.2.7"), Port: 9100}, &net.UDPAddr{IP: net.ParseIP("10.72.1.5"), Port: 7})
+			return err
+		})
+		defer cl.Close()
+		cl.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := cl.Write([]byte("hello from B")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 100)
+		n, err := cl.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A's pod answers with the source it saw: B's pod as A sees it.
+		if got := string(buf[:n]); got != "10.71.2.7:9100 hello from B" {
+			t.Errorf("A's pod answered %q, want it to have seen 10.71.2.7:9100", got)
+		}
+	})
+
 	t.Run("ping", func(t *testing.T) {
 		var pc net.PacketConn
 		in(t, a.node, func() (err error) {
