@@ -63,8 +63,12 @@ func StartStandby(plan *gwconfig.Gateway, log *slog.Logger) (*Gateway, error) {
 
 func start(plan *gwconfig.Gateway, log *slog.Logger, standby bool) (_ *Gateway, err error) {
 	g := &Gateway{plan: plan, log: log}
+	// The environment (GOMEMLIMIT, GOGC) wins over the configuration.
 	if plan.MemoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(plan.MemoryLimit)
+	}
+	if plan.GCPercent != 0 && os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(plan.GCPercent)
 	}
 	defer func() {
 		if err != nil {

@@ -61,6 +61,7 @@ func main() {
 	overlayKind := fs.String("overlay-kind", "vxlan", "in-cluster: vxlan or geneve, as the nodes' overlay devices")
 	overlayPort := fs.Uint("overlay-port", 0, "in-cluster: UDP port of the overlay (default 4789 for vxlan, 6081 for geneve)")
 	vni := fs.Uint("vni", gwconfig.DefaultVNI, "in-cluster: VNI of the overlay")
+	completeSums := fs.Bool("complete-checksums", true, "in-cluster: recompute inner TCP/UDP checksums from the nodes, so their overlay devices may keep TX offload (TSO) on")
 	overlayMTU := fs.Int("overlay-mtu", 0, "in-cluster: MTU of the nodes' overlay devices (default 1450)")
 	listenPort := fs.Uint("listen-port", 0, "in-cluster server: WireGuard UDP port (default: the GatewayServer's endpoint port)")
 	httpListen := fs.String("http-listen", ":9471", "in-cluster: address of /healthz, /readyz and /metrics (\"off\" disables them)")
@@ -72,6 +73,7 @@ func main() {
 	leaseDuration := fs.Duration("lease-duration", 6*time.Second, "in-cluster: how long a dead active replica holds the Lease before a standby takes over")
 	renewDeadline := fs.Duration("lease-renew-deadline", 4*time.Second, "in-cluster: how long the active replica keeps trying to renew before it steps down")
 	retryPeriod := fs.Duration("lease-retry-period", 500*time.Millisecond, "in-cluster: how often replicas try to acquire or renew the Lease")
+	gcPercent := fs.Int("gc-percent", gwconfig.DefaultGCPercent, "in-cluster: the Go garbage collector's GOGC (-1: off, leaving GC to the memory limit)")
 	memLimit := fs.Int("memory-limit-mib", gwconfig.DefaultMemoryLimitMiB, "in-cluster: soft limit of the Go heap in MiB (0: none; the file's memoryLimitMiB in standalone mode)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -146,9 +148,9 @@ func main() {
 		ic, err := appliance.StartInCluster(restCfg, gwwatch.Options{
 			Namespace: *namespace, Name: *name, Server: *mode == "server", WatchPods: *watchPods,
 			Local: gwconfig.Local{
-				PodIP: ip, OverlayKind: kind, OverlayPort: uint16(*overlayPort), VNI: uint32(*vni), OverlayMTU: *overlayMTU,
+				PodIP: ip, OverlayKind: kind, OverlayPort: uint16(*overlayPort), VNI: uint32(*vni), OverlayMTU: *overlayMTU, CompleteChecksums: *completeSums,
 				ListenPort: uint16(*listenPort), ProbeInterval: *probeInterval, ProbeFail: *probeFail,
-				HTTPListen: *httpListen, MemoryLimit: int64(*memLimit) << 20,
+				HTTPListen: *httpListen, MemoryLimit: int64(*memLimit) << 20, GCPercent: *gcPercent,
 			},
 		}, election, log)
 		if err != nil {

@@ -58,6 +58,9 @@ type File struct {
 	// collector works harder to give memory back. Default 100; 0 keeps the default, -1 removes
 	// the limit.
 	MemoryLimitMiB int `json:"memoryLimitMiB,omitempty"`
+	// GCPercent is the garbage collector's GOGC (default 400): with the memory limit as the
+	// ceiling, collecting less often costs less CPU under load. -1 leaves GC to the limit alone.
+	GCPercent int `json:"gcPercent,omitempty"`
 }
 
 // RemoteConfig is the peer cluster's networks as it numbers them, and as this cluster sees them
@@ -87,8 +90,9 @@ type OverlayConfig struct {
 	// MTU of the nodes' overlay devices (inner packets). Default 1450.
 	MTU int `json:"mtu,omitempty"`
 	// CompleteChecksums recomputes inner TCP/UDP checksums of everything the nodes send, so
-	// their overlay devices may keep TX checksum offload (and TSO) on.
-	CompleteChecksums bool `json:"completeChecksums,omitempty"`
+	// their overlay devices may keep TX checksum offload (and TSO, much faster) on. Default
+	// true; false saves about 90 ns per packet where every node has TX offload off.
+	CompleteChecksums *bool `json:"completeChecksums,omitempty"`
 }
 
 // NodeConfig is one node's VTEP.
@@ -108,8 +112,13 @@ type ProbeConfig struct {
 // DefaultVNI is the overlay VNI when none is configured.
 const DefaultVNI = 18952
 
-// DefaultMemoryLimitMiB is the gateway's default soft heap limit.
-const DefaultMemoryLimitMiB = 100
+// Defaults of the gateway's Go runtime: a soft heap limit and a GOGC. Under 32 TCP streams on
+// 2 cores they keep the peak RSS below 150 MiB; a tighter limit makes the collector run often
+// enough to cost throughput (wireguard-go keeps 64 KiB buffers in flight).
+const (
+	DefaultMemoryLimitMiB = 140
+	DefaultGCPercent      = 400
+)
 
 // LoadFile reads a config file; Resolve validates it.
 func LoadFile(path string) (*File, error) {
@@ -131,7 +140,10 @@ func (c *File) Resolve() (*Gateway, error) {
 	bad := func(field, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
 	}
-	p := &Gateway{HTTPListen: c.HTTPListen, Pprof: c.Pprof, ListenPort: c.ListenPort}
+	p := &Gateway{HTTPListen: c.HTTPListen, Pprof: c.Pprof, ListenPort: c.ListenPort, GCPercent: c.GCPercent}
+	if p.GCPercent == 0 {
+		p.GCPercent = DefaultGCPercent
+	}
 	switch {
 	case c.MemoryLimitMiB == 0:
 		p.MemoryLimit = DefaultMemoryLimitMiB << 20
@@ -201,7 +213,7 @@ func (c *File) Resolve() (*Gateway, error) {
 		}
 	}
 
-	dp := dataplane.Config{TunnelMTU: c.MTU, OverlayMTU: c.Overlay.MTU, TunnelIP: p.TunnelIP, CompleteChecksums: c.Overlay.CompleteChecksums}
+	dp := dataplane.Config{TunnelMTU: c.MTU, OverlayMTU: c.Overlay.MTU, TunnelIP: p.TunnelIP, CompleteChecksums: c.Overlay.CompleteChecksums == nil || *c.Overlay.CompleteChecksums}
 	if p.PeerTunnelIP.IsValid() {
 		dp.Remote = append(dp.Remote, netip.PrefixFrom(p.PeerTunnelIP, 32))
 		p.AllowedIPs = append(p.AllowedIPs, netip.PrefixFrom(p.PeerTunnelIP, 32))

@@ -71,6 +71,7 @@ type Gateway struct {
 	HTTPListen  string
 	Pprof       bool
 	MemoryLimit int64 // bytes; 0 means none
+	GCPercent   int   // GOGC; 0 leaves the runtime's default, -1 turns it off
 }
 
 // UAPI renders the whole WireGuard configuration in wireguard-go's UAPI "set" form.

@@ -49,6 +49,8 @@ type Local struct {
 	OverlayPort uint16
 	VNI         uint32
 	OverlayMTU  int
+	// CompleteChecksums: see the file's overlay.completeChecksums.
+	CompleteChecksums bool
 	// ListenPort is the WireGuard port of a server (0: the GatewayServer's endpoint port).
 	ListenPort uint16
 	// TunnelCIDR is the tunnel's /30 (default 169.254.100.0/30).
@@ -59,6 +61,7 @@ type Local struct {
 	ProbeFail     int
 	HTTPListen    string
 	MemoryLimit   int64
+	GCPercent     int
 	// Resolve turns a host name of a GatewayClient's endpoint into an address.
 	Resolve func(host string) (netip.Addr, error)
 }
@@ -73,7 +76,7 @@ func notReady(format string, a ...any) error {
 
 // FromObjects translates the API objects into the gateway's configuration.
 func FromObjects(o Objects, l Local) (*Gateway, error) {
-	g := &Gateway{ProbeInterval: l.ProbeInterval, ProbeFail: l.ProbeFail, HTTPListen: l.HTTPListen, MemoryLimit: l.MemoryLimit}
+	g := &Gateway{ProbeInterval: l.ProbeInterval, ProbeFail: l.ProbeFail, HTTPListen: l.HTTPListen, MemoryLimit: l.MemoryLimit, GCPercent: l.GCPercent}
 	if g.ProbeInterval == 0 {
 		g.ProbeInterval = 2 * time.Second
 	}
@@ -173,13 +176,14 @@ func FromObjects(o Objects, l Local) (*Gateway, error) {
 	}
 	g.OverlayListen = netip.AddrPortFrom(l.PodIP, port)
 	dp := dataplane.Config{
-		Overlay:     overlay.Config{Kind: kind, VNI: vni, MAC: MACFor(overlayIP), IP: overlayIP},
-		OverlayPort: port,
-		TunnelMTU:   int(mtu),
-		OverlayMTU:  l.OverlayMTU,
-		TunnelIP:    g.TunnelIP,
-		Remote:      []netip.Prefix{netip.PrefixFrom(g.PeerTunnelIP, 32)},
-		Local:       []netip.Addr{overlayIP, g.TunnelIP},
+		Overlay:           overlay.Config{Kind: kind, VNI: vni, MAC: MACFor(overlayIP), IP: overlayIP},
+		OverlayPort:       port,
+		TunnelMTU:         int(mtu),
+		OverlayMTU:        l.OverlayMTU,
+		CompleteChecksums: l.CompleteChecksums,
+		TunnelIP:          g.TunnelIP,
+		Remote:            []netip.Prefix{netip.PrefixFrom(g.PeerTunnelIP, 32)},
+		Local:             []netip.Addr{overlayIP, g.TunnelIP},
 	}
 	g.AllowedIPs = []netip.Prefix{netip.PrefixFrom(g.PeerTunnelIP, 32)}
 
