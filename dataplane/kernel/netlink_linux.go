@@ -1,0 +1,392 @@
+package kernel
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/packet"
+)
+
+// Netlink is the real Kernel: netlink requests to one network namespace.
+type Netlink struct {
+	h *netlink.Handle
+	// inNS runs a function inside the namespace, for what netlink cannot reach (sysctls).
+	inNS func(func() error) error
+}
+
+var _ Kernel = (*Netlink)(nil)
+
+// NewNetlink returns a Kernel for the namespace open at nsPath (such as
+// /var/run/netns/NAME), or for the calling process's namespace when nsPath is "". inNS runs a
+// function inside that namespace (nil: run it directly, for the process's own namespace).
+func NewNetlink(nsPath string, inNS func(func() error) error) (*Netlink, error) {
+	var h *netlink.Handle
+	var err error
+	if nsPath == "" {
+		h, err = netlink.NewHandle()
+	} else {
+		var ns netns.NsHandle
+		if ns, err = netns.GetFromPath(nsPath); err != nil {
+			return nil, fmt.Errorf("network namespace %s: %w", nsPath, err)
+		}
+		defer ns.Close()
+		h, err = netlink.NewHandleAt(ns)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	if inNS == nil {
+		inNS = func(f func() error) error { return f() }
+	}
+	return &Netlink{h: h, inNS: inNS}, nil
+}
+
+// Close releases the netlink sockets.
+func (n *Netlink) Close() { n.h.Close() }
+
+func (n *Netlink) link(name string) (netlink.Link, error) {
+	l, err := n.h.LinkByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("link %s: %w", name, err)
+	}
+	return l, nil
+}
+
+func (n *Netlink) Link(name string) (*Link, error) {
+	l, err := n.h.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("link %s: %w", name, err)
+	}
+	a := l.Attrs()
+	out := &Link{Name: a.Name, Kind: l.Type(), MTU: a.MTU, Up: a.Flags&net.FlagUp != 0}
+	if len(a.HardwareAddr) == 6 {
+		out.MAC = packet.MAC(a.HardwareAddr)
+	}
+	switch v := l.(type) {
+	case *netlink.Vxlan:
+		out.VNI, out.Port = uint32(v.VxlanId), uint16(v.Port)
+		if ip, ok := netip.AddrFromSlice(v.SrcAddr); ok {
+			out.Local = ip.Unmap()
+		}
+	case *netlink.Geneve:
+		out.VNI, out.Port = v.ID, v.Dport
+	}
+	addrs, err := n.h.AddrList(l, unix.AF_INET)
+	if err != nil {
+		return nil, fmt.Errorf("addresses of %s: %w", name, err)
+	}
+	for _, ad := range addrs {
+		ip, _ := netip.AddrFromSlice(ad.IP)
+		ones, _ := ad.Mask.Size()
+		out.Addrs = append(out.Addrs, netip.PrefixFrom(ip.Unmap(), ones))
+	}
+	return out, nil
+}
+
+func (n *Netlink) CreateOverlay(o Overlay) error {
+	attrs := netlink.LinkAttrs{Name: o.Name, MTU: o.MTU}
+	var l netlink.Link
+	switch o.Kind {
+	case overlay.VXLAN:
+		l = &netlink.Vxlan{LinkAttrs: attrs, VxlanId: int(o.VNI), Port: int(o.Port), SrcAddr: o.Local.AsSlice(), Learning: false}
+	case overlay.Geneve:
+		l = &netlink.Geneve{LinkAttrs: attrs, ID: o.VNI, Dport: o.Port}
+	default:
+		return fmt.Errorf("overlay device %s: kind %v", o.Name, o.Kind)
+	}
+	if err := n.h.LinkAdd(l); err != nil {
+		if o.Kind == overlay.Geneve && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOTSUP)) {
+			return fmt.Errorf("create %s: the kernel has no Geneve support (CONFIG_GENEVE, module geneve): %w", o.Name, err)
+		}
+		return fmt.Errorf("create overlay device %s (%s id %d port %d local %s): %w", o.Name, o.Kind, o.VNI, o.Port, o.Local, err)
+	}
+	return nil
+}
+
+func (n *Netlink) DeleteLink(name string) error {
+	l, err := n.link(name)
+	if err != nil {
+		return err
+	}
+	if err := n.h.LinkDel(l); err != nil {
+		return fmt.Errorf("delete link %s: %w", name, err)
+	}
+	return nil
+}
+
+func (n *Netlink) SetLink(name string, mtu int, up bool) error {
+	l, err := n.link(name)
+	if err != nil {
+		return err
+	}
+	if l.Attrs().MTU != mtu {
+		if err := n.h.LinkSetMTU(l, mtu); err != nil {
+			return fmt.Errorf("set MTU %d on %s: %w", mtu, name, err)
+		}
+	}
+	if up {
+		err = n.h.LinkSetUp(l)
+	} else {
+		err = n.h.LinkSetDown(l)
+	}
+	if err != nil {
+		return fmt.Errorf("set %s up=%v: %w", name, up, err)
+	}
+	return nil
+}
+
+func toAddr(p netip.Prefix) *netlink.Addr {
+	return &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+}
+
+func (n *Netlink) AddAddr(link string, p netip.Prefix) error {
+	l, err := n.link(link)
+	if err != nil {
+		return err
+	}
+	if err := n.h.AddrAdd(l, toAddr(p)); err != nil {
+		return fmt.Errorf("add address %s to %s: %w", p, link, err)
+	}
+	return nil
+}
+
+func (n *Netlink) DelAddr(link string, p netip.Prefix) error {
+	l, err := n.link(link)
+	if err != nil {
+		return err
+	}
+	if err := n.h.AddrDel(l, toAddr(p)); err != nil {
+		return fmt.Errorf("delete address %s from %s: %w", p, link, err)
+	}
+	return nil
+}
+
+func (n *Netlink) FDB(link string) ([]FDBEntry, error) {
+	l, err := n.link(link)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := n.h.NeighList(l.Attrs().Index, unix.AF_BRIDGE)
+	if err != nil {
+		return nil, fmt.Errorf("FDB of %s: %w", link, err)
+	}
+	var out []FDBEntry
+	for _, e := range entries {
+		ip, ok := netip.AddrFromSlice(e.IP)
+		if !ok || len(e.HardwareAddr) != 6 {
+			continue // the device's own address and other local entries
+		}
+		out = append(out, FDBEntry{MAC: packet.MAC(e.HardwareAddr), Dst: ip.Unmap()})
+	}
+	return out, nil
+}
+
+func (n *Netlink) fdbNeigh(link string, e FDBEntry) (*netlink.Neigh, error) {
+	l, err := n.link(link)
+	if err != nil {
+		return nil, err
+	}
+	return &netlink.Neigh{
+		LinkIndex:    l.Attrs().Index,
+		Family:       unix.AF_BRIDGE,
+		Flags:        netlink.NTF_SELF,
+		State:        netlink.NUD_PERMANENT | netlink.NUD_NOARP,
+		IP:           e.Dst.AsSlice(),
+		HardwareAddr: net.HardwareAddr(e.MAC[:]),
+	}, nil
+}
+
+func (n *Netlink) SetFDB(link string, e FDBEntry) error {
+	nb, err := n.fdbNeigh(link, e)
+	if err != nil {
+		return err
+	}
+	if err := n.h.NeighSet(nb); err != nil {
+		return fmt.Errorf("set FDB entry %s dst %s on %s: %w", overlay.MACString(e.MAC), e.Dst, link, err)
+	}
+	return nil
+}
+
+func (n *Netlink) DelFDB(link string, e FDBEntry) error {
+	nb, err := n.fdbNeigh(link, e)
+	if err != nil {
+		return err
+	}
+	if err := n.h.NeighDel(nb); err != nil {
+		return fmt.Errorf("delete FDB entry %s dst %s on %s: %w", overlay.MACString(e.MAC), e.Dst, link, err)
+	}
+	return nil
+}
+
+func (n *Netlink) Neighbors(link string) ([]Neigh, error) {
+	l, err := n.link(link)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := n.h.NeighList(l.Attrs().Index, unix.AF_INET)
+	if err != nil {
+		return nil, fmt.Errorf("neighbours of %s: %w", link, err)
+	}
+	var out []Neigh
+	for _, e := range entries {
+		ip, ok := netip.AddrFromSlice(e.IP)
+		if !ok || e.State&netlink.NUD_PERMANENT == 0 || len(e.HardwareAddr) != 6 {
+			continue
+		}
+		out = append(out, Neigh{IP: ip.Unmap(), MAC: packet.MAC(e.HardwareAddr)})
+	}
+	return out, nil
+}
+
+func (n *Netlink) neigh(link string, e Neigh) (*netlink.Neigh, error) {
+	l, err := n.link(link)
+	if err != nil {
+		return nil, err
+	}
+	return &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
+		IP: e.IP.AsSlice(), HardwareAddr: net.HardwareAddr(e.MAC[:])}, nil
+}
+
+func (n *Netlink) SetNeigh(link string, e Neigh) error {
+	nb, err := n.neigh(link, e)
+	if err != nil {
+		return err
+	}
+	if err := n.h.NeighSet(nb); err != nil {
+		return fmt.Errorf("set neighbour %s lladdr %s on %s: %w", e.IP, overlay.MACString(e.MAC), link, err)
+	}
+	return nil
+}
+
+func (n *Netlink) DelNeigh(link string, e Neigh) error {
+	nb, err := n.neigh(link, e)
+	if err != nil {
+		return err
+	}
+	if err := n.h.NeighDel(nb); err != nil {
+		return fmt.Errorf("delete neighbour %s on %s: %w", e.IP, link, err)
+	}
+	return nil
+}
+
+func (n *Netlink) Routes() ([]Route, error) {
+	rs, err := n.h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: Table}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("routes of table %d: %w", Table, err)
+	}
+	var out []Route
+	for _, r := range rs {
+		if r.Dst == nil {
+			continue
+		}
+		ip, _ := netip.AddrFromSlice(r.Dst.IP)
+		ones, _ := r.Dst.Mask.Size()
+		gw, _ := netip.AddrFromSlice(r.Gw)
+		out = append(out, Route{Dst: netip.PrefixFrom(ip.Unmap(), ones), Via: gw.Unmap()})
+	}
+	return out, nil
+}
+
+func (n *Netlink) route(link string, r Route) (*netlink.Route, error) {
+	nr := &netlink.Route{
+		Table: Table,
+		Dst:   &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), 32)},
+		Gw:    r.Via.AsSlice(),
+		Flags: int(netlink.FLAG_ONLINK),
+	}
+	if link != "" {
+		l, err := n.link(link)
+		if err != nil {
+			return nil, err
+		}
+		nr.LinkIndex = l.Attrs().Index
+	}
+	return nr, nil
+}
+
+func (n *Netlink) AddRoute(link string, r Route) error {
+	nr, err := n.route(link, r)
+	if err != nil {
+		return err
+	}
+	if err := n.h.RouteAdd(nr); err != nil {
+		return fmt.Errorf("add route %s via %s dev %s table %d: %w", r.Dst, r.Via, link, Table, err)
+	}
+	return nil
+}
+
+func (n *Netlink) DelRoute(link string, r Route) error {
+	// The route is identified by destination and table; the device may already be gone.
+	nr := &netlink.Route{Table: Table, Dst: &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), 32)}}
+	if err := n.h.RouteDel(nr); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("delete route %s table %d: %w", r.Dst, Table, err)
+	}
+	return nil
+}
+
+func (n *Netlink) Rules() ([]Rule, error) {
+	rs, err := n.h.RuleList(netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	var out []Rule
+	for _, r := range rs {
+		if r.Table != Table || r.Dst == nil {
+			continue
+		}
+		ip, _ := netip.AddrFromSlice(r.Dst.IP)
+		ones, _ := r.Dst.Mask.Size()
+		out = append(out, Rule{To: netip.PrefixFrom(ip.Unmap(), ones), Priority: r.Priority})
+	}
+	return out, nil
+}
+
+func (n *Netlink) rule(r Rule) *netlink.Rule {
+	nr := netlink.NewRule()
+	nr.Family = netlink.FAMILY_V4
+	nr.Table = Table
+	nr.Priority = r.Priority
+	nr.Dst = &net.IPNet{IP: r.To.Addr().AsSlice(), Mask: net.CIDRMask(r.To.Bits(), 32)}
+	return nr
+}
+
+func (n *Netlink) AddRule(r Rule) error {
+	if err := n.h.RuleAdd(n.rule(r)); err != nil {
+		return fmt.Errorf("add rule to %s lookup %d priority %d: %w", r.To, Table, r.Priority, err)
+	}
+	return nil
+}
+
+func (n *Netlink) DelRule(r Rule) error {
+	if err := n.h.RuleDel(n.rule(r)); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("delete rule to %s lookup %d priority %d: %w", r.To, Table, r.Priority, err)
+	}
+	return nil
+}
+
+func (n *Netlink) SetRPFilter(link string, value int) error {
+	path := "/proc/sys/net/ipv4/conf/" + link + "/rp_filter"
+	return n.inNS(func() error {
+		cur, err := os.ReadFile(path)
+		if err == nil && string(cur) == strconv.Itoa(value)+"\n" {
+			return nil
+		}
+		if err := os.WriteFile(path, []byte(strconv.Itoa(value)), 0o644); err != nil {
+			return fmt.Errorf("set rp_filter of %s to %d: %w", link, value, err)
+		}
+		return nil
+	})
+}

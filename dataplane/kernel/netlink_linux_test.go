@@ -1,0 +1,211 @@
+package kernel_test
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skein-net/skein/dataplane/kernel"
+	"github.com/skein-net/skein/dataplane/netnstest"
+	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/packet"
+	pt "github.com/skein-net/skein/dataplane/packet/packettest"
+)
+
+// site is a node namespace with a pod namespace behind a veth, and gateway namespaces on the
+// node's underlay whose kernel VXLAN devices stand in for the gateway's VTEP.
+type site struct {
+	node, pod *netnstest.NS
+	k         *kernel.Netlink
+}
+
+var gwMAC = packet.MAC{0x02, 0x5b, 0, 0, 0, 0x01}
+
+func newSite(t *testing.T) *site {
+	netnstest.RequireRoot(t)
+	s := &site{node: netnstest.New(t, "knode"), pod: netnstest.New(t, "kpod")}
+	netnstest.Veth(t, s.node, s.pod, "pod0", "10.244.1.1/24", "10.244.1.5/24")
+	s.pod.Run(t, "ip", "route", "add", "default", "via", "10.244.1.1")
+	s.node.Run(t, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	k, err := kernel.NewNetlink("/var/run/netns/"+s.node.Name, s.node.Do)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Close)
+	s.k = k
+	return s
+}
+
+// gateway adds a namespace on the node's underlay at underlay (192.168.77.x) whose VXLAN
+// device has the gateway's overlay IP and MAC and which answers for 10.71.2.7.
+func (s *site) gateway(t *testing.T, name, underlay string) *netnstest.NS {
+	g := netnstest.New(t, name)
+	if _, err := s.node.Try("ip", "link", "show", "br0"); err != nil {
+		// The node's underlay: a bridge the gateway namespaces plug into.
+		s.node.Run(t, "ip", "link", "add", "br0", "type", "bridge")
+		s.node.Run(t, "ip", "addr", "add", "192.168.77.1/24", "dev", "br0")
+		s.node.Run(t, "ip", "link", "set", "br0", "up")
+	}
+	s.node.Run(t, "ip", "link", "add", "v-"+name, "type", "veth", "peer", "name", "eth0", "netns", g.Name)
+	s.node.Run(t, "ip", "link", "set", "v-"+name, "master", "br0", "up")
+	g.Run(t, "ip", "addr", "add", underlay+"/24", "dev", "eth0")
+	g.Run(t, "ip", "link", "set", "eth0", "up")
+	g.Run(t, "ip", "link", "add", "vx", "address", overlay.MACString(gwMAC), "type", "vxlan", "id", "18952", "dstport", "4789", "local", underlay, "nolearning")
+	g.Run(t, "ip", "addr", "add", "10.80.0.1/16", "dev", "vx")
+	g.Run(t, "ip", "link", "set", "vx", "up")
+	g.Run(t, "ip", "addr", "add", "10.71.2.7/32", "dev", "lo")
+	node, _ := s.k.Link("liqo.vxlan")
+	g.Run(t, "bridge", "fdb", "append", overlay.MACString(node.MAC), "dev", "vx", "dst", "192.168.77.1")
+	g.Run(t, "ip", "neigh", "replace", "10.80.0.11", "lladdr", overlay.MACString(node.MAC), "dev", "vx", "nud", "permanent")
+	g.Run(t, "ip", "route", "add", "10.244.1.0/24", "via", "10.80.0.11", "dev", "vx", "onlink")
+	return g
+}
+
+func siteDesired(vtep string) kernel.Desired {
+	return kernel.Desired{
+		Overlay: kernel.Overlay{Name: "liqo.vxlan", Kind: overlay.VXLAN, VNI: 18952, Port: 4789,
+			Local: netip.MustParseAddr("192.168.77.1"), Address: netip.MustParsePrefix("10.80.0.11/16"), MTU: 1450},
+		Peers: []kernel.Peer{{OverlayIP: netip.MustParseAddr("10.80.0.1"), MAC: gwMAC, VTEP: netip.MustParseAddr(vtep),
+			Routes: []netip.Prefix{netip.MustParsePrefix("10.71.0.0/16"), netip.MustParsePrefix("10.70.0.0/16")}}},
+	}
+}
+
+// ping sends an ICMP echo from the pod to 10.71.2.7 and reports whether a reply came.
+func ping(t *testing.T, pod *netnstest.NS) bool {
+	t.Helper()
+	var c net.PacketConn
+	if err := pod.Do(func() (err error) {
+		c, err = net.ListenPacket("ip4:icmp", "10.244.1.5")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	id := [4]byte{0x4b, 0x1d, 0, 1}
+	for range 3 {
+		c.SetDeadline(time.Now().Add(time.Second))
+		c.WriteTo(pt.ICMP(8, 0, id, []byte("over the overlay")), &net.IPAddr{IP: net.ParseIP("10.71.2.7")})
+		buf := make([]byte, 1500)
+		for {
+			n, _, err := c.ReadFrom(buf)
+			if err != nil {
+				break
+			}
+			if n >= 8 && buf[0] == 0 && bytes.Equal(buf[4:8], id[:]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// dump is the namespace's state that the agent may touch, as text, without what the kernel
+// changes by itself (IPv6 duplicate address detection, neighbour reachability).
+func dump(t *testing.T, ns *netnstest.NS) string {
+	var b strings.Builder
+	for _, cmd := range [][]string{
+		{"ip", "-d", "link", "show"}, {"ip", "-4", "addr", "show"}, {"ip", "rule", "show"},
+		{"ip", "route", "show", "table", "all"}, {"ip", "neigh", "show", "nud", "permanent"},
+	} {
+		for _, l := range strings.Split(ns.Run(t, cmd...), "\n") {
+			if strings.Contains(l, "valid_lft") || strings.HasPrefix(strings.TrimSpace(l), "fe80::") {
+				continue
+			}
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+func TestNetlink(t *testing.T) {
+	s := newSite(t)
+	before := dump(t, s.node)
+	d := siteDesired("192.168.77.2")
+	ch, err := kernel.Reconcile(s.k, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Total() == 0 {
+		t.Fatal("nothing programmed")
+	}
+
+	// Read back through netlink: exactly the desired objects.
+	l, err := s.k.Link("liqo.vxlan")
+	if err != nil || l == nil {
+		t.Fatalf("link: %v %v", l, err)
+	}
+	if l.Kind != "vxlan" || l.VNI != 18952 || l.Port != 4789 || l.Local.String() != "192.168.77.1" || l.MTU != 1450 || !l.Up ||
+		!slices.Equal(l.Addrs, []netip.Prefix{netip.MustParsePrefix("10.80.0.11/16")}) {
+		t.Errorf("link %+v", l)
+	}
+	if fdb, _ := s.k.FDB("liqo.vxlan"); !slices.Equal(fdb, []kernel.FDBEntry{{MAC: gwMAC, Dst: netip.MustParseAddr("192.168.77.2")}}) {
+		t.Errorf("FDB %+v", fdb)
+	}
+	if nb, _ := s.k.Neighbors("liqo.vxlan"); !slices.Equal(nb, []kernel.Neigh{{IP: netip.MustParseAddr("10.80.0.1"), MAC: gwMAC}}) {
+		t.Errorf("neighbours %+v", nb)
+	}
+	routes, _ := s.k.Routes()
+	rules, _ := s.k.Rules()
+	if len(routes) != 2 || len(rules) != 2 {
+		t.Errorf("routes %+v rules %+v", routes, rules)
+	}
+	if out := s.node.Run(t, "ip", "rule", "show"); !strings.Contains(out, "1900:\tfrom all to 10.71.0.0/16 lookup 18952") {
+		t.Errorf("ip rule:\n%s", out)
+	}
+	if out := s.node.Run(t, "ip", "route", "show", "table", "18952"); !strings.Contains(out, "10.71.0.0/16 via 10.80.0.1 dev liqo.vxlan onlink") {
+		t.Errorf("table 18952:\n%s", out)
+	}
+	if out := strings.TrimSpace(s.node.Run(t, "cat", "/proc/sys/net/ipv4/conf/liqo.vxlan/rp_filter")); out != "2" {
+		t.Errorf("rp_filter %s, want 2 (loose)", out)
+	}
+
+	// Idempotent.
+	if ch, err := kernel.Reconcile(s.k, d); err != nil || ch.Total() != 0 {
+		t.Errorf("second reconcile: %+v, %v", ch, err)
+	}
+
+	// A pod on the node reaches the remote CIDR through the overlay to the gateway's VTEP.
+	s.gateway(t, "kgw1", "192.168.77.2")
+	if !ping(t, s.pod) {
+		t.Fatal("no ping reply through the overlay")
+	}
+
+	// Drift: a route deleted by hand comes back.
+	s.node.Run(t, "ip", "route", "del", "10.71.0.0/16", "table", "18952")
+	s.node.Run(t, "ip", "rule", "del", "to", "10.70.0.0/16", "lookup", "18952")
+	if ch, err := kernel.Reconcile(s.k, d); err != nil || ch.Routes != 1 || ch.Rules != 1 {
+		t.Errorf("drift repair: %+v, %v", ch, err)
+	}
+
+	// Failover: the gateway's active replica moves to another VTEP.
+	s.gateway(t, "kgw2", "192.168.77.3")
+	start := time.Now()
+	ch, err = kernel.Reconcile(s.k, siteDesired("192.168.77.3"))
+	took := time.Since(start)
+	if err != nil || ch.FDB != 1 || ch.Total() != 1 {
+		t.Errorf("failover: %+v, %v; want one FDB change", ch, err)
+	}
+	t.Logf("failover repoint: one reconcile of %v", took)
+	s.node.Run(t, "ip", "link", "set", "v-kgw1", "down") // the old replica is gone
+	if !ping(t, s.pod) {
+		t.Fatal("no ping reply after the failover")
+	}
+
+	// Cleanup leaves the node as it was (but for the test's own bridge and gateway veths).
+	if err := kernel.Cleanup(s.k, "liqo.vxlan"); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{"v-kgw1", "v-kgw2", "br0"} {
+		s.node.Try("ip", "link", "del", l)
+	}
+	if after := dump(t, s.node); after != before {
+		t.Errorf("cleanup left the namespace changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if err := kernel.Cleanup(s.k, "liqo.vxlan"); err != nil {
+		t.Errorf("a second cleanup: %v", err)
+	}
+}

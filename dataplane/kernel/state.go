@@ -1,0 +1,504 @@
+package kernel
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/packet"
+)
+
+// Table is the routing table that holds the routes to peer clusters (Liqo's number).
+const Table = 18952
+
+// DefaultRulePriority is the priority of the `to <cidr> lookup 18952` rules: after the local
+// table (0), before main (32766).
+const DefaultRulePriority = 1900
+
+// Overlay is the node's overlay device as the agent wants it.
+type Overlay struct {
+	Name string // liqo.vxlan
+	Kind overlay.Kind
+	VNI  uint32
+	Port uint16
+	// Local is the node's underlay address the device sends from (so the gateway recognises
+	// the node's VTEP).
+	Local netip.Addr
+	// Address is the device's overlay address with its prefix, such as 10.80.0.11/16.
+	Address netip.Prefix
+	MTU     int
+}
+
+// Peer is a peering's active gateway as the node reaches it over the overlay.
+type Peer struct {
+	// OverlayIP and MAC are the gateway's overlay address and MAC; VTEP is the active gateway
+	// pod's IP, where the frames go.
+	OverlayIP netip.Addr
+	MAC       packet.MAC
+	VTEP      netip.Addr
+	// Routes are the peer's CIDRs as this cluster sees them, routed via OverlayIP.
+	Routes []netip.Prefix
+}
+
+// Desired is everything the agent programs on a node.
+type Desired struct {
+	Overlay      Overlay
+	Peers        []Peer
+	RulePriority int // 0: DefaultRulePriority
+}
+
+// Link is what the agent reads of a link.
+type Link struct {
+	Name  string
+	Kind  string // vxlan, geneve, ...
+	VNI   uint32
+	Port  uint16
+	Local netip.Addr
+	MTU   int
+	MAC   packet.MAC
+	Up    bool
+	Addrs []netip.Prefix
+}
+
+// FDBEntry sends frames for MAC to the VTEP Dst.
+type FDBEntry struct {
+	MAC packet.MAC
+	Dst netip.Addr
+}
+
+// Neigh is a permanent neighbour entry: IP is at MAC.
+type Neigh struct {
+	IP  netip.Addr
+	MAC packet.MAC
+}
+
+// Route is `Dst via Via dev <overlay> onlink table 18952`.
+type Route struct {
+	Dst netip.Prefix
+	Via netip.Addr
+}
+
+// Rule is `to To lookup 18952 priority Priority`.
+type Rule struct {
+	To       netip.Prefix
+	Priority int
+}
+
+// Kernel is the agent's view of one network namespace: only the objects it manages. The real
+// one (NewNetlink) speaks netlink; Fake records what would be done, as iproute2 commands.
+type Kernel interface {
+	// Link returns the named link, or nil when there is none.
+	Link(name string) (*Link, error)
+	CreateOverlay(o Overlay) error
+	DeleteLink(name string) error
+	SetLink(name string, mtu int, up bool) error
+	AddAddr(link string, p netip.Prefix) error
+	DelAddr(link string, p netip.Prefix) error
+	// FDB lists the link's FDB entries that point at a remote VTEP.
+	FDB(link string) ([]FDBEntry, error)
+	// SetFDB points e.MAC at e.Dst, replacing where it pointed before (one change, so a
+	// failover repoints without a gap).
+	SetFDB(link string, e FDBEntry) error
+	DelFDB(link string, e FDBEntry) error
+	// Neighbors lists the link's permanent IPv4 neighbour entries.
+	Neighbors(link string) ([]Neigh, error)
+	SetNeigh(link string, n Neigh) error
+	DelNeigh(link string, n Neigh) error
+	// Routes lists the routes of Table.
+	Routes() ([]Route, error)
+	AddRoute(link string, r Route) error
+	DelRoute(link string, r Route) error
+	// Rules lists the rules that look up Table.
+	Rules() ([]Rule, error)
+	AddRule(r Rule) error
+	DelRule(r Rule) error
+	// SetRPFilter sets net.ipv4.conf.<link>.rp_filter.
+	SetRPFilter(link string, value int) error
+}
+
+// Changes counts what a reconcile changed, by kind of object.
+type Changes struct {
+	Links, Addrs, FDB, Neighbors, Routes, Rules int
+}
+
+// Total is the number of changes.
+func (c Changes) Total() int { return c.Links + c.Addrs + c.FDB + c.Neighbors + c.Routes + c.Rules }
+
+// validate checks d before anything is touched.
+func (d *Desired) validate() error {
+	o := d.Overlay
+	var errs []error
+	if o.Name == "" || len(o.Name) > 15 {
+		errs = append(errs, fmt.Errorf("overlay device name %q: want 1-15 characters", o.Name))
+	}
+	if o.Kind != overlay.VXLAN && o.Kind != overlay.Geneve {
+		errs = append(errs, fmt.Errorf("overlay kind %v: want vxlan or geneve", o.Kind))
+	}
+	if o.VNI == 0 || o.VNI > packet.MaxVNI {
+		errs = append(errs, fmt.Errorf("overlay VNI %d: want 1-%d", o.VNI, packet.MaxVNI))
+	}
+	if !o.Local.Is4() || !o.Address.Addr().Is4() {
+		errs = append(errs, fmt.Errorf("overlay: local %v and address %v must be IPv4", o.Local, o.Address))
+	}
+	if o.MTU < 576 || o.MTU > 9000 {
+		errs = append(errs, fmt.Errorf("overlay MTU %d: want 576-9000", o.MTU))
+	}
+	seen := map[netip.Prefix]netip.Addr{}
+	for _, p := range d.Peers {
+		if !p.OverlayIP.Is4() || !p.VTEP.Is4() {
+			errs = append(errs, fmt.Errorf("peer gateway %v at VTEP %v: both must be IPv4", p.OverlayIP, p.VTEP))
+		}
+		if !o.Address.Contains(p.OverlayIP) {
+			errs = append(errs, fmt.Errorf("peer gateway %v is outside the overlay network %v", p.OverlayIP, o.Address.Masked()))
+		}
+		for _, r := range p.Routes {
+			if other, ok := seen[r.Masked()]; ok && other != p.OverlayIP {
+				errs = append(errs, fmt.Errorf("remote CIDR %v is routed to two gateways (%v and %v)", r, other, p.OverlayIP))
+			}
+			seen[r.Masked()] = p.OverlayIP
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Reconcile makes the kernel hold exactly d: the overlay device with its address, MTU and loose
+// reverse-path filtering; per peer an FDB entry (gateway MAC -> VTEP), a permanent neighbour
+// (gateway overlay IP -> MAC), its routes in Table via the gateway, and a rule per route.
+// What differs is changed, what is missing is added, what the agent owns but d does not hold
+// is removed (FDB and neighbour entries on the device, routes in Table, rules to Table);
+// nothing else is touched. Calling it again with the same d changes nothing.
+func Reconcile(k Kernel, d Desired) (Changes, error) {
+	var ch Changes
+	if err := d.validate(); err != nil {
+		return ch, err
+	}
+	o := d.Overlay
+	prio := d.RulePriority
+	if prio == 0 {
+		prio = DefaultRulePriority
+	}
+
+	// The device: recreated when its identity differs, which only a hand edit causes.
+	l, err := k.Link(o.Name)
+	if err != nil {
+		return ch, err
+	}
+	if l != nil && (l.Kind != o.Kind.String() || l.VNI != o.VNI || (o.Kind == overlay.VXLAN && (l.Port != o.Port || l.Local != o.Local))) {
+		if err := k.DeleteLink(o.Name); err != nil {
+			return ch, err
+		}
+		ch.Links++
+		l = nil
+	}
+	if l == nil {
+		if err := k.CreateOverlay(o); err != nil {
+			return ch, err
+		}
+		ch.Links++
+		if l, err = k.Link(o.Name); err != nil || l == nil {
+			return ch, fmt.Errorf("overlay device %s: created but not found: %v", o.Name, err)
+		}
+	}
+	if l.MTU != o.MTU || !l.Up {
+		if err := k.SetLink(o.Name, o.MTU, true); err != nil {
+			return ch, err
+		}
+		ch.Links++
+	}
+	if !slices.Contains(l.Addrs, o.Address) {
+		if err := k.AddAddr(o.Name, o.Address); err != nil {
+			return ch, err
+		}
+		ch.Addrs++
+	}
+	for _, a := range l.Addrs {
+		if a != o.Address && a.Addr().Is4() {
+			if err := k.DelAddr(o.Name, a); err != nil {
+				return ch, err
+			}
+			ch.Addrs++
+		}
+	}
+	if err := k.SetRPFilter(o.Name, 2); err != nil {
+		return ch, err
+	}
+
+	// FDB and neighbours.
+	var wantFDB []FDBEntry
+	var wantNeigh []Neigh
+	var wantRoutes []Route
+	var wantRules []Rule
+	for _, p := range d.Peers {
+		wantFDB = append(wantFDB, FDBEntry{MAC: p.MAC, Dst: p.VTEP})
+		wantNeigh = append(wantNeigh, Neigh{IP: p.OverlayIP, MAC: p.MAC})
+		for _, r := range p.Routes {
+			wantRoutes = append(wantRoutes, Route{Dst: r.Masked(), Via: p.OverlayIP})
+			wantRules = append(wantRules, Rule{To: r.Masked(), Priority: prio})
+		}
+	}
+	haveFDB, err := k.FDB(o.Name)
+	if err != nil {
+		return ch, err
+	}
+	n, err := syncKeyed(haveFDB, wantFDB, func(e FDBEntry) packet.MAC { return e.MAC },
+		func(e FDBEntry) error { return k.DelFDB(o.Name, e) }, func(e FDBEntry) error { return k.SetFDB(o.Name, e) })
+	ch.FDB += n
+	if err != nil {
+		return ch, err
+	}
+	haveNeigh, err := k.Neighbors(o.Name)
+	if err != nil {
+		return ch, err
+	}
+	n, err = syncKeyed(haveNeigh, wantNeigh, func(e Neigh) netip.Addr { return e.IP },
+		func(e Neigh) error { return k.DelNeigh(o.Name, e) }, func(e Neigh) error { return k.SetNeigh(o.Name, e) })
+	ch.Neighbors += n
+	if err != nil {
+		return ch, err
+	}
+	haveRoutes, err := k.Routes()
+	if err != nil {
+		return ch, err
+	}
+	n, err = sync(haveRoutes, wantRoutes, func(r Route) error { return k.DelRoute(o.Name, r) }, func(r Route) error { return k.AddRoute(o.Name, r) })
+	ch.Routes += n
+	if err != nil {
+		return ch, err
+	}
+	haveRules, err := k.Rules()
+	if err != nil {
+		return ch, err
+	}
+	n, err = sync(haveRules, wantRules, k.DelRule, k.AddRule)
+	ch.Rules += n
+	return ch, err
+}
+
+// sync deletes what is in have but not in want, then adds what is in want but not in have.
+// Deleting first lets a changed entry (same key, new value) be replaced.
+func sync[T comparable](have, want []T, del, add func(T) error) (int, error) {
+	n := 0
+	for _, h := range have {
+		if !slices.Contains(want, h) {
+			if err := del(h); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	for i, w := range want {
+		if slices.Contains(want[:i], w) || slices.Contains(have, w) {
+			continue
+		}
+		if err := add(w); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// syncKeyed is sync for entries identified by a key: an entry whose key is wanted with another
+// value is replaced in one call (set), not deleted and added.
+func syncKeyed[T comparable, K comparable](have, want []T, key func(T) K, del, set func(T) error) (int, error) {
+	n := 0
+	wanted := make(map[K]T, len(want))
+	for _, w := range want {
+		wanted[key(w)] = w
+	}
+	haveByKey := make(map[K]T, len(have))
+	for _, h := range have {
+		w, ok := wanted[key(h)]
+		switch {
+		case !ok:
+			if err := del(h); err != nil {
+				return n, err
+			}
+			n++
+		case w == h:
+			haveByKey[key(h)] = h
+		}
+	}
+	for _, w := range want {
+		if h, ok := haveByKey[key(w)]; ok && h == w {
+			continue
+		}
+		if err := set(w); err != nil {
+			return n, err
+		}
+		haveByKey[key(w)] = w
+		n++
+	}
+	return n, nil
+}
+
+// Cleanup removes everything the agent creates: the rules to Table, the routes in Table and
+// the overlay device (with its addresses, FDB and neighbour entries). It is safe to call when
+// some or all of it is already gone.
+func Cleanup(k Kernel, device string) error {
+	var errs []error
+	rules, err := k.Rules()
+	errs = append(errs, err)
+	for _, r := range rules {
+		errs = append(errs, k.DelRule(r))
+	}
+	routes, err := k.Routes()
+	errs = append(errs, err)
+	for _, r := range routes {
+		errs = append(errs, k.DelRoute(device, r))
+	}
+	if l, err := k.Link(device); err != nil {
+		errs = append(errs, err)
+	} else if l != nil {
+		errs = append(errs, k.DeleteLink(device))
+	}
+	return errors.Join(errs...)
+}
+
+// Fake is an in-memory Kernel that records every change as the iproute2 command that would
+// make it, for golden tests of what the agent does.
+type Fake struct {
+	Ops    []string
+	links  map[string]*Link
+	fdb    map[string][]FDBEntry
+	neigh  map[string][]Neigh
+	routes []Route
+	rules  []Rule
+	rpf    map[string]int
+}
+
+// NewFake returns an empty fake namespace.
+func NewFake() *Fake {
+	return &Fake{links: map[string]*Link{}, fdb: map[string][]FDBEntry{}, neigh: map[string][]Neigh{}, rpf: map[string]int{}}
+}
+
+func (f *Fake) op(format string, a ...any) { f.Ops = append(f.Ops, fmt.Sprintf(format, a...)) }
+
+// Script returns the recorded commands, one per line, and forgets them.
+func (f *Fake) Script() string {
+	s := strings.Join(f.Ops, "\n")
+	f.Ops = nil
+	if s != "" {
+		s += "\n"
+	}
+	return s
+}
+
+func (f *Fake) Link(name string) (*Link, error) {
+	l, ok := f.links[name]
+	if !ok {
+		return nil, nil
+	}
+	c := *l
+	c.Addrs = slices.Clone(l.Addrs)
+	return &c, nil
+}
+
+func (f *Fake) CreateOverlay(o Overlay) error {
+	if o.Kind == overlay.Geneve {
+		f.op("ip link add %s type geneve id %d dstport %d", o.Name, o.VNI, o.Port)
+	} else {
+		f.op("ip link add %s type vxlan id %d dstport %d local %s nolearning", o.Name, o.VNI, o.Port, o.Local)
+	}
+	f.links[o.Name] = &Link{Name: o.Name, Kind: o.Kind.String(), VNI: o.VNI, Port: o.Port, Local: o.Local, MTU: 1500, MAC: packet.MAC{0x02, 0xfa, 0xce, 0, 0, 1}}
+	return nil
+}
+
+func (f *Fake) DeleteLink(name string) error {
+	f.op("ip link del %s", name)
+	delete(f.links, name)
+	delete(f.fdb, name)
+	delete(f.neigh, name)
+	f.routes = nil // routes through the device go with it
+	return nil
+}
+
+func (f *Fake) SetLink(name string, mtu int, up bool) error {
+	state := "down"
+	if up {
+		state = "up"
+	}
+	f.op("ip link set %s mtu %d %s", name, mtu, state)
+	f.links[name].MTU, f.links[name].Up = mtu, up
+	return nil
+}
+
+func (f *Fake) AddAddr(link string, p netip.Prefix) error {
+	f.op("ip addr add %s dev %s", p, link)
+	f.links[link].Addrs = append(f.links[link].Addrs, p)
+	return nil
+}
+
+func (f *Fake) DelAddr(link string, p netip.Prefix) error {
+	f.op("ip addr del %s dev %s", p, link)
+	l := f.links[link]
+	l.Addrs = slices.DeleteFunc(l.Addrs, func(a netip.Prefix) bool { return a == p })
+	return nil
+}
+
+func (f *Fake) FDB(link string) ([]FDBEntry, error) { return slices.Clone(f.fdb[link]), nil }
+
+func (f *Fake) SetFDB(link string, e FDBEntry) error {
+	f.op("bridge fdb replace %s dev %s dst %s", overlay.MACString(e.MAC), link, e.Dst)
+	f.fdb[link] = append(slices.DeleteFunc(f.fdb[link], func(x FDBEntry) bool { return x.MAC == e.MAC }), e)
+	return nil
+}
+
+func (f *Fake) DelFDB(link string, e FDBEntry) error {
+	f.op("bridge fdb del %s dev %s dst %s", overlay.MACString(e.MAC), link, e.Dst)
+	f.fdb[link] = slices.DeleteFunc(f.fdb[link], func(x FDBEntry) bool { return x == e })
+	return nil
+}
+
+func (f *Fake) Neighbors(link string) ([]Neigh, error) { return slices.Clone(f.neigh[link]), nil }
+
+func (f *Fake) SetNeigh(link string, n Neigh) error {
+	f.op("ip neigh replace %s lladdr %s dev %s nud permanent", n.IP, overlay.MACString(n.MAC), link)
+	f.neigh[link] = append(slices.DeleteFunc(f.neigh[link], func(x Neigh) bool { return x.IP == n.IP }), n)
+	return nil
+}
+
+func (f *Fake) DelNeigh(link string, n Neigh) error {
+	f.op("ip neigh del %s dev %s", n.IP, link)
+	f.neigh[link] = slices.DeleteFunc(f.neigh[link], func(x Neigh) bool { return x == n })
+	return nil
+}
+
+func (f *Fake) Routes() ([]Route, error) { return slices.Clone(f.routes), nil }
+
+func (f *Fake) AddRoute(link string, r Route) error {
+	f.op("ip route add %s via %s dev %s onlink table %d", r.Dst, r.Via, link, Table)
+	f.routes = append(f.routes, r)
+	return nil
+}
+
+func (f *Fake) DelRoute(link string, r Route) error {
+	f.op("ip route del %s via %s dev %s table %d", r.Dst, r.Via, link, Table)
+	f.routes = slices.DeleteFunc(f.routes, func(x Route) bool { return x == r })
+	return nil
+}
+
+func (f *Fake) Rules() ([]Rule, error) { return slices.Clone(f.rules), nil }
+
+func (f *Fake) AddRule(r Rule) error {
+	f.op("ip rule add to %s lookup %d priority %d", r.To, Table, r.Priority)
+	f.rules = append(f.rules, r)
+	return nil
+}
+
+func (f *Fake) DelRule(r Rule) error {
+	f.op("ip rule del to %s lookup %d priority %d", r.To, Table, r.Priority)
+	f.rules = slices.DeleteFunc(f.rules, func(x Rule) bool { return x == r })
+	return nil
+}
+
+func (f *Fake) SetRPFilter(link string, value int) error {
+	if f.rpf[link] != value {
+		f.op("sysctl -w net.ipv4.conf.%s.rp_filter=%d", link, value)
+		f.rpf[link] = value
+	}
+	return nil
+}
