@@ -25,13 +25,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/skein-net/skein/bench/k8sbin"
-	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/kube"
 )
 
 // Env is a running API server with skein's CRDs installed.
@@ -55,16 +54,7 @@ func CRDDir() string {
 }
 
 // Scheme returns a scheme with the core Kubernetes kinds and networking.liqo.io/v1alpha1.
-func Scheme() *k8sruntime.Scheme {
-	s := k8sruntime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := netv1alpha1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
+func Scheme() *k8sruntime.Scheme { return kube.Scheme() }
 
 // StartMain starts an API server for a whole test binary; call the returned stop function
 // when m.Run returns.

@@ -28,6 +28,7 @@ import (
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gwconfig"
+	"github.com/skein-net/skein/control/kube"
 )
 
 // Options say which gateway this is.
@@ -63,18 +64,6 @@ type Watcher struct {
 	conn    *netv1alpha1.ConnectionStatus // last reported, to skip no-op updates
 }
 
-// Scheme returns a scheme with the kinds the watcher reads.
-func Scheme() *k8sruntime.Scheme {
-	s := k8sruntime.NewScheme()
-	if err := corev1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := netv1alpha1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
-
 // New prepares a watcher; Run starts it.
 func New(cfg *rest.Config, opts Options, apply Apply) (*Watcher, error) {
 	if opts.Namespace == "" || opts.Name == "" {
@@ -97,7 +86,7 @@ func New(cfg *rest.Config, opts Options, apply Apply) (*Watcher, error) {
 			return addrs[0], nil
 		}
 	}
-	s := Scheme()
+	s := kube.Scheme()
 	inNS := map[string]cache.Config{opts.Namespace: {}}
 	byObject := map[client.Object]cache.ByObject{
 		&netv1alpha1.GatewayServer{}: {Namespaces: inNS},

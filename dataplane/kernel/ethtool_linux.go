@@ -1,5 +1,8 @@
-// Package kernel is the node agent's kernel programming: what it sets on links, neighbours,
-// FDB entries, routes and rules. It needs CAP_NET_ADMIN in the namespace it works on.
+// Package kernel is the node agent's kernel programming: the overlay device, its FDB and
+// neighbour entries, the routes and rules of table 18952, loose reverse-path filtering, and its
+// own nftables table for host-network SNAT, behind the small Kernel interface (a Fake records
+// what would be done as iproute2 commands). It needs CAP_NET_ADMIN in the namespace it works
+// on.
 package kernel
 
 import (

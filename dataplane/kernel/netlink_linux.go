@@ -98,6 +98,9 @@ func (n *Netlink) Link(name string) (*Link, error) {
 
 func (n *Netlink) CreateOverlay(o Overlay) error {
 	attrs := netlink.LinkAttrs{Name: o.Name, MTU: o.MTU}
+	if o.MAC != (packet.MAC{}) {
+		attrs.HardwareAddr = net.HardwareAddr(o.MAC[:])
+	}
 	var l netlink.Link
 	switch o.Kind {
 	case overlay.VXLAN:

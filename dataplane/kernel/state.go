@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/dataplane/packet"
@@ -30,6 +31,9 @@ type Overlay struct {
 	// Address is the device's overlay address with its prefix, such as 10.80.0.11/16.
 	Address netip.Prefix
 	MTU     int
+	// MAC of the device; zero lets the kernel pick one. A MAC derived from the node keeps
+	// the node's VTEP the same when the device is recreated.
+	MAC packet.MAC
 }
 
 // Peer is a peering's active gateway as the node reaches it over the overlay.
@@ -263,7 +267,7 @@ func Reconcile(k Kernel, d Desired) (Changes, error) {
 	if err != nil {
 		return ch, err
 	}
-	n, err = sync(haveRoutes, wantRoutes, func(r Route) error { return k.DelRoute(o.Name, r) }, func(r Route) error { return k.AddRoute(o.Name, r) })
+	n, err = syncAll(haveRoutes, wantRoutes, func(r Route) error { return k.DelRoute(o.Name, r) }, func(r Route) error { return k.AddRoute(o.Name, r) })
 	ch.Routes += n
 	if err != nil {
 		return ch, err
@@ -272,14 +276,14 @@ func Reconcile(k Kernel, d Desired) (Changes, error) {
 	if err != nil {
 		return ch, err
 	}
-	n, err = sync(haveRules, wantRules, k.DelRule, k.AddRule)
+	n, err = syncAll(haveRules, wantRules, k.DelRule, k.AddRule)
 	ch.Rules += n
 	return ch, err
 }
 
-// sync deletes what is in have but not in want, then adds what is in want but not in have.
+// syncAll deletes what is in have but not in want, then adds what is in want but not in have.
 // Deleting first lets a changed entry (same key, new value) be replaced.
-func sync[T comparable](have, want []T, del, add func(T) error) (int, error) {
+func syncAll[T comparable](have, want []T, del, add func(T) error) (int, error) {
 	n := 0
 	for _, h := range have {
 		if !slices.Contains(want, h) {
@@ -301,7 +305,7 @@ func sync[T comparable](have, want []T, del, add func(T) error) (int, error) {
 	return n, nil
 }
 
-// syncKeyed is sync for entries identified by a key: an entry whose key is wanted with another
+// syncKeyed is syncAll for entries identified by a key: an entry whose key is wanted with another
 // value is replaced in one call (set), not deleted and added.
 func syncKeyed[T comparable, K comparable](have, want []T, key func(T) K, del, set func(T) error) (int, error) {
 	n := 0
@@ -361,6 +365,7 @@ func Cleanup(k Kernel, device string) error {
 // Fake is an in-memory Kernel that records every change as the iproute2 command that would
 // make it, for golden tests of what the agent does.
 type Fake struct {
+	mu     sync.Mutex
 	Ops    []string
 	links  map[string]*Link
 	fdb    map[string][]FDBEntry
@@ -379,6 +384,8 @@ func (f *Fake) op(format string, a ...any) { f.Ops = append(f.Ops, fmt.Sprintf(f
 
 // Script returns the recorded commands, one per line, and forgets them.
 func (f *Fake) Script() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	s := strings.Join(f.Ops, "\n")
 	f.Ops = nil
 	if s != "" {
@@ -388,6 +395,8 @@ func (f *Fake) Script() string {
 }
 
 func (f *Fake) Link(name string) (*Link, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	l, ok := f.links[name]
 	if !ok {
 		return nil, nil
@@ -398,16 +407,24 @@ func (f *Fake) Link(name string) (*Link, error) {
 }
 
 func (f *Fake) CreateOverlay(o Overlay) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if o.Kind == overlay.Geneve {
 		f.op("ip link add %s type geneve id %d dstport %d", o.Name, o.VNI, o.Port)
 	} else {
 		f.op("ip link add %s type vxlan id %d dstport %d local %s nolearning", o.Name, o.VNI, o.Port, o.Local)
 	}
-	f.links[o.Name] = &Link{Name: o.Name, Kind: o.Kind.String(), VNI: o.VNI, Port: o.Port, Local: o.Local, MTU: 1500, MAC: packet.MAC{0x02, 0xfa, 0xce, 0, 0, 1}}
+	mac := o.MAC
+	if mac == (packet.MAC{}) {
+		mac = packet.MAC{0x02, 0xfa, 0xce, 0, 0, 1}
+	}
+	f.links[o.Name] = &Link{Name: o.Name, Kind: o.Kind.String(), VNI: o.VNI, Port: o.Port, Local: o.Local, MTU: 1500, MAC: mac}
 	return nil
 }
 
 func (f *Fake) DeleteLink(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.op("ip link del %s", name)
 	delete(f.links, name)
 	delete(f.fdb, name)
@@ -417,6 +434,8 @@ func (f *Fake) DeleteLink(name string) error {
 }
 
 func (f *Fake) SetLink(name string, mtu int, up bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	state := "down"
 	if up {
 		state = "up"
@@ -427,75 +446,113 @@ func (f *Fake) SetLink(name string, mtu int, up bool) error {
 }
 
 func (f *Fake) AddAddr(link string, p netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.op("ip addr add %s dev %s", p, link)
 	f.links[link].Addrs = append(f.links[link].Addrs, p)
 	return nil
 }
 
 func (f *Fake) DelAddr(link string, p netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.op("ip addr del %s dev %s", p, link)
 	l := f.links[link]
 	l.Addrs = slices.DeleteFunc(l.Addrs, func(a netip.Prefix) bool { return a == p })
 	return nil
 }
 
-func (f *Fake) FDB(link string) ([]FDBEntry, error) { return slices.Clone(f.fdb[link]), nil }
+func (f *Fake) FDB(link string) ([]FDBEntry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.fdb[link]), nil
+}
 
 func (f *Fake) SetFDB(link string, e FDBEntry) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.op("bridge fdb replace %s dev %s dst %s", overlay.MACString(e.MAC), link, e.Dst)
 	f.fdb[link] = append(slices.DeleteFunc(f.fdb[link], func(x FDBEntry) bool { return x.MAC == e.MAC }), e)
 	return nil
 }
 
 func (f *Fake) DelFDB(link string, e FDBEntry) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.op("bridge fdb del %s dev %s dst %s", overlay.MACString(e.MAC), link, e.Dst)
 	f.fdb[link] = slices.DeleteFunc(f.fdb[link], func(x FDBEntry) bool { return x == e })
 	return nil
 }
 
-func (f *Fake) Neighbors(link string) ([]Neigh, error) { return slices.Clone(f.neigh[link]), nil }
+func (f *Fake) Neighbors(link string) ([]Neigh, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.neigh[link]), nil
+}
 
 func (f *Fake) SetNeigh(link string, n Neigh) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.op("ip neigh replace %s lladdr %s dev %s nud permanent", n.IP, overlay.MACString(n.MAC), link)
 	f.neigh[link] = append(slices.DeleteFunc(f.neigh[link], func(x Neigh) bool { return x.IP == n.IP }), n)
 	return nil
 }
 
 func (f *Fake) DelNeigh(link string, n Neigh) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.op("ip neigh del %s dev %s", n.IP, link)
 	f.neigh[link] = slices.DeleteFunc(f.neigh[link], func(x Neigh) bool { return x == n })
 	return nil
 }
 
-func (f *Fake) Routes() ([]Route, error) { return slices.Clone(f.routes), nil }
+func (f *Fake) Routes() ([]Route, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.routes), nil
+}
 
 func (f *Fake) AddRoute(link string, r Route) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.op("ip route add %s via %s dev %s onlink table %d", r.Dst, r.Via, link, Table)
 	f.routes = append(f.routes, r)
 	return nil
 }
 
 func (f *Fake) DelRoute(link string, r Route) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.op("ip route del %s via %s dev %s table %d", r.Dst, r.Via, link, Table)
 	f.routes = slices.DeleteFunc(f.routes, func(x Route) bool { return x == r })
 	return nil
 }
 
-func (f *Fake) Rules() ([]Rule, error) { return slices.Clone(f.rules), nil }
+func (f *Fake) Rules() ([]Rule, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.rules), nil
+}
 
 func (f *Fake) AddRule(r Rule) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.op("ip rule add to %s lookup %d priority %d", r.To, Table, r.Priority)
 	f.rules = append(f.rules, r)
 	return nil
 }
 
 func (f *Fake) DelRule(r Rule) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.op("ip rule del to %s lookup %d priority %d", r.To, Table, r.Priority)
 	f.rules = slices.DeleteFunc(f.rules, func(x Rule) bool { return x == r })
 	return nil
 }
 
 func (f *Fake) SetRPFilter(link string, value int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.rpf[link] != value {
 		f.op("sysctl -w net.ipv4.conf.%s.rp_filter=%d", link, value)
 		f.rpf[link] = value

@@ -1,0 +1,161 @@
+// Command skein-agent is skein's node component (Liqo-Route's role): it creates the overlay
+// device liqo.vxlan, points FDB and neighbour entries at every peering's active gateway, routes
+// the peers' CIDRs through table 18952 with policy rules, SNATs the node's own traffic to the
+// peers, and publishes the node's VTEP. It runs on every node (host network, NET_ADMIN).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/skein-net/skein/control/agentcfg"
+	"github.com/skein-net/skein/control/agentwatch"
+	"github.com/skein-net/skein/dataplane/kernel"
+	"github.com/skein-net/skein/dataplane/overlay"
+)
+
+const usage = `skein-agent programs this node for skein's peerings.
+
+Usage:
+  skein-agent --node-name NAME --node-ip IP [flags]
+  skein-agent --cleanup [--device liqo.vxlan]     remove everything the agent created
+
+What it creates, and all it touches: the overlay device (liqo.vxlan), its FDB and permanent
+neighbour entries, the routes of table 18952, the rules that look it up, and the nftables
+table skein-agent.
+
+Flags:
+`
+
+func main() {
+	fs := flag.NewFlagSet("skein-agent", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	nodeIP := fs.String("node-ip", os.Getenv("NODE_IP"), "this node's underlay IPv4 address, its VTEP (default $NODE_IP)")
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: the pod's service account)")
+	device := fs.String("device", "liqo.vxlan", "name of the overlay device")
+	kindName := fs.String("overlay-kind", "vxlan", "vxlan, or geneve where the kernel has it")
+	port := fs.Uint("overlay-port", 0, "overlay UDP port (default 4789 for vxlan, 6081 for geneve)")
+	vni := fs.Uint("vni", 18952, "overlay VNI")
+	mtu := fs.Int("mtu", 1500-overlay.Overhead, "MTU of the overlay device: the underlay MTU minus the encapsulation overhead")
+	internal := fs.String("internal-cidr", "10.80.0.0/16", "the cluster's internal (overlay) CIDR")
+	podCIDRs := fs.String("pod-cidrs", "10.244.0.0/16", "the cluster's pod CIDRs, comma-separated: never SNATed")
+	priority := fs.Int("rule-priority", kernel.DefaultRulePriority, "priority of the policy rules to table 18952 (lower for CNIs that need an early rule)")
+	resync := fs.Duration("resync", 10*time.Second, "re-read everything and repair drift this often")
+	metricsAddr := fs.String("metrics-listen", ":9472", "address of /metrics and /healthz (\"off\" disables them)")
+	cleanup := fs.Bool("cleanup", false, "remove everything the agent created on this node and exit")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	fail := func(code int, format string, a ...any) {
+		fmt.Fprintf(os.Stderr, "skein-agent: "+format+"\n", a...)
+		os.Exit(code)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fail(2, "--log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	k, err := kernel.NewNetlink("", nil)
+	if err != nil {
+		fail(1, "%v", err)
+	}
+	defer k.Close()
+	if *cleanup {
+		if err := kernel.Cleanup(k, *device); err != nil {
+			fail(1, "cleanup: %v", err)
+		}
+		if err := kernel.DeleteHostSNAT(0); err != nil {
+			fail(1, "cleanup: %v", err)
+		}
+		fmt.Println("skein-agent: removed the overlay device, table 18952's routes and rules, and the nftables table")
+		return
+	}
+	ip, err := netip.ParseAddr(*nodeIP)
+	if err != nil || !ip.Is4() || *nodeName == "" {
+		fail(2, "--node-name and --node-ip (an IPv4 address) are required (or $NODE_NAME and $NODE_IP)")
+	}
+	kind, err := overlay.ParseKind(*kindName)
+	if err != nil {
+		fail(2, "--overlay-kind: %v", err)
+	}
+	ic, err := netip.ParsePrefix(*internal)
+	if err != nil {
+		fail(2, "--internal-cidr %q: %v", *internal, err)
+	}
+	var pods []netip.Prefix
+	for _, s := range strings.Split(*podCIDRs, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			fail(2, "--pod-cidrs: %q: %v", s, err)
+		}
+		pods = append(pods, p)
+	}
+	if *port > 65535 || *vni == 0 || *vni >= 1<<24 {
+		fail(2, "--overlay-port must be below 65536 and --vni within 1-16777215")
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fail(1, "reaching the API server: %v", err)
+	}
+	a, err := agentwatch.New(restCfg, agentwatch.Options{
+		Node: agentcfg.Node{Name: *nodeName, IP: ip, InternalCIDR: ic, PodCIDRs: pods, Device: *device, Kind: kind,
+			VNI: uint32(*vni), Port: uint16(*port), MTU: *mtu, RulePriority: *priority},
+		Resync: *resync, Log: log,
+	}, k, func(s *kernel.HostSNAT) error {
+		if s == nil {
+			return kernel.DeleteHostSNAT(0)
+		}
+		return kernel.EnsureHostSNAT(0, *s)
+	})
+	if err != nil {
+		fail(1, "%v", err)
+	}
+	if *metricsAddr != "off" {
+		serveMetrics(*metricsAddr, a, log)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := a.Run(ctx); err != nil {
+		fail(1, "%v", err)
+	}
+}
+
+func serveMetrics(addr string, a *agentwatch.Agent, log *slog.Logger) {
+	reg := prometheus.NewRegistry()
+	gauge := func(name, help string, f func(agentwatch.Stats) float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(a.Stats()) }))
+	}
+	counter := func(name, help string, f func(agentwatch.Stats) float64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(a.Stats()) }))
+	}
+	gauge("skein_agent_peerings_programmed", "Peerings whose gateway is programmed on this node.", func(s agentwatch.Stats) float64 { return float64(s.Programmed) })
+	counter("skein_agent_reconciles_total", "Reconciles run.", func(s agentwatch.Stats) float64 { return float64(s.Reconciles) })
+	counter("skein_agent_kernel_changes_total", "Kernel objects added, changed or removed.", func(s agentwatch.Stats) float64 { return float64(s.Changes) })
+	counter("skein_agent_drift_repairs_total", "Resyncs that found and repaired drift.", func(s agentwatch.Stats) float64 { return float64(s.DriftRepairs) })
+	counter("skein_agent_reconcile_errors_total", "Reconciles that failed.", func(s agentwatch.Stats) float64 { return float64(s.Errors) })
+	gauge("skein_agent_reconcile_latency_seconds", "Time from the last API event to the kernel being reconciled.", func(s agentwatch.Stats) float64 { return s.LastLatency.Seconds() })
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+}

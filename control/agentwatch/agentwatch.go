@@ -1,0 +1,247 @@
+// Package agentwatch is skein-agent's loop: it watches the node's InternalNode, every
+// Configuration and every gateway, computes the node's desired state (control/agentcfg),
+// reconciles the kernel to it (dataplane/kernel), publishes the node's VTEP in its
+// InternalNode, and repairs drift with a periodic resync.
+package agentwatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/skein-net/skein/control/agentcfg"
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/kube"
+	"github.com/skein-net/skein/dataplane/kernel"
+	"github.com/skein-net/skein/dataplane/overlay"
+)
+
+var errWaiting = errors.New("not there yet")
+
+// SNAT programs (non-nil) or removes (nil) the host-network SNAT.
+type SNAT func(*kernel.HostSNAT) error
+
+// Options configure the agent.
+type Options struct {
+	Node agentcfg.Node
+	// Resync reconciles this often without events, repairing drift (default 10 s).
+	Resync time.Duration
+	Log    *slog.Logger
+}
+
+// Stats are the agent's counters, for metrics.
+type Stats struct {
+	Reconciles, Changes, DriftRepairs, Errors uint64
+	Programmed                                int // peers programmed
+	LastLatency                               time.Duration
+}
+
+// Agent reconciles one node.
+type Agent struct {
+	opts   Options
+	cache  cache.Cache
+	client client.Client
+	k      kernel.Kernel
+	snat   SNAT
+	poke   chan struct{}
+
+	mu        sync.Mutex
+	stats     Stats
+	lastErr   string
+	published string // VTEP last written
+	lastEvent time.Time
+}
+
+// New prepares an agent on kernel k; snat may be nil (no host-network SNAT).
+func New(cfg *rest.Config, opts Options, k kernel.Kernel, snat SNAT) (*Agent, error) {
+	if opts.Node.Name == "" || !opts.Node.IP.Is4() {
+		return nil, errors.New("agent: the node's name and IPv4 address are required")
+	}
+	if opts.Resync == 0 {
+		opts.Resync = 10 * time.Second
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	s := kube.Scheme()
+	c, err := cache.New(cfg, cache.Options{Scheme: s, ByObject: map[client.Object]cache.ByObject{
+		&netv1alpha1.InternalNode{}: {Field: nil},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	direct, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return &Agent{opts: opts, cache: c, client: direct, k: k, snat: snat, poke: make(chan struct{}, 1)}, nil
+}
+
+// Stats returns the counters.
+func (a *Agent) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stats
+}
+
+func (a *Agent) wake() {
+	a.mu.Lock()
+	a.lastEvent = time.Now()
+	a.mu.Unlock()
+	select {
+	case a.poke <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconciles until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	h := toolscache.ResourceEventHandlerFuncs{AddFunc: func(any) { a.wake() }, UpdateFunc: func(any, any) { a.wake() }, DeleteFunc: func(any) { a.wake() }}
+	for _, obj := range []client.Object{&netv1alpha1.InternalNode{}, &netv1alpha1.Configuration{}, &netv1alpha1.GatewayServer{}, &netv1alpha1.GatewayClient{}} {
+		inf, err := a.cache.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("agent: informer for %T: %w", obj, err)
+		}
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return err
+		}
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- a.cache.Start(ctx) }()
+	if !a.cache.WaitForCacheSync(ctx) {
+		return fmt.Errorf("agent: caches did not sync: %w", ctx.Err())
+	}
+	tick := time.NewTicker(a.opts.Resync)
+	defer tick.Stop()
+	a.wake()
+	for {
+		resync := false
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		case <-tick.C:
+			resync = true
+		case <-a.poke:
+		}
+		a.reconcile(ctx, resync)
+	}
+}
+
+// reconcile computes and applies the node's state once.
+func (a *Agent) reconcile(ctx context.Context, resync bool) {
+	start := time.Now()
+	ch, peers, err := a.apply(ctx)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats.Reconciles++
+	a.stats.Changes += uint64(ch.Total())
+	if resync && ch.Total() > 0 {
+		a.stats.DriftRepairs++
+		a.opts.Log.Warn("repaired drift in the kernel", "changes", ch.Total())
+	}
+	if !a.lastEvent.IsZero() && !resync {
+		a.stats.LastLatency = time.Since(a.lastEvent)
+	} else {
+		a.stats.LastLatency = time.Since(start)
+	}
+	a.stats.Programmed = peers
+	msg := ""
+	if err != nil {
+		a.stats.Errors++
+		msg = err.Error()
+	}
+	if msg != a.lastErr {
+		switch {
+		case errors.Is(err, errWaiting) || errors.Is(err, agentcfg.ErrNoOverlayIP):
+			a.opts.Log.Info("waiting", "for", msg)
+		case err != nil:
+			a.opts.Log.Error("reconcile", "err", msg)
+		default:
+			a.opts.Log.Info("node programmed", "peers", peers)
+		}
+		a.lastErr = msg
+	}
+}
+
+func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, error) {
+	var ch kernel.Changes
+	o := agentcfg.Objects{InternalNode: &netv1alpha1.InternalNode{}}
+	if err := a.cache.Get(ctx, types.NamespacedName{Name: a.opts.Node.Name}, o.InternalNode); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ch, 0, fmt.Errorf("%w: InternalNode %s (created by skein-controller)", errWaiting, a.opts.Node.Name)
+		}
+		return ch, 0, err
+	}
+	var confs netv1alpha1.ConfigurationList
+	var servers netv1alpha1.GatewayServerList
+	var clients netv1alpha1.GatewayClientList
+	for _, l := range []client.ObjectList{&confs, &servers, &clients} {
+		if err := a.cache.List(ctx, l); err != nil {
+			return ch, 0, err
+		}
+	}
+	o.Configurations, o.Servers, o.Clients = confs.Items, servers.Items, clients.Items
+	plan, err := agentcfg.FromObjects(a.opts.Node, o)
+	if err != nil {
+		return ch, 0, err
+	}
+	if len(plan.Kernel.Peers) == 0 {
+		// No active peering: nothing of ours belongs on the node.
+		if l, _ := a.k.Link(plan.Kernel.Overlay.Name); l != nil {
+			ch.Links++
+		}
+		err := kernel.Cleanup(a.k, plan.Kernel.Overlay.Name)
+		if a.snat != nil {
+			err = errors.Join(err, a.snat(nil))
+		}
+		return ch, 0, err
+	}
+	if ch, err = kernel.Reconcile(a.k, plan.Kernel); err != nil {
+		return ch, 0, err
+	}
+	if a.snat != nil {
+		if err := a.snat(plan.SNAT); err != nil {
+			return ch, len(plan.Kernel.Peers), err
+		}
+	}
+	return ch, len(plan.Kernel.Peers), a.publish(ctx, plan.Kernel.Overlay)
+}
+
+// publish writes the node's VTEP (underlay IP, device MAC) into its InternalNode's status.
+func (a *Agent) publish(ctx context.Context, o kernel.Overlay) error {
+	l, err := a.k.Link(o.Name)
+	if err != nil || l == nil {
+		return fmt.Errorf("reading %s to publish the VTEP: %v", o.Name, err)
+	}
+	vtep := netv1alpha1.VTEP{IP: netv1alpha1.IP(o.Local.String()), MAC: netv1alpha1.MAC(overlay.MACString(l.MAC))}
+	key := string(vtep.IP) + " " + string(vtep.MAC)
+	a.mu.Lock()
+	same := a.published == key
+	a.mu.Unlock()
+	if same {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"vtep": vtep}})
+	in := &netv1alpha1.InternalNode{}
+	in.Name = a.opts.Node.Name
+	if err := a.client.Status().Patch(ctx, in, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("publish VTEP in InternalNode %s: %w", a.opts.Node.Name, err)
+	}
+	a.mu.Lock()
+	a.published = key
+	a.mu.Unlock()
+	return nil
+}
