@@ -2,6 +2,7 @@ package kernel_test
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -208,4 +209,48 @@ func TestNetlink(t *testing.T) {
 	if err := kernel.Cleanup(s.k, "liqo.vxlan"); err != nil {
 		t.Errorf("a second cleanup: %v", err)
 	}
+}
+
+// BenchmarkReconcile500 programs 100 peerings with 5 remote CIDRs each (500 routes and rules,
+// 100 FDB and neighbour entries) into a fresh namespace, and measures a failover repoint.
+func BenchmarkReconcile500(b *testing.B) {
+	netnstest.RequireRoot(b)
+	d := kernel.Desired{Overlay: kernel.Overlay{Name: "liqo.vxlan", Kind: overlay.VXLAN, VNI: 18952, Port: 4789,
+		Local: netip.MustParseAddr("192.168.77.1"), Address: netip.MustParsePrefix("10.80.0.11/16"), MTU: 1450}}
+	for p := range 100 {
+		peer := kernel.Peer{OverlayIP: netip.AddrFrom4([4]byte{10, 80, 1, byte(p)}), MAC: packet.MAC{2, 0x5b, 0, 0, 1, byte(p)},
+			VTEP: netip.AddrFrom4([4]byte{10, 244, 9, byte(p)})}
+		for r := range 5 {
+			peer.Routes = append(peer.Routes, netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(p), byte(r), 0}), 24))
+		}
+		d.Peers = append(d.Peers, peer)
+	}
+	var first, repoint time.Duration
+	for i := range b.N {
+		ns := netnstest.New(b, fmt.Sprintf("kbench%d", i))
+		ns.Run(b, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
+		ns.Run(b, "ip", "addr", "add", "192.168.77.1/24", "dev", "eth0")
+		ns.Run(b, "ip", "link", "set", "eth0", "up")
+		k, err := kernel.NewNetlink("/var/run/netns/"+ns.Name, ns.Do)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		ch, err := kernel.Reconcile(k, d)
+		first += time.Since(start)
+		if err != nil || ch.Routes != 500 || ch.Rules != 500 {
+			b.Fatalf("%+v %v", ch, err)
+		}
+		moved := d
+		moved.Peers = slices.Clone(d.Peers)
+		moved.Peers[42].VTEP = netip.MustParseAddr("10.244.10.42")
+		start = time.Now()
+		if ch, err := kernel.Reconcile(k, moved); err != nil || ch.Total() != 1 {
+			b.Fatalf("repoint %+v %v", ch, err)
+		}
+		repoint += time.Since(start)
+		k.Close()
+	}
+	b.ReportMetric(first.Seconds()/float64(b.N), "s/program-500")
+	b.ReportMetric(float64(repoint.Microseconds())/float64(b.N), "µs/repoint")
 }
