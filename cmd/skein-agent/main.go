@@ -115,6 +115,7 @@ func main() {
 	a, err := agentwatch.New(restCfg, agentwatch.Options{
 		Node: agentcfg.Node{Name: *nodeName, IP: ip, InternalCIDR: ic, PodCIDRs: pods, Device: *device, Kind: kind,
 			VNI: uint32(*vni), Port: uint16(*port), MTU: *mtu, RulePriority: *priority},
+		PodNamespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"),
 		Resync: *resync, Log: log,
 	}, k, func(s *kernel.HostSNAT) error {
 		if s == nil {

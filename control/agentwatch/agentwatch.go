@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -29,12 +30,18 @@ import (
 
 var errWaiting = errors.New("not there yet")
 
+// MACAnnotation is the annotation of the agent's pod holding its overlay device's MAC.
+const MACAnnotation = "net.liqo.io/vxlan.mac"
+
 // SNAT programs (non-nil) or removes (nil) the host-network SNAT.
 type SNAT func(*kernel.HostSNAT) error
 
 // Options configure the agent.
 type Options struct {
 	Node agentcfg.Node
+	// PodNamespace and PodName name the agent's own pod when it runs as one; it is annotated
+	// with the overlay device's MAC (MACAnnotation), as Liqo-Route does.
+	PodNamespace, PodName string
 	// Resync reconciles this often without events, repairing drift (default 10 s).
 	Resync time.Duration
 	Log    *slog.Logger
@@ -239,6 +246,14 @@ func (a *Agent) publish(ctx context.Context, o kernel.Overlay) error {
 	in.Name = a.opts.Node.Name
 	if err := a.client.Status().Patch(ctx, in, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("publish VTEP in InternalNode %s: %w", a.opts.Node.Name, err)
+	}
+	if a.opts.PodName != "" && a.opts.PodNamespace != "" {
+		ann, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{MACAnnotation: string(vtep.MAC)}}})
+		pod := &corev1.Pod{}
+		pod.Namespace, pod.Name = a.opts.PodNamespace, a.opts.PodName
+		if err := a.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, ann)); err != nil {
+			return fmt.Errorf("annotate pod %s/%s with the overlay MAC: %w", a.opts.PodNamespace, a.opts.PodName, err)
+		}
 	}
 	a.mu.Lock()
 	a.published = key

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,7 +46,8 @@ func TestAgentReacts(t *testing.T) {
 		return snats[len(snats)-1]
 	}
 	a, err := agentwatch.New(env.Config, agentwatch.Options{
-		Node:   agentcfg.Node{Name: nodeName, IP: netip.MustParseAddr("192.168.77.1"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
+		Node:         agentcfg.Node{Name: nodeName, IP: netip.MustParseAddr("192.168.77.1"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
+		PodNamespace: ns, PodName: "agent-n1",
 		Resync: 300 * time.Millisecond,
 		Log:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, f, func(s *kernel.HostSNAT) error {
@@ -84,6 +86,8 @@ func TestAgentReacts(t *testing.T) {
 		}
 	}
 
+	must(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-n1", Namespace: ns},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "skein-agent"}}}}))
 	in := &netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: nodeName},
 		Spec: netv1alpha1.InternalNodeSpec{OverlayIP: ipp("10.80.0.11"), ExternalIP: ipp("10.70.0.11")}}
 	must(t, c.Create(ctx, in))
@@ -123,6 +127,12 @@ func TestAgentReacts(t *testing.T) {
 			t.Fatalf("VTEP not published: %+v", in.Status.VTEP)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	pod := &corev1.Pod{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "agent-n1"}, pod))
+	if got := pod.Annotations[agentwatch.MACAnnotation]; got != string(in.Status.VTEP.MAC) {
+		t.Errorf("pod annotation %s = %q, want the device MAC %s", agentwatch.MACAnnotation, got, in.Status.VTEP.MAC)
 	}
 
 	// Failover: the active replica moves.
