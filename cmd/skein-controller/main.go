@@ -1,0 +1,122 @@
+// Command skein-controller reconciles skein's API: this cluster's identity and, for every
+// Configuration of a peer, how this cluster sees the peer's CIDRs (IPAM). Gateways from
+// templates, keys and InternalNodes follow.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/skein-net/skein/control/configctl"
+	"github.com/skein-net/skein/control/ipam"
+	"github.com/skein-net/skein/control/kube"
+)
+
+const usage = `skein-controller reconciles skein's networking.liqo.io API for this cluster.
+
+Usage:
+  skein-controller --namespace liqo --pod-cidrs 10.244.0.0/16 --service-cidr 10.96.0.0/12 [flags]
+
+It keeps the cluster id in ConfigMap liqo-clusterid-configmap (key CLUSTER_ID) in --namespace,
+creating it once, and writes every Configuration's status.remote: the peer's CIDRs as they
+are when they clash with nothing used here, or remapped to a free prefix of the same length
+from the pools, with a Ready condition that says which (or why not).
+
+Flags:
+`
+
+func prefixes(flagName, s string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil || !p.Addr().Is4() {
+			fmt.Fprintf(os.Stderr, "skein-controller: --%s: %q is not an IPv4 CIDR\n", flagName, f)
+			os.Exit(2)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func main() {
+	fs := flag.NewFlagSet("skein-controller", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "liqo"), "install namespace (cluster id ConfigMap, Lease)")
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: the pod's service account)")
+	podCIDRs := fs.String("pod-cidrs", "10.244.0.0/16", "this cluster's pod CIDRs, comma-separated")
+	serviceCIDR := fs.String("service-cidr", "10.96.0.0/12", "this cluster's service CIDR")
+	externalCIDR := fs.String("external-cidr", "10.70.0.0/16", "this cluster's external CIDR (how peers see its nodes and host-network traffic)")
+	internalCIDR := fs.String("internal-cidr", "10.80.0.0/16", "this cluster's internal CIDR (overlay addresses)")
+	reserved := fs.String("reserved", "", "more CIDRs never given to peers, comma-separated")
+	pools := fs.String("pools", "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16", "remap pools, comma-separated")
+	metrics := fs.String("metrics-listen", ":9473", "address of /metrics (\"0\" disables it)")
+	leaderElect := fs.Bool("leader-elect", true, "elect one active replica through a Lease in --namespace")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	ctrl.SetLogger(zap.New())
+	log := ctrl.Log.WithName("skein-controller")
+	local := append(prefixes("pod-cidrs", *podCIDRs), prefixes("service-cidr", *serviceCIDR)...)
+	local = append(local, prefixes("external-cidr", *externalCIDR)...)
+	local = append(local, prefixes("internal-cidr", *internalCIDR)...)
+	local = append(local, prefixes("reserved", *reserved)...)
+	alloc, err := ipam.New(prefixes("pools", *pools), local)
+	if err != nil {
+		fail(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fail(fmt.Errorf("reaching the API server: %w", err))
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  kube.Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: *metrics},
+		LeaderElection:          *leaderElect,
+		LeaderElectionID:        "skein-controller",
+		LeaderElectionNamespace: *namespace,
+	})
+	if err != nil {
+		fail(err)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	direct, err := client.New(cfg, client.Options{Scheme: kube.Scheme()})
+	if err != nil {
+		fail(err)
+	}
+	id, err := configctl.EnsureClusterID(ctx, direct, *namespace)
+	if err != nil {
+		fail(err)
+	}
+	log.Info("cluster identity", "clusterID", id, "namespace", *namespace)
+	r := &configctl.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), IPAM: alloc}
+	if err := r.SetupWithManager(mgr); err != nil {
+		fail(err)
+	}
+	if err := mgr.Start(ctx); err != nil {
+		fail(err)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "skein-controller: %v\n", err)
+	os.Exit(1)
+}

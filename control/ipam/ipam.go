@@ -1,0 +1,162 @@
+// Package ipam decides how this cluster sees a peer's CIDRs: as they are when they clash with
+// nothing in use here (NAT-less), otherwise as a free prefix of the same length from the remap
+// pools. It is an in-memory table, rebuilt from the API (Restore) when the controller starts;
+// the controller serialises Assign calls, so two peers never get the same prefix.
+package ipam
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"sync"
+)
+
+// DefaultPools are the remap pools.
+var DefaultPools = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+}
+
+// ErrExhausted means no prefix of the wanted length is free in any pool.
+var ErrExhausted = errors.New("no free prefix of that length in the remap pools")
+
+// Allocator holds what is in use.
+type Allocator struct {
+	mu       sync.Mutex
+	pools    []netip.Prefix
+	reserved []netip.Prefix          // local CIDRs and reserved ranges, never given out
+	assigned map[string]netip.Prefix // key (such as "namespace/name/pod") -> prefix as seen here
+}
+
+// New returns an allocator with the given pools and the CIDRs in use locally.
+func New(pools, reserved []netip.Prefix) (*Allocator, error) {
+	a := &Allocator{assigned: map[string]netip.Prefix{}}
+	for _, p := range append(append([]netip.Prefix(nil), pools...), reserved...) {
+		if !p.IsValid() || !p.Addr().Is4() {
+			return nil, fmt.Errorf("ipam: %v is not an IPv4 CIDR", p)
+		}
+	}
+	for _, p := range pools {
+		a.pools = append(a.pools, p.Masked())
+	}
+	for _, p := range reserved {
+		a.reserved = append(a.reserved, p.Masked())
+	}
+	return a, nil
+}
+
+// Restore records an allocation found in the API (at start-up), so it is neither handed out
+// again nor changed.
+func (a *Allocator) Restore(key string, p netip.Prefix) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.assigned[key] = p.Masked()
+}
+
+// Release frees key's prefix.
+func (a *Allocator) Release(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.assigned, key)
+}
+
+// Get returns key's prefix, if it has one.
+func (a *Allocator) Get(key string) (netip.Prefix, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p, ok := a.assigned[key]
+	return p, ok
+}
+
+// free reports whether p clashes with nothing reserved and nothing assigned to another key.
+func (a *Allocator) free(key string, p netip.Prefix) bool {
+	for _, r := range a.reserved {
+		if r.Overlaps(p) {
+			return false
+		}
+	}
+	for k, q := range a.assigned {
+		if k != key && q.Overlaps(p) {
+			return false
+		}
+	}
+	return true
+}
+
+// Assign returns how this cluster sees the remote prefix want under key: the prefix key
+// already holds if it still has want's length and clashes with nothing; else want itself when
+// it clashes with nothing (NAT-less); else the first free prefix of the same length in the
+// pools. The answer is recorded under key.
+func (a *Allocator) Assign(key string, want netip.Prefix) (netip.Prefix, error) {
+	if !want.IsValid() || !want.Addr().Is4() {
+		return netip.Prefix{}, fmt.Errorf("ipam: %v is not an IPv4 CIDR", want)
+	}
+	want = want.Masked()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if cur, ok := a.assigned[key]; ok && cur.Bits() == want.Bits() && a.free(key, cur) {
+		return cur, nil
+	}
+	if a.free(key, want) {
+		a.assigned[key] = want
+		return want, nil
+	}
+	if p, ok := a.search(key, want.Bits()); ok {
+		a.assigned[key] = p
+		return p, nil
+	}
+	return netip.Prefix{}, fmt.Errorf("%w: /%d for %v", ErrExhausted, want.Bits(), want)
+}
+
+// search finds the first free prefix of length bits in the pools, skipping past whatever is
+// in use instead of trying every block.
+func (a *Allocator) search(key string, bits int) (netip.Prefix, bool) {
+	var busy []netip.Prefix
+	busy = append(busy, a.reserved...)
+	for k, q := range a.assigned {
+		if k != key {
+			busy = append(busy, q)
+		}
+	}
+	sort.Slice(busy, func(i, j int) bool { return busy[i].Addr().Less(busy[j].Addr()) })
+	size := uint64(1) << (32 - bits)
+	for _, pool := range a.pools {
+		if pool.Bits() > bits {
+			continue
+		}
+		start, end := span(pool)
+		for cand := start; cand+size-1 <= end; {
+			p := netip.PrefixFrom(addrOf(uint32(cand)), bits)
+			clash := false
+			for _, b := range busy {
+				if b.Overlaps(p) {
+					// Jump past the busy prefix (or past the candidate, if it is the larger).
+					_, bEnd := span(b)
+					next := (max(bEnd, cand+size-1) + 1 + size - 1) / size * size
+					cand = next
+					clash = true
+					break
+				}
+			}
+			if !clash {
+				return p, true
+			}
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+func span(p netip.Prefix) (uint64, uint64) {
+	a := p.Masked().Addr().As4()
+	s := uint64(binary.BigEndian.Uint32(a[:]))
+	return s, s + uint64(1)<<(32-p.Bits()) - 1
+}
+
+func addrOf(v uint32) netip.Addr {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], v)
+	return netip.AddrFrom4(b)
+}
