@@ -1,6 +1,6 @@
-// Command skein-controller reconciles skein's API: this cluster's identity and, for every
-// Configuration of a peer, how this cluster sees the peer's CIDRs (IPAM). Gateways from
-// templates, keys and InternalNodes follow.
+// Command skein-controller reconciles skein's API: this cluster's identity, for every
+// Configuration of a peer how this cluster sees the peer's CIDRs (IPAM), and an InternalNode
+// per Node with its overlay and external addresses. Gateways from templates and keys follow.
 package main
 
 import (
@@ -19,6 +19,7 @@ import (
 	"github.com/skein-net/skein/control/configctl"
 	"github.com/skein-net/skein/control/ipam"
 	"github.com/skein-net/skein/control/kube"
+	"github.com/skein-net/skein/control/nodectl"
 )
 
 const usage = `skein-controller reconciles skein's networking.liqo.io API for this cluster.
@@ -76,6 +77,18 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	internal, external := prefixes("internal-cidr", *internalCIDR), prefixes("external-cidr", *externalCIDR)
+	if len(internal) != 1 || len(external) != 1 {
+		fail(fmt.Errorf("--internal-cidr and --external-cidr take one CIDR each"))
+	}
+	overlayHosts, err := ipam.NewHosts(internal[0], 0)
+	if err != nil {
+		fail(err)
+	}
+	externalHosts, err := ipam.NewHosts(external[0], 0)
+	if err != nil {
+		fail(err)
+	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
 		fail(fmt.Errorf("reaching the API server: %w", err))
@@ -102,6 +115,10 @@ func main() {
 	log.Info("cluster identity", "clusterID", id, "namespace", *namespace)
 	r := &configctl.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), IPAM: alloc}
 	if err := r.SetupWithManager(mgr); err != nil {
+		fail(err)
+	}
+	nr := &nodectl.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Overlay: overlayHosts, External: externalHosts}
+	if err := nr.SetupWithManager(mgr); err != nil {
 		fail(err)
 	}
 	if err := mgr.Start(ctx); err != nil {

@@ -160,3 +160,62 @@ func addrOf(v uint32) netip.Addr {
 	binary.BigEndian.PutUint32(b[:], v)
 	return netip.AddrFrom4(b)
 }
+
+// Hosts hands out single addresses from a CIDR (overlay addresses of nodes and gateways,
+// nodes' addresses in the external CIDR). The network and broadcast addresses and the first
+// Skip hosts are never given out.
+type Hosts struct {
+	mu       sync.Mutex
+	cidr     netip.Prefix
+	skip     int
+	assigned map[string]netip.Addr
+	used     map[netip.Addr]string
+}
+
+// NewHosts returns an allocator over cidr.
+func NewHosts(cidr netip.Prefix, skip int) (*Hosts, error) {
+	if !cidr.IsValid() || !cidr.Addr().Is4() || cidr.Bits() > 30 {
+		return nil, fmt.Errorf("ipam: %v: want an IPv4 CIDR of at least 4 addresses", cidr)
+	}
+	return &Hosts{cidr: cidr.Masked(), skip: skip, assigned: map[string]netip.Addr{}, used: map[netip.Addr]string{}}, nil
+}
+
+// Restore records an address found in the API.
+func (h *Hosts) Restore(key string, a netip.Addr) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.cidr.Contains(a) {
+		return
+	}
+	h.assigned[key] = a
+	h.used[a] = key
+}
+
+// Release frees key's address.
+func (h *Hosts) Release(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if a, ok := h.assigned[key]; ok {
+		delete(h.used, a)
+		delete(h.assigned, key)
+	}
+}
+
+// Assign returns key's address, giving it the lowest free one first.
+func (h *Hosts) Assign(key string) (netip.Addr, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if a, ok := h.assigned[key]; ok {
+		return a, nil
+	}
+	start, end := span(h.cidr)
+	for v := start + 1 + uint64(h.skip); v < end; v++ {
+		a := addrOf(uint32(v))
+		if _, taken := h.used[a]; !taken {
+			h.assigned[key] = a
+			h.used[a] = key
+			return a, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("%w: no free address in %v", ErrExhausted, h.cidr)
+}
