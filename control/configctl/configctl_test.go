@@ -25,7 +25,9 @@ var local = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustPar
 	netip.MustParsePrefix("10.70.0.0/16"), netip.MustParsePrefix("10.80.0.0/16")}
 
 // start runs the Configuration reconciler in a manager until the returned stop is called.
-func start(t *testing.T, env *apitest.Env) (stop func()) {
+func start(t *testing.T, env *apitest.Env) (stop func()) { return startTB(t, env) }
+
+func startTB(t testing.TB, env *apitest.Env) (stop func()) {
 	t.Helper()
 	skip := true // a restarted controller registers its name again in this process
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
@@ -204,5 +206,44 @@ func TestConcurrent(t *testing.T) {
 			}
 			seen[p] = n
 		}
+	}
+}
+
+// BenchmarkConfigurations100 creates 100 Configurations at once, all on 10.244.0.0/16, and
+// measures the time until every one has its status.
+func BenchmarkConfigurations100(b *testing.B) {
+	env := apitest.Start(b)
+	stop := startTB(b, env)
+	defer stop()
+	for i := range b.N {
+		ns := env.Namespace(b, fmt.Sprintf("bench%d", i))
+		began := time.Now()
+		var wg sync.WaitGroup
+		var names []string
+		for j := range 100 {
+			name := fmt.Sprintf("p%03d", j)
+			names = append(names, name)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := env.Client.Create(context.Background(), conf(ns, name, fmt.Sprintf("c%d-%s", i, name), "10.244.0.0/24", "10.70.0.0/24")); err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		for _, n := range names {
+			for {
+				cf := &netv1alpha1.Configuration{}
+				if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: n}, cf); err == nil && cf.Status.Remote != nil {
+					break
+				}
+				if time.Since(began) > time.Minute {
+					b.Fatalf("%s not mapped within a minute", n)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		b.ReportMetric(time.Since(began).Seconds(), "s/100-configurations")
 	}
 }
