@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/skein-net/skein/control/addrs"
 	"github.com/skein-net/skein/control/configctl"
 	"github.com/skein-net/skein/control/ipam"
 	"github.com/skein-net/skein/control/kube"
@@ -117,7 +118,8 @@ func main() {
 	if err := r.SetupWithManager(mgr); err != nil {
 		fail(err)
 	}
-	nr := &nodectl.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Overlay: overlayHosts, External: externalHosts}
+	overlay := &addrs.Overlay{Hosts: overlayHosts, Reader: mgr.GetAPIReader()}
+	nr := &nodectl.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Overlay: overlay, External: externalHosts}
 	if err := nr.SetupWithManager(mgr); err != nil {
 		fail(err)
 	}

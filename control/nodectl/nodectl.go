@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
+	"github.com/skein-net/skein/control/addrs"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/ipam"
 )
@@ -25,8 +26,8 @@ import (
 type Reconciler struct {
 	Client   client.Client
 	Reader   client.Reader
-	Overlay  *ipam.Hosts // internal CIDR
-	External *ipam.Hosts // external CIDR
+	Overlay  *addrs.Overlay // internal CIDR, shared with the gateways
+	External *ipam.Hosts    // external CIDR
 
 	once    sync.Once
 	onceErr error
@@ -50,11 +51,6 @@ func (r *Reconciler) restore(ctx context.Context) error {
 			return
 		}
 		for _, in := range list.Items {
-			if in.Spec.OverlayIP != nil {
-				if a, err := netip.ParseAddr(string(*in.Spec.OverlayIP)); err == nil {
-					r.Overlay.Restore(in.Name, a)
-				}
-			}
 			if in.Spec.ExternalIP != nil {
 				if a, err := netip.ParseAddr(string(*in.Spec.ExternalIP)); err == nil {
 					r.External.Restore(in.Name, a)
@@ -77,14 +73,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.Client.Delete(ctx, in); err != nil && !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("delete InternalNode %s of a removed Node: %w", req.Name, err)
 		}
-		r.Overlay.Release(req.Name)
+		r.Overlay.Release(addrs.NodeKey(req.Name))
 		r.External.Release(req.Name)
 		return ctrl.Result{}, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	ov, err := r.Overlay.Assign(node.Name)
+	ov, err := r.Overlay.Assign(ctx, addrs.NodeKey(node.Name))
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("node %s overlay address: %w", node.Name, err)
 	}

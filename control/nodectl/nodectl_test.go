@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/skein-net/skein/control/addrs"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/apitest"
 	"github.com/skein-net/skein/control/ipam"
@@ -30,7 +31,8 @@ func start(t *testing.T, env *apitest.Env) func() {
 	}
 	ov, _ := ipam.NewHosts(netip.MustParsePrefix("10.80.0.0/16"), 0)
 	ext, _ := ipam.NewHosts(netip.MustParsePrefix("10.70.0.0/16"), 0)
-	if err := (&nodectl.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Overlay: ov, External: ext}).SetupWithManager(mgr); err != nil {
+	overlay := &addrs.Overlay{Hosts: ov, Reader: mgr.GetAPIReader()}
+	if err := (&nodectl.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Overlay: overlay, External: ext}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
