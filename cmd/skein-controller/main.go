@@ -1,6 +1,7 @@
 // Command skein-controller reconciles skein's API: this cluster's identity, for every
 // Configuration of a peer how this cluster sees the peer's CIDRs (IPAM), and an InternalNode
-// per Node with its overlay and external addresses. Gateways from templates and keys follow.
+// per Node with its overlay and external addresses, and GatewayServers/GatewayClients rendered
+// from their templates with a key pair each.
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 
 	"github.com/skein-net/skein/control/addrs"
 	"github.com/skein-net/skein/control/configctl"
+	"github.com/skein-net/skein/control/gwctl"
 	"github.com/skein-net/skein/control/ipam"
 	"github.com/skein-net/skein/control/kube"
 	"github.com/skein-net/skein/control/nodectl"
@@ -122,6 +124,11 @@ func main() {
 	nr := &nodectl.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Overlay: overlay, External: externalHosts}
 	if err := nr.SetupWithManager(mgr); err != nil {
 		fail(err)
+	}
+	for _, server := range []bool{true, false} {
+		if err := (&gwctl.Reconciler{Client: mgr.GetClient(), Overlay: overlay, Server: server}).SetupWithManager(mgr); err != nil {
+			fail(err)
+		}
 	}
 	if err := mgr.Start(ctx); err != nil {
 		fail(err)
