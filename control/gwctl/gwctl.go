@@ -117,10 +117,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	if controllerutil.AddFinalizer(obj, finalizer) {
-		if err := r.Client.Update(ctx, obj); err != nil {
-			return ctrl.Result{}, err
-		}
-		return ctrl.Result{Requeue: true}, nil
+		// The update is an event of its own: the next pass starts from the stored object.
+		return ctrl.Result{}, r.Client.Update(ctx, obj)
 	}
 	before := obj.DeepCopyObject().(client.Object)
 
