@@ -115,3 +115,48 @@ func TestBadTemplates(t *testing.T) {
 		}
 	}
 }
+
+// TestExamples renders every template variant of examples/networking.
+func TestExamples(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "examples", "networking", "*.yaml"))
+	if err != nil || len(files) < 4 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tmpl netv1alpha1.WgGatewayServerTemplate
+			if err := yaml.UnmarshalStrict(b, &tmpl); err != nil {
+				t.Fatal(err)
+			}
+			r, err := gwtemplate.Render(tmpl.Spec.Template, serverData(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Deployment == nil || r.Service == nil || len(r.Deployment.Template.Spec.Containers) != 1 {
+				t.Fatalf("rendered %+v", r)
+			}
+			switch filepath.Base(f) {
+			case "wireguard-server-ha.yaml":
+				if *r.Deployment.Replicas != 2 || r.Deployment.Template.Spec.Affinity == nil {
+					t.Errorf("replicas %d affinity %v", *r.Deployment.Replicas, r.Deployment.Template.Spec.Affinity)
+				}
+			case "wireguard-server-port-mtu.yaml":
+				if r.Service.Ports[0].Port != 51820 || r.Service.Ports[0].TargetPort.IntValue() != 51900 {
+					t.Errorf("ports %+v", r.Service.Ports)
+				}
+			case "wireguard-server-metrics.yaml":
+				if len(r.Service.Ports) != 2 || r.Deployment.Template.Annotations["prometheus.io/scrape"] != "true" {
+					t.Errorf("service ports %+v, pod annotations %v", r.Service.Ports, r.Deployment.Template.Annotations)
+				}
+			case "wireguard-server-service-annotations.yaml":
+				if r.Annotations["networking.liqo.io/owner"] != "liqo-tenant-b/server" {
+					t.Errorf("annotations %v", r.Annotations)
+				}
+			}
+		})
+	}
+}
