@@ -21,6 +21,7 @@ import (
 	"github.com/skein-net/skein/control/configctl"
 	"github.com/skein-net/skein/control/gwctl"
 	"github.com/skein-net/skein/control/ipam"
+	"github.com/skein-net/skein/control/keyctl"
 	"github.com/skein-net/skein/control/kube"
 	"github.com/skein-net/skein/control/nodectl"
 )
@@ -123,6 +124,9 @@ func main() {
 	overlay := &addrs.Overlay{Hosts: overlayHosts, Reader: mgr.GetAPIReader()}
 	nr := &nodectl.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Overlay: overlay, External: externalHosts}
 	if err := nr.SetupWithManager(mgr); err != nil {
+		fail(err)
+	}
+	if err := (&keyctl.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		fail(err)
 	}
 	for _, server := range []bool{true, false} {

@@ -17,10 +17,20 @@ type PublicKeySpec struct {
 	PublicKey string `json:"publicKey"`
 }
 
+// PublicKeyStatus is what the controller made of a PublicKey.
+type PublicKeyStatus struct {
+	// Conditions: Ready tells whether the key is usable by a gateway (labels and key checked).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
 // PublicKey is the WireGuard public key of the peer cluster's gateway, labelled with the peer's
 // cluster id (liqo.io/remote-cluster-id) and networking.liqo.io/gateway-resource=true.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=liqo;skein,shortName=pubkey
 // +kubebuilder:printcolumn:name="Remote Cluster ID",type=string,JSONPath=`.metadata.labels.liqo\.io/remote-cluster-id`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -28,7 +38,8 @@ type PublicKey struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec PublicKeySpec `json:"spec"`
+	Spec   PublicKeySpec   `json:"spec"`
+	Status PublicKeyStatus `json:"status,omitempty"`
 }
 
 // PublicKeyList is a list of PublicKeys.
