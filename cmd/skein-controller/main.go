@@ -17,13 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/skein-net/skein/control/addrs"
 	"github.com/skein-net/skein/control/configctl"
-	"github.com/skein-net/skein/control/gwctl"
-	"github.com/skein-net/skein/control/ipam"
-	"github.com/skein-net/skein/control/keyctl"
+	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/kube"
-	"github.com/skein-net/skein/control/nodectl"
 )
 
 const usage = `skein-controller reconciles skein's networking.liqo.io API for this cluster.
@@ -73,25 +69,14 @@ func main() {
 	}
 	ctrl.SetLogger(zap.New())
 	log := ctrl.Log.WithName("skein-controller")
-	local := append(prefixes("pod-cidrs", *podCIDRs), prefixes("service-cidr", *serviceCIDR)...)
-	local = append(local, prefixes("external-cidr", *externalCIDR)...)
-	local = append(local, prefixes("internal-cidr", *internalCIDR)...)
-	local = append(local, prefixes("reserved", *reserved)...)
-	alloc, err := ipam.New(prefixes("pools", *pools), local)
-	if err != nil {
-		fail(err)
-	}
 	internal, external := prefixes("internal-cidr", *internalCIDR), prefixes("external-cidr", *externalCIDR)
 	if len(internal) != 1 || len(external) != 1 {
 		fail(fmt.Errorf("--internal-cidr and --external-cidr take one CIDR each"))
 	}
-	overlayHosts, err := ipam.NewHosts(internal[0], 0)
-	if err != nil {
-		fail(err)
-	}
-	externalHosts, err := ipam.NewHosts(external[0], 0)
-	if err != nil {
-		fail(err)
+	opts := controller.Options{
+		PodCIDRs: prefixes("pod-cidrs", *podCIDRs), ServiceCIDRs: prefixes("service-cidr", *serviceCIDR),
+		Reserved: prefixes("reserved", *reserved), Pools: prefixes("pools", *pools),
+		ExternalCIDR: external[0], InternalCIDR: internal[0],
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -117,22 +102,8 @@ func main() {
 		fail(err)
 	}
 	log.Info("cluster identity", "clusterID", id, "namespace", *namespace)
-	r := &configctl.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), IPAM: alloc}
-	if err := r.SetupWithManager(mgr); err != nil {
+	if err := controller.Setup(mgr, opts); err != nil {
 		fail(err)
-	}
-	overlay := &addrs.Overlay{Hosts: overlayHosts, Reader: mgr.GetAPIReader()}
-	nr := &nodectl.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Overlay: overlay, External: externalHosts}
-	if err := nr.SetupWithManager(mgr); err != nil {
-		fail(err)
-	}
-	if err := (&keyctl.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-		fail(err)
-	}
-	for _, server := range []bool{true, false} {
-		if err := (&gwctl.Reconciler{Client: mgr.GetClient(), Overlay: overlay, Server: server}).SetupWithManager(mgr); err != nil {
-			fail(err)
-		}
 	}
 	if err := mgr.Start(ctx); err != nil {
 		fail(err)
