@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -81,6 +82,8 @@ type Reconciler struct {
 	// Reader reads straight from the API server (the manager's APIReader), for start-up.
 	Reader client.Reader
 	IPAM   *ipam.Allocator
+	// Events, if set, receives a warning for every condition that is not Ready.
+	Events events.EventRecorder
 
 	restore sync.Once
 	restErr error
@@ -211,6 +214,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 func (r *Reconciler) notReady(ctx context.Context, c *netv1alpha1.Configuration, reason, msg string) error {
+	if r.Events != nil {
+		r.Events.Eventf(c, nil, corev1.EventTypeWarning, reason, "Map", "%s", msg)
+	}
 	patch := client.MergeFrom(c.DeepCopy())
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: conditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: c.Generation})
 	return r.Client.Status().Patch(ctx, c, patch)

@@ -47,13 +47,13 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return err
 	}
 	overlay := &addrs.Overlay{Hosts: overlayHosts, Reader: mgr.GetAPIReader()}
-	c, reader := mgr.GetClient(), mgr.GetAPIReader()
+	c, reader, ev := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("skein-controller")
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		&configctl.Reconciler{Client: c, Reader: reader, IPAM: alloc},
+		&configctl.Reconciler{Client: c, Reader: reader, IPAM: alloc, Events: ev},
 		&nodectl.Reconciler{Client: c, Reader: reader, Overlay: overlay, External: externalHosts},
 		&keyctl.Reconciler{Client: c},
-		&gwctl.Reconciler{Client: c, Overlay: overlay, Server: true},
-		&gwctl.Reconciler{Client: c, Overlay: overlay, Server: false},
+		&gwctl.Reconciler{Client: c, Overlay: overlay, Server: true, Events: ev},
+		&gwctl.Reconciler{Client: c, Overlay: overlay, Server: false, Events: ev},
 	} {
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err

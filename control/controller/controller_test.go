@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -126,6 +127,32 @@ func TestSpec003(t *testing.T) {
 	if *gc.Status.InternalEndpoint.IP == *gs.Status.InternalEndpoint.IP {
 		t.Errorf("both gateways got overlay address %s", *gc.Status.InternalEndpoint.IP)
 	}
+	// A failure is a Kubernetes Event too: a second Configuration for the same cluster.
+	dup := conf.DeepCopy()
+	dup.ObjectMeta = metav1.ObjectMeta{Name: "dup", Namespace: conf.Namespace, Labels: conf.Labels}
+	dup.Status = netv1alpha1.ConfigurationStatus{}
+	if err := c.Create(ctx, dup); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var evs eventsv1.EventList
+		found := false
+		if err := c.List(ctx, &evs, client.InNamespace(conf.Namespace)); err == nil {
+			for _, e := range evs.Items {
+				found = found || (e.Reason == "DuplicateClusterID" && e.Regarding.Name == "dup" && e.Type == corev1.EventTypeWarning)
+			}
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no DuplicateClusterID event")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.Delete(ctx, dup)
+
 	for _, f := range []string{"publickey-server.yaml", "publickey-client.yaml"} {
 		var keys netv1alpha1.PublicKeyList
 		if err := c.List(ctx, &keys, client.InNamespace(where[f])); err != nil || len(keys.Items) == 0 {

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -45,6 +46,8 @@ type Reconciler struct {
 	Overlay *addrs.Overlay
 	// Server selects GatewayServers (true) or GatewayClients.
 	Server bool
+	// Events, if set, receives a warning for every failed reconcile.
+	Events events.EventRecorder
 }
 
 // SetupWithManager registers the reconciler, watching what it creates.
@@ -161,6 +164,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 func (r *Reconciler) fail(ctx context.Context, g *gateway, before client.Object, reason, msg string) error {
+	if r.Events != nil {
+		r.Events.Eventf(g.obj, nil, corev1.EventTypeWarning, reason, "Deploy", "%s", msg)
+	}
 	meta.SetStatusCondition(g.conds, metav1.Condition{Type: conditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: g.obj.GetGeneration()})
 	return r.Client.Status().Patch(ctx, g.obj, client.MergeFrom(before))
 }
