@@ -63,6 +63,8 @@ func main() {
 	reserved := fs.String("reserved", "", "more CIDRs never given to peers, comma-separated")
 	pools := fs.String("pools", "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16", "remap pools, comma-separated")
 	metrics := fs.String("metrics-listen", ":9473", "address of /metrics (\"0\" disables it)")
+	qps := fs.Float64("kube-api-qps", 50, "requests per second to the API server (client-go's default of 5 makes 100 peerings take a minute)")
+	burst := fs.Int("kube-api-burst", 100, "burst of requests to the API server")
 	leaderElect := fs.Bool("leader-elect", true, "elect one active replica through a Lease in --namespace")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -82,6 +84,7 @@ func main() {
 	if err != nil {
 		fail(fmt.Errorf("reaching the API server: %w", err))
 	}
+	cfg.QPS, cfg.Burst = float32(*qps), *burst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  kube.Scheme(),
 		Metrics:                 metricsserver.Options{BindAddress: *metrics},

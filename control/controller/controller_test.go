@@ -2,9 +2,15 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +30,7 @@ import (
 
 // apply creates the manifest at path, in ns unless it names its own namespace, and returns
 // the namespace it went to.
-func apply(t *testing.T, c client.Client, path, ns string) string {
+func apply(t testing.TB, c client.Client, path, ns string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -157,6 +163,85 @@ func TestSpec003(t *testing.T) {
 		var keys netv1alpha1.PublicKeyList
 		if err := c.List(ctx, &keys, client.InNamespace(where[f])); err != nil || len(keys.Items) == 0 {
 			t.Fatalf("public keys from %s: %d %v", f, len(keys.Items), err)
+		}
+	}
+}
+
+// BenchmarkPeerings100 runs the skein-controller binary against the test API server, creates
+// 100 peerings at once (a Configuration and a GatewayServer each, all on 10.244.0.0/16), and
+// measures the time until every status is filled and the controller's peak RSS.
+func BenchmarkPeerings100(b *testing.B) {
+	env := apitest.Start(b)
+	c := env.Client
+	ctx := context.Background()
+	if err := env.EnsureNamespace(ctx, "liqo"); err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range []string{"wireguard-server.yaml", "wireguard-client.yaml"} {
+		apply(b, c, filepath.Join("..", "..", "deploy", "templates", f), "liqo")
+	}
+	bin := filepath.Join(b.TempDir(), "skein-controller")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/skein-controller").CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	ns := env.Namespace(b, "bench")
+	cmd := exec.Command(bin, "--kubeconfig", env.KubeconfigFile(b), "--namespace", "liqo", "--leader-elect=false", "--metrics-listen", "0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(2 * time.Second)
+	began := time.Now()
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("cluster-%03d", i)
+			labels := map[string]string{netv1alpha1.RemoteClusterIDLabel: id}
+			if err := c.Create(ctx, &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns, Labels: labels},
+				Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}); err != nil {
+				b.Error(err)
+			}
+			if err := c.Create(ctx, &netv1alpha1.GatewayServer{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns, Labels: labels},
+				Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: corev1.ServiceTypeClusterIP},
+					ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server", Namespace: "liqo"}}}); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for {
+		var confs netv1alpha1.ConfigurationList
+		var gws netv1alpha1.GatewayServerList
+		c.List(ctx, &confs, client.InNamespace(ns))
+		c.List(ctx, &gws, client.InNamespace(ns))
+		done := 0
+		for _, cf := range confs.Items {
+			if cf.Status.Remote != nil {
+				done++
+			}
+		}
+		for _, g := range gws.Items {
+			if g.Status.Endpoint != nil && g.Status.InternalEndpoint != nil && g.Status.InternalEndpoint.IP != nil && g.Status.SecretRef != nil {
+				done++
+			}
+		}
+		if done == 200 {
+			break
+		}
+		if time.Since(began) > 2*time.Minute {
+			b.Fatalf("only %d of 200 statuses filled after 2 minutes", done)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b.ReportMetric(time.Since(began).Seconds(), "s/100-peerings")
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	for _, l := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.Atoi(f[1])
+			b.ReportMetric(float64(kb)/1024, "controller-peak-RSS-MiB")
 		}
 	}
 }
