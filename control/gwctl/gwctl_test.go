@@ -224,3 +224,35 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+func TestLoadBalancerEndpoint(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "gwlb")
+	ctx := context.Background()
+	installTemplates(t, c, ns)
+	stop := start(t, env)
+	defer stop()
+	lbIP := "203.0.113.7"
+	gs := &netv1alpha1.GatewayServer{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b"}},
+		Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: corev1.ServiceTypeLoadBalancer, LoadBalancerIP: &lbIP},
+			ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server"}},
+	}
+	must(t, c.Create(ctx, gs))
+	svc := &corev1.Service{}
+	eventually(t, "service", func() bool { return c.Get(ctx, client.ObjectKeyFromObject(gs), svc) == nil })
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.LoadBalancerIP != lbIP {
+		t.Errorf("service %+v", svc.Spec)
+	}
+	// What a load balancer controller would report.
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP}}
+	must(t, c.Status().Update(ctx, svc))
+	eventually(t, "endpoint", func() bool {
+		c.Get(ctx, client.ObjectKeyFromObject(gs), gs)
+		return gs.Status.Endpoint != nil
+	})
+	if ep := gs.Status.Endpoint; string(ep.Addresses[0]) != lbIP || ep.Port != 51820 {
+		t.Errorf("endpoint %+v", ep)
+	}
+}
