@@ -35,9 +35,11 @@ import (
 const (
 	finalizer = "networking.liqo.io/gateway-resources"
 	// GatewayClusterRole is the ClusterRole (shipped by the chart) bound to every gateway's
-	// ServiceAccount: read its objects, write its status, Connection and Lease.
+	// ServiceAccount in its namespace: read its objects, write its status, Connection and Lease.
 	GatewayClusterRole = "skein-gateway"
-	conditionReady     = "Ready"
+	// GatewayNodesClusterRole is bound cluster-wide: read Nodes, InternalNodes and Pods.
+	GatewayNodesClusterRole = "skein-gateway-nodes"
+	conditionReady          = "Ready"
 )
 
 // Reconciler handles one kind of gateway.
@@ -250,6 +252,17 @@ func (r *Reconciler) apply(ctx context.Context, owner client.Object, rd *gwtempl
 	}); err != nil {
 		return err
 	}
+	// Cluster-scoped reads need a ClusterRoleBinding; a namespaced gateway cannot own it, so
+	// removeAll deletes it.
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name)}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, crb, func() error {
+		crb.Labels = labels
+		crb.RoleRef = rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: GatewayNodesClusterRole}
+		crb.Subjects = []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("ClusterRoleBinding %s: %w", crb.Name, err)
+	}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
 	if err := r.createOrUpdate(ctx, owner, dep, func() {
 		dep.Labels, dep.Annotations = labels, rd.Annotations
@@ -369,6 +382,9 @@ func (r *Reconciler) activeNodeAddress(ctx context.Context, g *netv1alpha1.Gatew
 	return "", "no active gateway pod yet", nil
 }
 
+// clusterBindingName names a gateway's ClusterRoleBinding.
+func clusterBindingName(ns, name string) string { return "skein-gateway-" + ns + "-" + name }
+
 // removeAll deletes what the gateway owns (the API server's garbage collector would too, but
 // it may not run, and users expect a deleted gateway to be gone at once) and its Connection.
 func (r *Reconciler) removeAll(ctx context.Context, owner client.Object) error {
@@ -379,6 +395,7 @@ func (r *Reconciler) removeAll(ctx context.Context, owner client.Object) error {
 		&appsv1.Deployment{ObjectMeta: meta}, &corev1.Service{ObjectMeta: meta}, &rbacv1.RoleBinding{ObjectMeta: meta},
 		&corev1.ServiceAccount{ObjectMeta: meta}, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-wg-key", Namespace: ns}},
 		&netv1alpha1.Connection{ObjectMeta: meta},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name)}},
 	} {
 		if err := r.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete %T %s/%s: %w", obj, ns, obj.GetName(), err))

@@ -110,6 +110,7 @@ func TestGatewayServer(t *testing.T) {
 	must(t, c.Get(ctx, key, svc))
 	must(t, c.Get(ctx, key, &corev1.ServiceAccount{}))
 	must(t, c.Get(ctx, key, &rbacv1.RoleBinding{}))
+	must(t, c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + ns + "-server"}, &rbacv1.ClusterRoleBinding{}))
 	if args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--gateway-name=server") || !strings.Contains(args, "--listen-port=51820") {
 		t.Errorf("deployment args %q", args)
 	}
@@ -160,7 +161,8 @@ func TestGatewayServer(t *testing.T) {
 	eventually(t, "cleanup", func() bool {
 		gone := func(o client.Object, k client.ObjectKey) bool { return apierrors.IsNotFound(c.Get(ctx, k, o)) }
 		return gone(&netv1alpha1.GatewayServer{}, key) && gone(&appsv1.Deployment{}, key) && gone(&corev1.Service{}, key) &&
-			gone(&corev1.ServiceAccount{}, key) && gone(&rbacv1.RoleBinding{}, key) && gone(&corev1.Secret{}, client.ObjectKeyFromObject(secret))
+			gone(&corev1.ServiceAccount{}, key) && gone(&rbacv1.RoleBinding{}, key) && gone(&corev1.Secret{}, client.ObjectKeyFromObject(secret)) &&
+			gone(&rbacv1.ClusterRoleBinding{}, client.ObjectKey{Name: "skein-gateway-" + ns + "-server"})
 	})
 }
 
