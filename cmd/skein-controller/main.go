@@ -19,6 +19,7 @@ import (
 
 	"github.com/skein-net/skein/control/configctl"
 	"github.com/skein-net/skein/control/controller"
+	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/control/kube"
 )
 
@@ -104,7 +105,11 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	log.Info("cluster identity", "clusterID", id, "namespace", *namespace)
+	log.Info("cluster identity", "clusterID", id, "name", identity.ClusterName(id), "namespace", *namespace)
+	if err := identity.PublishNetwork(ctx, direct, *namespace, identity.Network{PodCIDRs: opts.PodCIDRs, ServiceCIDRs: opts.ServiceCIDRs,
+		Reserved: opts.Reserved, ExternalCIDR: opts.ExternalCIDR, InternalCIDR: opts.InternalCIDR}); err != nil {
+		fail(fmt.Errorf("publishing the network parameters: %w", err))
+	}
 	if err := controller.Setup(mgr, opts); err != nil {
 		fail(err)
 	}

@@ -1,0 +1,347 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/identity"
+	"github.com/skein-net/skein/control/keyctl"
+	"github.com/skein-net/skein/control/kube"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+type globals struct {
+	kubeconfig string
+	namespace  string
+	timeout    time.Duration
+	out, err   io.Writer
+}
+
+func newRoot(out, errw io.Writer) *cobra.Command {
+	g := &globals{out: out, err: errw}
+	root := &cobra.Command{
+		Use:   "skeinctl",
+		Short: "Peer Kubernetes clusters' networks with skein",
+		Long: `skeinctl sets up and inspects skein's cross-cluster networking. Where the Liqo documentation
+says liqoctl, type skeinctl: the network workflows, their flags and their output are the same.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(out)
+	root.SetErr(errw)
+	root.PersistentFlags().StringVar(&g.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster (default: $KUBECONFIG, then ~/.kube/config)")
+	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "liqo", "namespace skein is installed in")
+	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 2*time.Minute, "how long to wait for the API and for objects to become ready")
+	root.AddCommand(versionCmd(g), generateCmd(g), createCmd(g))
+	return root
+}
+
+func versionCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "version",
+		Short:   "Print skeinctl's version",
+		Example: "  skeinctl version",
+		Args:    cobra.NoArgs,
+		Run:     func(*cobra.Command, []string) { fmt.Fprintf(g.out, "skeinctl %s\n", version) },
+	}
+}
+
+// client builds a client for the kubeconfig and checks the API server answers.
+func (g *globals) client(ctx context.Context, kubeconfig string) (client.Client, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("reading kubeconfig %q: %w (pass --kubeconfig, or set KUBECONFIG)", kubeconfig, err)
+	}
+	cfg.Timeout = 30 * time.Second
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme()})
+	if err != nil {
+		return nil, fmt.Errorf("API server %s: %w", cfg.Host, err)
+	}
+	if err := c.List(ctx, &corev1.NamespaceList{}, client.Limit(1)); err != nil {
+		return nil, fmt.Errorf("API server %s is not reachable: %w", cfg.Host, err)
+	}
+	return c, nil
+}
+
+// printObj writes obj as YAML (default) or JSON, without an empty status.
+func printObj(w io.Writer, format string, obj any) error {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return err
+	}
+	if st, ok := m["status"].(map[string]any); ok && len(st) == 0 {
+		delete(m, "status")
+	}
+	obj = m
+	switch format {
+	case "", "yaml":
+		b, err := yaml.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	case "json":
+		b, err := json.MarshalIndent(obj, "", "    ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, string(b))
+		return err
+	}
+	return fmt.Errorf("output format %q: want yaml or json", format)
+}
+
+var typeMeta = func(kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: kind}
+}
+
+func generateCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "generate", Short: "Generate the resources a peer cluster applies"}
+	var output string
+	conf := &cobra.Command{
+		Use:   "configuration",
+		Short: "Generate this cluster's Configuration, to apply in the peer cluster",
+		Long: `Print the Configuration describing this cluster's network (its pod and external CIDRs),
+labelled with this cluster's id. Apply it in the peer cluster; the peer's skein-controller then
+decides how it sees these CIDRs (remapping them if they clash with its own).`,
+		Example: `  skeinctl --kubeconfig $KUBE_SERVER generate configuration > conf-server.yaml
+  kubectl --kubeconfig $KUBE_CLIENT apply -f conf-server.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
+			defer cancel()
+			cl, err := g.client(ctx, g.kubeconfig)
+			if err != nil {
+				return err
+			}
+			id, err := identity.ReadClusterID(ctx, cl, g.namespace)
+			if err != nil {
+				return err
+			}
+			n, err := identity.ReadNetwork(ctx, cl, g.namespace)
+			if err != nil {
+				return err
+			}
+			return printObj(g.out, output, &netv1alpha1.Configuration{
+				TypeMeta:   typeMeta("Configuration"),
+				ObjectMeta: metav1.ObjectMeta{Name: identity.ClusterName(id), Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: id}},
+				Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{
+					Pod: netv1alpha1.CIDR(n.PodCIDRs[0].String()), External: netv1alpha1.CIDR(n.ExternalCIDR.String())}}},
+			})
+		},
+	}
+	conf.Flags().StringVarP(&output, "output", "o", "yaml", "output format: yaml or json")
+
+	var gwType, gwName, gwNamespace string
+	pub := &cobra.Command{
+		Use:   "publickey",
+		Short: "Generate the PublicKey of one of this cluster's gateways, to apply in the peer cluster",
+		Long: `Print the PublicKey holding the WireGuard public key of this cluster's GatewayServer or
+GatewayClient, labelled with this cluster's id. Apply it in the peer cluster.`,
+		Example: `  skeinctl generate publickey --gateway-type client --gateway-name client
+  skeinctl generate publickey --gateway-type server --gateway-name server -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if gwType != "server" && gwType != "client" {
+				return fmt.Errorf("--gateway-type %q: want server or client", gwType)
+			}
+			if gwName == "" {
+				return fmt.Errorf("--gateway-name is required")
+			}
+			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
+			defer cancel()
+			cl, err := g.client(ctx, g.kubeconfig)
+			if err != nil {
+				return err
+			}
+			id, err := identity.ReadClusterID(ctx, cl, g.namespace)
+			if err != nil {
+				return err
+			}
+			ns := gwNamespace
+			if ns == "" {
+				ns = "default"
+			}
+			var ref *netv1alpha1.ObjectRef
+			if gwType == "server" {
+				gs := &netv1alpha1.GatewayServer{}
+				if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: gwName}, gs); err != nil {
+					return fmt.Errorf("gatewayserver %s/%s: %w", ns, gwName, err)
+				}
+				ref = gs.Status.SecretRef
+			} else {
+				gc := &netv1alpha1.GatewayClient{}
+				if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: gwName}, gc); err != nil {
+					return fmt.Errorf("gatewayclient %s/%s: %w", ns, gwName, err)
+				}
+				ref = gc.Status.SecretRef
+			}
+			if ref == nil {
+				return fmt.Errorf("gateway %s/%s has no key Secret yet (status.secretRef); is skein-controller running?", ns, gwName)
+			}
+			s := &corev1.Secret{}
+			sns := ref.Namespace
+			if sns == "" {
+				sns = ns
+			}
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: sns, Name: ref.Name}, s); err != nil {
+				return fmt.Errorf("secret %s/%s: %w", sns, ref.Name, err)
+			}
+			pk, err := keyctl.ForPeer(s, id, "")
+			if err != nil {
+				return err
+			}
+			pk.Name = identity.ClusterName(id)
+			return printObj(g.out, output, pk)
+		},
+	}
+	pub.Flags().StringVar(&gwType, "gateway-type", "", "the gateway's role: server or client")
+	pub.Flags().StringVar(&gwName, "gateway-name", "", "name of the GatewayServer or GatewayClient")
+	pub.Flags().StringVar(&gwNamespace, "gateway-namespace", "default", "namespace of the gateway")
+	pub.Flags().StringVarP(&output, "output", "o", "yaml", "output format: yaml or json")
+	cmd.AddCommand(conf, pub)
+	return cmd
+}
+
+func createCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "create", Short: "Create gateway resources (or print them with -o)"}
+	var (
+		remoteID, serviceType, lbIP, output, serverTemplate, clientTemplate, templateNS, gwNamespace string
+		port, nodePort, mtu                                                                          int32
+		addresses                                                                                    []string
+	)
+	apply := func(c *cobra.Command, obj client.Object) error {
+		if output != "" {
+			return printObj(g.out, output, obj)
+		}
+		ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
+		defer cancel()
+		cl, err := g.client(ctx, g.kubeconfig)
+		if err != nil {
+			return err
+		}
+		if err := cl.Create(ctx, obj); err != nil {
+			return fmt.Errorf("create %s %s/%s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName(), err)
+		}
+		fmt.Fprintf(g.out, "INFO   %s %s/%s created\n", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName())
+		return nil
+	}
+	server := &cobra.Command{
+		Use:   "gatewayserver NAME",
+		Short: "Create a GatewayServer: the side of a peering that listens",
+		Example: `  skeinctl create gatewayserver server --remote-cluster-id 35d83766-f466-46ef-b5b3-d253b6d465f1 --service-type NodePort -o yaml
+  skeinctl create gatewayserver server --remote-cluster-id ID --service-type LoadBalancer --load-balancer-ip 203.0.113.7`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if remoteID == "" {
+				return fmt.Errorf("--remote-cluster-id is required")
+			}
+			if err := checkMTU(mtu); err != nil {
+				return err
+			}
+			st := corev1.ServiceType(serviceType)
+			if st != corev1.ServiceTypeNodePort && st != corev1.ServiceTypeLoadBalancer && st != corev1.ServiceTypeClusterIP {
+				return fmt.Errorf("--service-type %q: want NodePort, LoadBalancer or ClusterIP", serviceType)
+			}
+			gs := &netv1alpha1.GatewayServer{
+				TypeMeta:   typeMeta("GatewayServer"),
+				ObjectMeta: metav1.ObjectMeta{Name: args[0], Namespace: gwNamespace, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: remoteID}},
+				Spec: netv1alpha1.GatewayServerSpec{
+					Endpoint: netv1alpha1.ServerEndpoint{Port: port, ServiceType: st},
+					MTU:      mtu,
+					ServerTemplateRef: netv1alpha1.TemplateRef{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "WgGatewayServerTemplate",
+						Name: serverTemplate, Namespace: templateNS},
+				},
+			}
+			if nodePort != 0 {
+				gs.Spec.Endpoint.NodePort = &nodePort
+			}
+			if lbIP != "" {
+				if _, err := netip.ParseAddr(lbIP); err != nil {
+					return fmt.Errorf("--load-balancer-ip %q: %w", lbIP, err)
+				}
+				gs.Spec.Endpoint.LoadBalancerIP = &lbIP
+			}
+			return apply(c, gs)
+		},
+	}
+	clientCmd := &cobra.Command{
+		Use:     "gatewayclient NAME",
+		Short:   "Create a GatewayClient: the side of a peering that connects to the peer's server",
+		Example: `  skeinctl create gatewayclient client --remote-cluster-id ef7a1f41-c753-4a0e-83e5-bed013e7fe4f --addresses 10.42.3.54 --port 32133 -o yaml`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if remoteID == "" {
+				return fmt.Errorf("--remote-cluster-id is required")
+			}
+			if len(addresses) == 0 {
+				return fmt.Errorf("--addresses is required: the peer's GatewayServer status.endpoint.addresses")
+			}
+			if err := checkMTU(mtu); err != nil {
+				return err
+			}
+			var addrs []netv1alpha1.Address
+			for _, a := range addresses {
+				addrs = append(addrs, netv1alpha1.Address(strings.TrimSpace(a)))
+			}
+			gc := &netv1alpha1.GatewayClient{
+				TypeMeta:   typeMeta("GatewayClient"),
+				ObjectMeta: metav1.ObjectMeta{Name: args[0], Namespace: gwNamespace, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: remoteID}},
+				Spec: netv1alpha1.GatewayClientSpec{
+					Endpoint: netv1alpha1.Endpoint{Addresses: addrs, Port: port, Protocol: "UDP"},
+					MTU:      mtu,
+					ClientTemplateRef: netv1alpha1.TemplateRef{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "WgGatewayClientTemplate",
+						Name: clientTemplate, Namespace: templateNS},
+				},
+			}
+			return apply(c, gc)
+		},
+	}
+	for _, c := range []*cobra.Command{server, clientCmd} {
+		c.Flags().StringVar(&remoteID, "remote-cluster-id", "", "the peer cluster's id (required)")
+		c.Flags().Int32Var(&port, "port", 51820, "the gateway's UDP port (server: the Service port; client: the server's port)")
+		c.Flags().Int32Var(&mtu, "mtu", 1340, "the tunnel MTU; the same on both sides")
+		c.Flags().StringVar(&templateNS, "template-namespace", "liqo", "namespace of the gateway template")
+		c.Flags().StringVar(&gwNamespace, "gateway-namespace", "default", "namespace of the gateway")
+		c.Flags().StringVarP(&output, "output", "o", "", "print the resource (yaml or json) instead of creating it")
+	}
+	server.Flags().StringVar(&serviceType, "service-type", "LoadBalancer", "type of the gateway Service: NodePort, LoadBalancer or ClusterIP")
+	server.Flags().Int32Var(&nodePort, "node-port", 0, "force this node port (30000-32767); 0 lets Kubernetes choose")
+	server.Flags().StringVar(&lbIP, "load-balancer-ip", "", "ask the load balancer for this IP; empty lets it choose")
+	server.Flags().StringVar(&serverTemplate, "template-name", "wireguard-server", "name of the WgGatewayServerTemplate")
+	clientCmd.Flags().StringSliceVar(&addresses, "addresses", nil, "the server's addresses (IPs or names), comma-separated")
+	clientCmd.Flags().StringVar(&clientTemplate, "template-name", "wireguard-client", "name of the WgGatewayClientTemplate")
+	cmd.AddCommand(server, clientCmd)
+	return cmd
+}
+
+func checkMTU(mtu int32) error {
+	if mtu < 576 || mtu > 9000 {
+		return fmt.Errorf("--mtu %d: want 576-9000 (and the same on both sides)", mtu)
+	}
+	return nil
+}

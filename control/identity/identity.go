@@ -1,0 +1,133 @@
+// Package identity is what a cluster publishes about itself for skeinctl and its peers: its
+// id (ConfigMap liqo-clusterid-configmap), a friendly name derived from the id, and its
+// network parameters (ConfigMap skein-network, written by skein-controller).
+package identity
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ConfigMap names and keys.
+const (
+	ClusterIDConfigMap = "liqo-clusterid-configmap"
+	ClusterIDKey       = "CLUSTER_ID"
+	NetworkConfigMap   = "skein-network"
+)
+
+var adjectives = []string{"amber", "brave", "calm", "crimson", "damp", "dry", "eager", "fancy", "gentle", "hidden",
+	"icy", "jolly", "keen", "lively", "misty", "noble", "odd", "proud", "quiet", "rapid", "silent", "tidy", "urban", "vivid",
+	"wild", "young", "zesty", "bold", "cool", "dark", "early", "fresh"}
+var nouns = []string{"field", "paper", "rain", "feather", "river", "stone", "cloud", "forest", "meadow", "harbor",
+	"island", "lake", "mountain", "night", "ocean", "pine", "resonance", "shadow", "snow", "star", "sun", "thunder",
+	"valley", "wave", "wind", "brook", "cliff", "dawn", "dune", "ember", "frost", "glade"}
+
+// ClusterName is the friendly name of a cluster id (such as dry-paper): stable, derived from
+// the id, used to name the objects a cluster hands to its peers.
+func ClusterName(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return adjectives[int(h[0])%len(adjectives)] + "-" + nouns[int(h[1])%len(nouns)]
+}
+
+// Network is a cluster's network parameters.
+type Network struct {
+	PodCIDRs, ServiceCIDRs, Reserved []netip.Prefix
+	ExternalCIDR, InternalCIDR       netip.Prefix
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func splitPrefixes(key, s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not a CIDR", key, f)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// PublishNetwork writes n into the skein-network ConfigMap of namespace.
+func PublishNetwork(ctx context.Context, c client.Client, namespace string, n Network) error {
+	data := map[string]string{
+		"podCIDRs": joinPrefixes(n.PodCIDRs), "serviceCIDRs": joinPrefixes(n.ServiceCIDRs), "reserved": joinPrefixes(n.Reserved),
+		"externalCIDR": n.ExternalCIDR.String(), "internalCIDR": n.InternalCIDR.String(),
+	}
+	cm := &corev1.ConfigMap{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: NetworkConfigMap}, cm)
+	if apierrors.IsNotFound(err) {
+		return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: NetworkConfigMap}, Data: data})
+	}
+	if err != nil {
+		return err
+	}
+	cm.Data = data
+	return c.Update(ctx, cm)
+}
+
+// ReadNetwork reads the skein-network ConfigMap of namespace.
+func ReadNetwork(ctx context.Context, c client.Client, namespace string) (*Network, error) {
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: NetworkConfigMap}, cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("configmap %s/%s not found: is skein installed (and skein-controller running) in namespace %s?", namespace, NetworkConfigMap, namespace)
+		}
+		return nil, err
+	}
+	var n Network
+	var err error
+	if n.PodCIDRs, err = splitPrefixes("podCIDRs", cm.Data["podCIDRs"]); err != nil {
+		return nil, err
+	}
+	if n.ServiceCIDRs, err = splitPrefixes("serviceCIDRs", cm.Data["serviceCIDRs"]); err != nil {
+		return nil, err
+	}
+	if n.Reserved, err = splitPrefixes("reserved", cm.Data["reserved"]); err != nil {
+		return nil, err
+	}
+	if n.ExternalCIDR, err = netip.ParsePrefix(cm.Data["externalCIDR"]); err != nil {
+		return nil, fmt.Errorf("externalCIDR: %w", err)
+	}
+	if n.InternalCIDR, err = netip.ParsePrefix(cm.Data["internalCIDR"]); err != nil {
+		return nil, fmt.Errorf("internalCIDR: %w", err)
+	}
+	if len(n.PodCIDRs) == 0 {
+		return nil, fmt.Errorf("configmap %s/%s has no podCIDRs", namespace, NetworkConfigMap)
+	}
+	return &n, nil
+}
+
+// ReadClusterID reads the cluster id.
+func ReadClusterID(ctx context.Context, c client.Client, namespace string) (string, error) {
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ClusterIDConfigMap}, cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("configmap %s/%s not found: is skein installed in namespace %s?", namespace, ClusterIDConfigMap, namespace)
+		}
+		return "", err
+	}
+	id := cm.Data[ClusterIDKey]
+	if id == "" {
+		return "", fmt.Errorf("configmap %s/%s has no %s", namespace, ClusterIDConfigMap, ClusterIDKey)
+	}
+	return id, nil
+}
