@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/apitest"
+	"github.com/skein-net/skein/control/controller"
+	"github.com/skein-net/skein/control/identity"
+)
+
+// cluster starts an API server with skein "installed": the identity ConfigMaps and the
+// controller running in-process.
+func cluster(t *testing.T, id string) (*apitest.Env, string) {
+	env := apitest.Start(t)
+	ctx := context.Background()
+	must(t, env.EnsureNamespace(ctx, "liqo"))
+	must(t, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: identity.ClusterIDConfigMap, Namespace: "liqo"},
+		Data: map[string]string{identity.ClusterIDKey: id}}))
+	p := netip.MustParsePrefix
+	opts := controller.Options{PodCIDRs: []netip.Prefix{p("10.244.0.0/16")}, ServiceCIDRs: []netip.Prefix{p("10.96.0.0/12")},
+		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16")}
+	must(t, identity.PublishNetwork(ctx, env.Client, "liqo", identity.Network{PodCIDRs: opts.PodCIDRs, ServiceCIDRs: opts.ServiceCIDRs,
+		ExternalCIDR: opts.ExternalCIDR, InternalCIDR: opts.InternalCIDR}))
+	skip := true
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: &skip}})
+	must(t, err)
+	must(t, controller.Setup(mgr, opts))
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return env, env.KubeconfigFile(t)
+}
+
+func TestNetworkInitReset(t *testing.T) {
+	const idA, idB = "ef7a1f41-c753-4a0e-83e5-bed013e7fe4f", "506f88d4-9918-4848-ab74-2a75ae32647f"
+	a, kcA := cluster(t, idA)
+	b, kcB := cluster(t, idB)
+	out, err := run(t, "--kubeconfig", kcA, "network", "init", "--remote-kubeconfig", kcB, "--wait")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	golden(t, "network-init", out)
+	ctx := context.Background()
+	for _, s := range []struct {
+		env  *apitest.Env
+		peer string
+	}{{a, idB}, {b, idA}} {
+		var confs netv1alpha1.ConfigurationList
+		must(t, s.env.Client.List(ctx, &confs, client.InNamespace(tenantNamespace(s.peer))))
+		if len(confs.Items) != 1 || confs.Items[0].Status.Remote == nil || confs.Items[0].Status.Remote.CIDR.Pod == "10.244.0.0/16" {
+			t.Fatalf("configurations of %s: %+v", s.peer, confs.Items)
+		}
+	}
+	// Again: nothing changes, and it says so.
+	out, err = run(t, "--kubeconfig", kcA, "network", "init", "--remote-kubeconfig", kcB)
+	if err != nil || strings.Count(out, "Configuration already applied") != 2 {
+		t.Errorf("second init: %v\n%s", err, out)
+	}
+	// reset needs --yes without a terminal.
+	if _, err := run(t, "--kubeconfig", kcA, "network", "reset", "--remote-kubeconfig", kcB); err == nil || !strings.Contains(err.Error(), "--yes") {
+		t.Errorf("reset without --yes: %v", err)
+	}
+	out, err = run(t, "--kubeconfig", kcA, "network", "reset", "--remote-kubeconfig", kcB, "--yes", "--wait")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	golden(t, "network-reset", out)
+	for _, s := range []struct {
+		env  *apitest.Env
+		peer string
+	}{{a, idB}, {b, idA}} {
+		var confs netv1alpha1.ConfigurationList
+		must(t, s.env.Client.List(ctx, &confs, client.InNamespace(tenantNamespace(s.peer))))
+		if len(confs.Items) != 0 {
+			t.Errorf("configurations left after reset: %d", len(confs.Items))
+		}
+	}
+	// A cluster cannot peer with itself.
+	if _, err := run(t, "--kubeconfig", kcA, "network", "init", "--remote-kubeconfig", kcA); err == nil || !strings.Contains(err.Error(), "itself") {
+		t.Errorf("self-peering: %v", err)
+	}
+	if _, err := run(t, "--kubeconfig", kcA, "network", "init"); err == nil || !strings.Contains(err.Error(), "--remote-kubeconfig is required") {
+		t.Errorf("no remote: %v", err)
+	}
+}
