@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/identity"
+	"github.com/skein-net/skein/control/keyctl"
 )
 
 // side is one cluster of a peering as skeinctl works on it.
@@ -85,7 +87,7 @@ is destructive: skeinctl asks for confirmation on a terminal; pass --yes to skip
 		},
 	}
 	resetCmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
-	cmd.AddCommand(initCmd, resetCmd)
+	cmd.AddCommand(initCmd, connectCmd(g, o), disconnectCmd(g, o), resetCmd)
 	return cmd
 }
 
@@ -202,7 +204,41 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 	return nil
 }
 
+func disconnectCmd(g *globals, o *networkOpts) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "disconnect",
+		Short: "Remove the tunnel between the two clusters, keeping their network configurations",
+		Long: `Delete the GatewayClient here and the GatewayServer in the remote cluster (with everything
+they created) and the public keys exchanged for them. skeinctl asks for confirmation on a
+terminal; pass --yes to skip the question.`,
+		Example: `  skeinctl network disconnect --kubeconfig PATH_TO_CLUSTER_1_KUBECONFIG --remote-kubeconfig PATH_TO_CLUSTER_2_KUBECONFIG --wait`,
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := g.confirm("network disconnect", o.yes); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
+			defer cancel()
+			l, r, err := g.sides(ctx, o)
+			if err != nil {
+				return err
+			}
+			return g.disconnect(ctx, l, r, o.wait)
+		},
+	}
+	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
+	return cmd
+}
+
 func (g *globals) reset(ctx context.Context, l, r *side, wait bool) error {
+	if err := g.disconnect(ctx, l, r, wait); err != nil {
+		return err
+	}
+	return g.deleteConfigurations(ctx, l, r, wait)
+}
+
+// disconnect removes both sides' gateways of the peering and the public keys.
+func (g *globals) disconnect(ctx context.Context, l, r *side, wait bool) error {
 	for _, s := range []*side{l, r} {
 		peer := r
 		if s == r {
@@ -229,7 +265,21 @@ func (g *globals) reset(ctx context.Context, l, r *side, wait bool) error {
 			}
 			g.info(s, "Gateway server correctly deleted")
 		}
+		var keys netv1alpha1.PublicKeyList
+		if err := s.c.List(ctx, &keys, client.InNamespace(ns), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: peer.id}); err != nil {
+			return fmt.Errorf("(%s) %w", s.label, err)
+		}
+		for i := range keys.Items {
+			if err := deleteAndWait(ctx, s.c, &keys.Items[i], wait); err != nil {
+				return fmt.Errorf("(%s) %w", s.label, err)
+			}
+		}
 	}
+	return nil
+}
+
+// deleteConfigurations removes both sides' Configurations of each other.
+func (g *globals) deleteConfigurations(ctx context.Context, l, r *side, wait bool) error {
 	for _, s := range []*side{l, r} {
 		peer := r
 		if s == r {
@@ -289,4 +339,265 @@ func waitFor(ctx context.Context, ok func() (bool, error)) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+type connectOpts struct {
+	serviceType, lbIP string
+	port, nodePort    int32
+	mtu               int32
+}
+
+func connectCmd(g *globals, o *networkOpts) *cobra.Command {
+	c := &connectOpts{}
+	cmd := &cobra.Command{
+		Use:   "connect",
+		Short: "Connect this cluster (client) to the remote cluster (server) through a tunnel",
+		Long: `Initialise the network if needed, create a GatewayServer in the remote cluster and a
+GatewayClient here pointing at it, and exchange the gateways' public keys. With --wait, wait
+until the gateway pods are ready and the Connection is established on both sides. Running it
+again changes nothing.`,
+		Example: `  skeinctl network connect --kubeconfig PATH_TO_CLUSTER_1_KUBECONFIG --remote-kubeconfig PATH_TO_CLUSTER_2_KUBECONFIG --server-service-type NodePort --wait`,
+		Args:    cobra.NoArgs,
+		RunE: func(cc *cobra.Command, _ []string) error {
+			if err := checkMTU(c.mtu); err != nil {
+				return err
+			}
+			st := corev1.ServiceType(c.serviceType)
+			if st != corev1.ServiceTypeNodePort && st != corev1.ServiceTypeLoadBalancer && st != corev1.ServiceTypeClusterIP {
+				return fmt.Errorf("--server-service-type %q: want NodePort, LoadBalancer or ClusterIP", c.serviceType)
+			}
+			ctx, cancel := context.WithTimeout(cc.Context(), g.timeout)
+			defer cancel()
+			l, r, err := g.sides(ctx, o)
+			if err != nil {
+				return err
+			}
+			return g.connect(ctx, l, r, c, o.wait)
+		},
+	}
+	cmd.Flags().StringVar(&c.serviceType, "server-service-type", "LoadBalancer", "type of the gateway server's Service: NodePort, LoadBalancer or ClusterIP")
+	cmd.Flags().Int32Var(&c.port, "server-port", 51820, "port of the gateway server's Service")
+	cmd.Flags().Int32Var(&c.nodePort, "node-port", 0, "force this node port; 0 lets Kubernetes choose")
+	cmd.Flags().StringVar(&c.lbIP, "load-balancer-ip", "", "ask the load balancer for this IP; empty lets it choose")
+	cmd.Flags().Int32Var(&c.mtu, "mtu", 1340, "MTU of the tunnel; must be the same on both sides")
+	return cmd
+}
+
+func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait bool) error {
+	quiet := &globals{kubeconfig: g.kubeconfig, namespace: g.namespace, timeout: g.timeout, out: io.Discard, err: g.err}
+	if err := quiet.init(ctx, l, r, true); err != nil {
+		return err
+	}
+	g.info(l, "Network correctly initialized")
+	g.info(r, "Network correctly initialized")
+
+	// The server, in the remote cluster, for this (local) cluster.
+	srvNS, srvName := tenantNamespace(l.id), "gw-"+identity.ClusterName(l.id)
+	gs := &netv1alpha1.GatewayServer{}
+	err := r.c.Get(ctx, client.ObjectKey{Namespace: srvNS, Name: srvName}, gs)
+	switch {
+	case apierrors.IsNotFound(err):
+		gs = &netv1alpha1.GatewayServer{
+			ObjectMeta: metav1.ObjectMeta{Name: srvName, Namespace: srvNS, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: l.id}},
+			Spec: netv1alpha1.GatewayServerSpec{
+				Endpoint: netv1alpha1.ServerEndpoint{Port: c.port, ServiceType: corev1.ServiceType(c.serviceType)}, MTU: c.mtu,
+				ServerTemplateRef: netv1alpha1.TemplateRef{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "WgGatewayServerTemplate", Name: "wireguard-server", Namespace: g.namespace},
+			},
+		}
+		if c.nodePort != 0 {
+			gs.Spec.Endpoint.NodePort = &c.nodePort
+		}
+		if c.lbIP != "" {
+			gs.Spec.Endpoint.LoadBalancerIP = &c.lbIP
+		}
+		if err := r.c.Create(ctx, gs); err != nil {
+			return fmt.Errorf("(remote) create gatewayserver %s/%s: %w", srvNS, srvName, err)
+		}
+		g.info(r, "Gateway server correctly set up")
+	case err != nil:
+		return fmt.Errorf("(remote) %w", err)
+	case gs.Spec.MTU != c.mtu:
+		return fmt.Errorf("(remote) gatewayserver %s/%s has MTU %d, not %d: the MTU must be the same on both sides (disconnect first to change it)", srvNS, srvName, gs.Spec.MTU, c.mtu)
+	default:
+		g.info(r, "Gateway server already set up")
+	}
+	if wait {
+		if err := g.waitGatewayPod(ctx, r, srvNS, srvName); err != nil {
+			return err
+		}
+	}
+	if err := waitFor(ctx, func() (bool, error) {
+		err := r.c.Get(ctx, client.ObjectKeyFromObject(gs), gs)
+		return err == nil && gs.Status.Endpoint != nil && len(gs.Status.Endpoint.Addresses) > 0, err
+	}); err != nil {
+		return fmt.Errorf("(remote) waiting for gatewayserver %s/%s to get an endpoint (its Service, a load balancer, a ready gateway pod): %w", srvNS, srvName, err)
+	}
+	g.info(r, "Gateway server Service created successfully")
+
+	// The client, here, for the remote cluster.
+	cliNS, cliName := tenantNamespace(r.id), "gw-"+identity.ClusterName(r.id)
+	gc := &netv1alpha1.GatewayClient{}
+	err = l.c.Get(ctx, client.ObjectKey{Namespace: cliNS, Name: cliName}, gc)
+	endpoint := netv1alpha1.Endpoint{Addresses: gs.Status.Endpoint.Addresses, Port: gs.Status.Endpoint.Port, Protocol: "UDP"}
+	switch {
+	case apierrors.IsNotFound(err):
+		gc = &netv1alpha1.GatewayClient{
+			ObjectMeta: metav1.ObjectMeta{Name: cliName, Namespace: cliNS, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: r.id}},
+			Spec: netv1alpha1.GatewayClientSpec{Endpoint: endpoint, MTU: c.mtu,
+				ClientTemplateRef: netv1alpha1.TemplateRef{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "WgGatewayClientTemplate", Name: "wireguard-client", Namespace: g.namespace}},
+		}
+		if err := l.c.Create(ctx, gc); err != nil {
+			return fmt.Errorf("(local) create gatewayclient %s/%s: %w", cliNS, cliName, err)
+		}
+		g.info(l, "Gateway client correctly set up")
+	case err != nil:
+		return fmt.Errorf("(local) %w", err)
+	case gc.Spec.MTU != c.mtu:
+		return fmt.Errorf("(local) gatewayclient %s/%s has MTU %d, not %d: the MTU must be the same on both sides (disconnect first to change it)", cliNS, cliName, gc.Spec.MTU, c.mtu)
+	default:
+		if !equalEndpoints(gc.Spec.Endpoint, endpoint) {
+			gc.Spec.Endpoint = endpoint
+			if err := l.c.Update(ctx, gc); err != nil {
+				return fmt.Errorf("(local) update gatewayclient %s/%s: %w", cliNS, cliName, err)
+			}
+		}
+		g.info(l, "Gateway client already set up")
+	}
+	if wait {
+		if err := g.waitGatewayPod(ctx, l, cliNS, cliName); err != nil {
+			return err
+		}
+	}
+
+	// Keys: the server's to the local cluster, the client's to the remote one.
+	srvSecret, err := gatewaySecret(ctx, r, gs.Namespace, func() *netv1alpha1.ObjectRef {
+		r.c.Get(ctx, client.ObjectKeyFromObject(gs), gs)
+		return gs.Status.SecretRef
+	})
+	if err != nil {
+		return err
+	}
+	g.info(r, "Gateway server Secret created successfully")
+	if err := applyPublicKey(ctx, l, srvSecret, r.id, tenantNamespace(r.id)); err != nil {
+		return err
+	}
+	g.info(l, "Public key correctly created")
+	cliSecret, err := gatewaySecret(ctx, l, gc.Namespace, func() *netv1alpha1.ObjectRef {
+		l.c.Get(ctx, client.ObjectKeyFromObject(gc), gc)
+		return gc.Status.SecretRef
+	})
+	if err != nil {
+		return err
+	}
+	g.info(l, "Gateway client Secret created successfully")
+	if err := applyPublicKey(ctx, r, cliSecret, l.id, tenantNamespace(l.id)); err != nil {
+		return err
+	}
+	g.info(r, "Public key correctly created")
+	if !wait {
+		return nil
+	}
+	for _, s := range []struct {
+		sd       *side
+		ns, name string
+	}{{r, srvNS, srvName}, {l, cliNS, cliName}} {
+		if err := waitFor(ctx, func() (bool, error) {
+			err := s.sd.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.name}, &netv1alpha1.Connection{})
+			return err == nil, client.IgnoreNotFound(err)
+		}); err != nil {
+			return fmt.Errorf("(%s) waiting for the Connection (created by the gateway): %w", s.sd.label, err)
+		}
+		g.info(s.sd, "Connection created successfully")
+	}
+	for _, s := range []struct {
+		sd       *side
+		ns, name string
+	}{{l, cliNS, cliName}, {r, srvNS, srvName}} {
+		if err := waitFor(ctx, func() (bool, error) {
+			conn := &netv1alpha1.Connection{}
+			err := s.sd.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.name}, conn)
+			return err == nil && conn.Status.Value == netv1alpha1.Connected, err
+		}); err != nil {
+			return fmt.Errorf("(%s) waiting for the Connection to be established (check the gateway's logs): %w", s.sd.label, err)
+		}
+		g.info(s.sd, "Connection is established")
+	}
+	return nil
+}
+
+func equalEndpoints(a, b netv1alpha1.Endpoint) bool {
+	if a.Port != b.Port || len(a.Addresses) != len(b.Addresses) {
+		return false
+	}
+	for i := range a.Addresses {
+		if a.Addresses[i] != b.Addresses[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// waitGatewayPod waits for the gateway's Deployment to have a ready pod and names it.
+func (g *globals) waitGatewayPod(ctx context.Context, s *side, ns, name string) error {
+	var ready string
+	err := waitFor(ctx, func() (bool, error) {
+		var pods corev1.PodList
+		if err := s.c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"networking.liqo.io/gateway": name}); err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+					ready = p.Name
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("(%s) waiting for a ready pod of gateway %s/%s: %w", s.label, ns, name, err)
+	}
+	g.info(s, "Gateway pod %s is ready", ready)
+	return nil
+}
+
+// gatewaySecret waits for a gateway's key Secret and returns it.
+func gatewaySecret(ctx context.Context, s *side, ns string, ref func() *netv1alpha1.ObjectRef) (*corev1.Secret, error) {
+	secret := &corev1.Secret{}
+	err := waitFor(ctx, func() (bool, error) {
+		r := ref()
+		if r == nil {
+			return false, nil
+		}
+		err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: r.Name}, secret)
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("(%s) waiting for the gateway's key Secret (is skein-controller running?): %w", s.label, err)
+	}
+	return secret, nil
+}
+
+// applyPublicKey creates or updates, in s, the PublicKey of the peer's gateway whose key pair
+// is secret.
+func applyPublicKey(ctx context.Context, s *side, secret *corev1.Secret, peerID, ns string) error {
+	pk, err := keyctl.ForPeer(secret, peerID, ns)
+	if err != nil {
+		return fmt.Errorf("(%s) %w", s.label, err)
+	}
+	pk.Name = identity.ClusterName(peerID)
+	existing := &netv1alpha1.PublicKey{}
+	err = s.c.Get(ctx, client.ObjectKeyFromObject(pk), existing)
+	switch {
+	case apierrors.IsNotFound(err):
+		err = s.c.Create(ctx, pk)
+	case err == nil && existing.Spec != pk.Spec:
+		existing.Spec = pk.Spec
+		err = s.c.Update(ctx, existing)
+	}
+	if err != nil {
+		return fmt.Errorf("(%s) publickey %s/%s: %w", s.label, ns, pk.Name, err)
+	}
+	return nil
 }

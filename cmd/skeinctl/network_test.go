@@ -3,15 +3,19 @@ package main
 import (
 	"context"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/apitest"
@@ -27,6 +31,13 @@ func cluster(t *testing.T, id string) (*apitest.Env, string) {
 	must(t, env.EnsureNamespace(ctx, "liqo"))
 	must(t, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: identity.ClusterIDConfigMap, Namespace: "liqo"},
 		Data: map[string]string{identity.ClusterIDKey: id}}))
+	for _, f := range []string{"wireguard-server.yaml", "wireguard-client.yaml"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "templates", f))
+		must(t, err)
+		u := &unstructured.Unstructured{}
+		must(t, yaml.Unmarshal(b, &u.Object))
+		must(t, env.Client.Create(ctx, u))
+	}
 	p := netip.MustParsePrefix
 	opts := controller.Options{PodCIDRs: []netip.Prefix{p("10.244.0.0/16")}, ServiceCIDRs: []netip.Prefix{p("10.96.0.0/12")},
 		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16")}
@@ -48,7 +59,7 @@ func TestNetworkInitReset(t *testing.T) {
 	const idA, idB = "ef7a1f41-c753-4a0e-83e5-bed013e7fe4f", "506f88d4-9918-4848-ab74-2a75ae32647f"
 	a, kcA := cluster(t, idA)
 	b, kcB := cluster(t, idB)
-	out, err := run(t, "--kubeconfig", kcA, "network", "init", "--remote-kubeconfig", kcB, "--wait")
+	out, err := run(t, "--kubeconfig", kcA, "--timeout", "30s", "network", "init", "--remote-kubeconfig", kcB, "--wait")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -69,6 +80,50 @@ func TestNetworkInitReset(t *testing.T) {
 	if err != nil || strings.Count(out, "Configuration already applied") != 2 {
 		t.Errorf("second init: %v\n%s", err, out)
 	}
+	// connect: the server in B, the client in A pointing at it, keys exchanged.
+	out, err = run(t, "--kubeconfig", kcA, "network", "connect", "--remote-kubeconfig", kcB, "--server-service-type", "ClusterIP")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	golden(t, "network-connect", out)
+	gs := &netv1alpha1.GatewayServer{}
+	must(t, b.Client.Get(ctx, client.ObjectKey{Namespace: tenantNamespace(idA), Name: "gw-" + identity.ClusterName(idA)}, gs))
+	gc := &netv1alpha1.GatewayClient{}
+	must(t, a.Client.Get(ctx, client.ObjectKey{Namespace: tenantNamespace(idB), Name: "gw-" + identity.ClusterName(idB)}, gc))
+	if gc.Spec.Endpoint.Addresses[0] != gs.Status.Endpoint.Addresses[0] || gc.Spec.Endpoint.Port != 51820 {
+		t.Errorf("client endpoint %+v, server status %+v", gc.Spec.Endpoint, gs.Status.Endpoint)
+	}
+	for _, s := range []struct {
+		env  *apitest.Env
+		peer string
+	}{{a, idB}, {b, idA}} {
+		var keys netv1alpha1.PublicKeyList
+		must(t, s.env.Client.List(ctx, &keys, client.InNamespace(tenantNamespace(s.peer))))
+		if len(keys.Items) != 1 || keys.Items[0].Labels[netv1alpha1.RemoteClusterIDLabel] != s.peer {
+			t.Errorf("public keys for %s: %+v", s.peer, keys.Items)
+		}
+	}
+	// Again: fine, and says so; a different MTU is refused.
+	if out, err := run(t, "--kubeconfig", kcA, "network", "connect", "--remote-kubeconfig", kcB, "--server-service-type", "ClusterIP"); err != nil || !strings.Contains(out, "already set up") {
+		t.Errorf("second connect: %v\n%s", err, out)
+	}
+	if _, err := run(t, "--kubeconfig", kcA, "network", "connect", "--remote-kubeconfig", kcB, "--server-service-type", "ClusterIP", "--mtu", "1400"); err == nil || !strings.Contains(err.Error(), "MTU must be the same") {
+		t.Errorf("mismatched MTU: %v", err)
+	}
+	out, err = run(t, "--kubeconfig", kcA, "network", "disconnect", "--remote-kubeconfig", kcB, "--yes", "--wait")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	golden(t, "network-disconnect", out)
+	if err := a.Client.Get(ctx, client.ObjectKeyFromObject(gc), &netv1alpha1.GatewayClient{}); err == nil {
+		t.Error("the GatewayClient survived disconnect")
+	}
+	var confsLeft netv1alpha1.ConfigurationList
+	must(t, a.Client.List(ctx, &confsLeft, client.InNamespace(tenantNamespace(idB))))
+	if len(confsLeft.Items) != 1 {
+		t.Error("disconnect removed the Configuration")
+	}
+
 	// reset needs --yes without a terminal.
 	if _, err := run(t, "--kubeconfig", kcA, "network", "reset", "--remote-kubeconfig", kcB); err == nil || !strings.Contains(err.Error(), "--yes") {
 		t.Errorf("reset without --yes: %v", err)
