@@ -47,7 +47,7 @@ says liqoctl, type skeinctl: the network workflows, their flags and their output
 	root.PersistentFlags().StringVar(&g.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster (default: $KUBECONFIG, then ~/.kube/config)")
 	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "liqo", "namespace skein is installed in")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 2*time.Minute, "how long to wait for the API and for objects to become ready")
-	root.AddCommand(versionCmd(g), generateCmd(g), createCmd(g), networkCmd(g))
+	root.AddCommand(versionCmd(g), statusCmd(g), generateCmd(g), createCmd(g), networkCmd(g))
 	return root
 }
 

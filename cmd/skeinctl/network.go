@@ -87,7 +87,7 @@ is destructive: skeinctl asks for confirmation on a terminal; pass --yes to skip
 		},
 	}
 	resetCmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
-	cmd.AddCommand(initCmd, connectCmd(g, o), disconnectCmd(g, o), resetCmd)
+	cmd.AddCommand(initCmd, connectCmd(g, o), disconnectCmd(g, o), resetCmd, networkStatusCmd(g))
 	return cmd
 }
 

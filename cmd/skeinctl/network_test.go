@@ -103,6 +103,17 @@ func TestNetworkInitReset(t *testing.T) {
 			t.Errorf("public keys for %s: %+v", s.peer, keys.Items)
 		}
 	}
+	// network status lists the peering; status shows the cluster.
+	if out, err := run(t, "--kubeconfig", kcA, "network", "status"); err != nil || !strings.Contains(out, idB) || !strings.Contains(out, "client") || !strings.Contains(out, "10.244.0.0/16") {
+		t.Errorf("network status: %v\n%s", err, out)
+	}
+	if out, err := run(t, "--kubeconfig", kcA, "status"); err != nil || !strings.Contains(out, idA) || !strings.Contains(out, "10.70.0.0/16") || !strings.Contains(out, "not installed") {
+		t.Errorf("status: %v\n%s", err, out)
+	}
+	if out, err := run(t, "--kubeconfig", kcA, "status", "-o", "json"); err != nil || !strings.Contains(out, `"clusterID": "`+idA) {
+		t.Errorf("status -o json: %v\n%s", err, out)
+	}
+
 	// Again: fine, and says so; a different MTU is refused.
 	if out, err := run(t, "--kubeconfig", kcA, "network", "connect", "--remote-kubeconfig", kcB, "--server-service-type", "ClusterIP"); err != nil || !strings.Contains(out, "already set up") {
 		t.Errorf("second connect: %v\n%s", err, out)

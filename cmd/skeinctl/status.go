@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/identity"
+)
+
+type clusterStatus struct {
+	ClusterID    string            `json:"clusterID"`
+	ClusterName  string            `json:"clusterName"`
+	PodCIDRs     []string          `json:"podCIDRs"`
+	ServiceCIDRs []string          `json:"serviceCIDRs"`
+	ExternalCIDR string            `json:"externalCIDR"`
+	InternalCIDR string            `json:"internalCIDR"`
+	Version      string            `json:"skeinctlVersion"`
+	Components   map[string]string `json:"components"`
+}
+
+func statusCmd(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show this cluster's identity, network parameters and skein's components",
+		Long: `Show what a peer needs to know about this cluster (its id and its pod, service, external and
+internal CIDRs: what a Configuration written by hand holds) and whether skein's components run.`,
+		Example: "  skeinctl status\n  skeinctl status -o json",
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
+			defer cancel()
+			cl, err := g.client(ctx, g.kubeconfig)
+			if err != nil {
+				return err
+			}
+			id, err := identity.ReadClusterID(ctx, cl, g.namespace)
+			if err != nil {
+				return err
+			}
+			n, err := identity.ReadNetwork(ctx, cl, g.namespace)
+			if err != nil {
+				return err
+			}
+			st := clusterStatus{ClusterID: id, ClusterName: identity.ClusterName(id), ExternalCIDR: n.ExternalCIDR.String(),
+				InternalCIDR: n.InternalCIDR.String(), Version: version, Components: map[string]string{}}
+			for _, p := range n.PodCIDRs {
+				st.PodCIDRs = append(st.PodCIDRs, p.String())
+			}
+			for _, p := range n.ServiceCIDRs {
+				st.ServiceCIDRs = append(st.ServiceCIDRs, p.String())
+			}
+			st.Components["skein-controller"] = deploymentHealth(ctx, cl, g.namespace, "skein-controller")
+			st.Components["skein-agent"] = daemonSetHealth(ctx, cl, g.namespace, "skein-agent")
+			if output != "" {
+				return printObj(g.out, output, st)
+			}
+			w := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(w, "Cluster ID\t%s\nCluster name\t%s\nPod CIDRs\t%s\nService CIDRs\t%s\nExternal CIDR\t%s\nInternal CIDR\t%s\nskeinctl\t%s\n",
+				st.ClusterID, st.ClusterName, strings.Join(st.PodCIDRs, ", "), strings.Join(st.ServiceCIDRs, ", "), st.ExternalCIDR, st.InternalCIDR, st.Version)
+			for _, k := range []string{"skein-controller", "skein-agent"} {
+				fmt.Fprintf(w, "%s\t%s\n", k, st.Components[k])
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml instead of a table")
+	return cmd
+}
+
+func deploymentHealth(ctx context.Context, c client.Client, ns, name string) string {
+	d := &appsv1.Deployment{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "not installed"
+		}
+		return "unknown: " + err.Error()
+	}
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	return fmt.Sprintf("%d/%d ready", d.Status.ReadyReplicas, want)
+}
+
+func daemonSetHealth(ctx context.Context, c client.Client, ns, name string) string {
+	d := &appsv1.DaemonSet{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "not installed"
+		}
+		return "unknown: " + err.Error()
+	}
+	return fmt.Sprintf("%d/%d ready", d.Status.NumberReady, d.Status.DesiredNumberScheduled)
+}
+
+type peeringStatus struct {
+	RemoteClusterID string `json:"remoteClusterID"`
+	Namespace       string `json:"namespace"`
+	RemotePodCIDR   string `json:"remotePodCIDR"`
+	SeenPodCIDR     string `json:"remappedPodCIDR"`
+	RemoteExtCIDR   string `json:"remoteExternalCIDR"`
+	SeenExtCIDR     string `json:"remappedExternalCIDR"`
+	Role            string `json:"gatewayRole"`
+	Endpoint        string `json:"endpoint"`
+	Connection      string `json:"connection"`
+	Latency         string `json:"latency"`
+}
+
+func networkStatusCmd(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:     "status",
+		Short:   "List this cluster's peerings: CIDRs, gateway, endpoint, connection state and latency",
+		Example: "  skeinctl network status\n  skeinctl network status -o json",
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
+			defer cancel()
+			cl, err := g.client(ctx, g.kubeconfig)
+			if err != nil {
+				return err
+			}
+			var confs netv1alpha1.ConfigurationList
+			var servers netv1alpha1.GatewayServerList
+			var clients netv1alpha1.GatewayClientList
+			var conns netv1alpha1.ConnectionList
+			for _, l := range []client.ObjectList{&confs, &servers, &clients, &conns} {
+				if err := cl.List(ctx, l); err != nil {
+					return err
+				}
+			}
+			var rows []peeringStatus
+			for _, cf := range confs.Items {
+				id := cf.Labels[netv1alpha1.RemoteClusterIDLabel]
+				row := peeringStatus{RemoteClusterID: id, Namespace: cf.Namespace, RemotePodCIDR: string(cf.Spec.Remote.CIDR.Pod),
+					RemoteExtCIDR: string(cf.Spec.Remote.CIDR.External), Role: "-", Endpoint: "-", Connection: "-", Latency: "-"}
+				if cf.Status.Remote != nil {
+					row.SeenPodCIDR, row.SeenExtCIDR = string(cf.Status.Remote.CIDR.Pod), string(cf.Status.Remote.CIDR.External)
+				}
+				gwName := ""
+				for _, s := range servers.Items {
+					if s.Labels[netv1alpha1.RemoteClusterIDLabel] == id {
+						row.Role, gwName = "server", s.Name
+						if s.Status.Endpoint != nil && len(s.Status.Endpoint.Addresses) > 0 {
+							row.Endpoint = fmt.Sprintf("%s:%d", s.Status.Endpoint.Addresses[0], s.Status.Endpoint.Port)
+						}
+					}
+				}
+				for _, cl := range clients.Items {
+					if cl.Labels[netv1alpha1.RemoteClusterIDLabel] == id {
+						row.Role, gwName = "client", cl.Name
+						if len(cl.Spec.Endpoint.Addresses) > 0 {
+							row.Endpoint = fmt.Sprintf("%s:%d", cl.Spec.Endpoint.Addresses[0], cl.Spec.Endpoint.Port)
+						}
+					}
+				}
+				for _, cn := range conns.Items {
+					if cn.Name == gwName && cn.Namespace == cf.Namespace {
+						row.Connection = string(cn.Status.Value)
+						if cn.Status.Latency != nil {
+							row.Latency = cn.Status.Latency.Value.Duration.String()
+						}
+					}
+				}
+				rows = append(rows, row)
+			}
+			if output != "" {
+				return printObj(g.out, output, rows)
+			}
+			w := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "REMOTE CLUSTER ID\tREMOTE POD CIDR\tSEEN AS\tREMOTE EXTERNAL CIDR\tSEEN AS\tROLE\tENDPOINT\tCONNECTION\tLATENCY")
+			for _, r := range rows {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.RemoteClusterID, r.RemotePodCIDR, dash(r.SeenPodCIDR), r.RemoteExtCIDR, dash(r.SeenExtCIDR), r.Role, r.Endpoint, r.Connection, r.Latency)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml instead of a table")
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
