@@ -92,6 +92,11 @@ func TestFlags(t *testing.T) {
 		"create gatewayserver": {"service-type": "LoadBalancer", "port": "51820", "node-port": "0", "load-balancer-ip": "", "mtu": "1340", "remote-cluster-id": ""},
 		"create gatewayclient": {"addresses": "[]", "port": "51820", "mtu": "1340", "remote-cluster-id": ""},
 		"generate publickey":   {"gateway-type": "", "gateway-name": ""},
+		"network connect": {"server-service-type": "LoadBalancer", "server-port": "51820", "node-port": "0", "load-balancer-ip": "", "mtu": "1340",
+			"kubeconfig": "", "remote-kubeconfig": "", "wait": "false", "timeout": "2m0s"},
+		"network init":       {"kubeconfig": "", "remote-kubeconfig": "", "wait": "false", "timeout": "2m0s"},
+		"network disconnect": {"remote-kubeconfig": "", "wait": "false", "yes": "false"},
+		"network reset":      {"remote-kubeconfig": "", "wait": "false", "yes": "false"},
 	}
 	for path, flags := range want {
 		cmd, _, err := root.Find(strings.Fields(path))
@@ -100,6 +105,9 @@ func TestFlags(t *testing.T) {
 		}
 		for name, def := range flags {
 			f := cmd.Flags().Lookup(name)
+			if f == nil {
+				f = cmd.InheritedFlags().Lookup(name)
+			}
 			if f == nil {
 				t.Errorf("%s: no --%s", path, name)
 				continue
@@ -119,6 +127,9 @@ func TestFlags(t *testing.T) {
 		}
 	}
 	walk(root)
+	if out, err := run(t, "completion", "bash"); err != nil || !strings.Contains(out, "skeinctl") {
+		t.Errorf("completion bash: %v", err)
+	}
 	if out, _ := run(t, "version"); !strings.HasPrefix(out, "skeinctl ") {
 		t.Errorf("version: %q", out)
 	}
