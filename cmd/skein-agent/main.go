@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -50,7 +51,7 @@ func main() {
 	kindName := fs.String("overlay-kind", "vxlan", "vxlan, or geneve where the kernel has it")
 	port := fs.Uint("overlay-port", 0, "overlay UDP port (default 4789 for vxlan, 6081 for geneve)")
 	vni := fs.Uint("vni", 18952, "overlay VNI")
-	mtu := fs.Int("mtu", 1500-overlay.Overhead, "MTU of the overlay device: the underlay MTU minus the encapsulation overhead")
+	mtu := fs.Int("mtu", 0, "MTU of the overlay device (default: the MTU of the interface holding --node-ip minus the encapsulation overhead)")
 	internal := fs.String("internal-cidr", "10.80.0.0/16", "the cluster's internal (overlay) CIDR")
 	podCIDRs := fs.String("pod-cidrs", "10.244.0.0/16", "the cluster's pod CIDRs, comma-separated: never SNATed")
 	priority := fs.Int("rule-priority", kernel.DefaultRulePriority, "priority of the policy rules to table 18952 (lower for CNIs that need an early rule)")
@@ -108,6 +109,14 @@ func main() {
 	if *port > 65535 || *vni == 0 || *vni >= 1<<24 {
 		fail(2, "--overlay-port must be below 65536 and --vni within 1-16777215")
 	}
+	if *mtu == 0 {
+		under, err := underlayMTU(ip)
+		if err != nil {
+			fail(1, "%v (or set --mtu)", err)
+		}
+		*mtu = under - overlay.Overhead
+		log.Info("overlay MTU from the underlay", "underlayMTU", under, "mtu", *mtu)
+	}
 	restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
 		fail(1, "reaching the API server: %v", err)
@@ -134,6 +143,25 @@ func main() {
 	if err := a.Run(ctx); err != nil {
 		fail(1, "%v", err)
 	}
+}
+
+// underlayMTU is the MTU of the interface that holds ip.
+func underlayMTU(ip netip.Addr) (int, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0, err
+	}
+	for _, ifc := range ifs {
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if got, ok := netip.AddrFromSlice(n.IP); ok && got.Unmap() == ip {
+					return ifc.MTU, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("no interface holds the node IP %v", ip)
 }
 
 func serveMetrics(addr string, a *agentwatch.Agent, log *slog.Logger) {

@@ -149,6 +149,12 @@ func TestAgentReacts(t *testing.T) {
 	must(t, c.Status().Update(ctx, conf))
 	wait("remap", "ip route del 10.71.0.0/16", "ip route add 10.73.0.0/16 via 10.80.0.1 dev liqo.vxlan onlink table 18952")
 
+	// The node's overlay address changes in its InternalNode.
+	must(t, c.Get(ctx, client.ObjectKeyFromObject(in), in))
+	in.Spec.OverlayIP = ipp("10.80.0.12")
+	must(t, c.Update(ctx, in))
+	wait("overlay address change", "ip addr add 10.80.0.12/16 dev liqo.vxlan", "ip addr del 10.80.0.11/16 dev liqo.vxlan")
+
 	// Drift: a route removed behind the agent's back comes back on resync.
 	must(t, f.DelRoute("liqo.vxlan", kernel.Route{Dst: netip.MustParsePrefix("10.73.0.0/16"), Via: netip.MustParseAddr("10.80.0.1")}))
 	wait("drift repair", "ip route add 10.73.0.0/16 via 10.80.0.1 dev liqo.vxlan onlink table 18952")
