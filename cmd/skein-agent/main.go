@@ -57,6 +57,7 @@ func main() {
 	priority := fs.Int("rule-priority", kernel.DefaultRulePriority, "priority of the policy rules to table 18952 (lower for CNIs that need an early rule)")
 	resync := fs.Duration("resync", 10*time.Second, "re-read everything and repair drift this often")
 	metricsAddr := fs.String("metrics-listen", ":9472", "address of /metrics and /healthz (\"off\" disables them)")
+	netnsPath := fs.String("netns", "", "program the network namespace at this path (such as /var/run/netns/NAME) instead of the agent's own; for labs and tests")
 	cleanup := fs.Bool("cleanup", false, "remove everything the agent created on this node and exit")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -71,7 +72,18 @@ func main() {
 		fail(2, "--log-level %q: want debug, info, warn or error", *logLevel)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	k, err := kernel.NewNetlink("", nil)
+	var inNS func(func() error) error
+	nsFd := 0
+	if *netnsPath != "" {
+		inNS = kernel.InNamespace(*netnsPath)
+		f, err := os.Open(*netnsPath)
+		if err != nil {
+			fail(1, "--netns: %v", err)
+		}
+		defer f.Close()
+		nsFd = int(f.Fd())
+	}
+	k, err := kernel.NewNetlink(*netnsPath, inNS)
 	if err != nil {
 		fail(1, "%v", err)
 	}
@@ -80,7 +92,7 @@ func main() {
 		if err := kernel.Cleanup(k, *device); err != nil {
 			fail(1, "cleanup: %v", err)
 		}
-		if err := kernel.DeleteHostSNAT(0); err != nil {
+		if err := kernel.DeleteHostSNAT(nsFd); err != nil {
 			fail(1, "cleanup: %v", err)
 		}
 		fmt.Println("skein-agent: removed the overlay device, table 18952's routes and rules, and the nftables table")
@@ -110,7 +122,13 @@ func main() {
 		fail(2, "--overlay-port must be below 65536 and --vni within 1-16777215")
 	}
 	if *mtu == 0 {
-		under, err := underlayMTU(ip)
+		var under int
+		find := func() (err error) { under, err = underlayMTU(ip); return err }
+		if inNS != nil {
+			err = inNS(find)
+		} else {
+			err = find()
+		}
 		if err != nil {
 			fail(1, "%v (or set --mtu)", err)
 		}
@@ -128,9 +146,9 @@ func main() {
 		Resync: *resync, Log: log,
 	}, k, func(s *kernel.HostSNAT) error {
 		if s == nil {
-			return kernel.DeleteHostSNAT(0)
+			return kernel.DeleteHostSNAT(nsFd)
 		}
-		return kernel.EnsureHostSNAT(0, *s)
+		return kernel.EnsureHostSNAT(nsFd, *s)
 	})
 	if err != nil {
 		fail(1, "%v", err)

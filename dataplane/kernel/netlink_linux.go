@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 
 	"github.com/vishvananda/netlink"
@@ -392,4 +393,39 @@ func (n *Netlink) SetRPFilter(link string, value int) error {
 		}
 		return nil
 	})
+}
+
+// InNamespace returns a function that runs f on an OS thread switched into the network
+// namespace at path (for what netlink cannot reach, such as sysctls). The thread is not reused
+// if switching back fails.
+func InNamespace(path string) func(func() error) error {
+	return func(f func() error) error {
+		target, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer target.Close()
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread()
+			orig, err := os.Open("/proc/thread-self/ns/net")
+			if err != nil {
+				errc <- err
+				return
+			}
+			defer orig.Close()
+			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+				errc <- fmt.Errorf("setns %s: %w", path, err)
+				return
+			}
+			ferr := f()
+			if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+				errc <- fmt.Errorf("setns back from %s: %w", path, err)
+				return
+			}
+			runtime.UnlockOSThread()
+			errc <- ferr
+		}()
+		return <-errc
+	}
 }
