@@ -93,6 +93,13 @@ func BenchmarkAgent250(b *testing.B) {
 			b.ReportMetric(float64(kb)/1024, "agent-peak-RSS-MiB")
 		}
 	}
+	if roll, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", cmd.Process.Pid)); err == nil {
+		for _, l := range strings.Split(string(roll), "\n") {
+			if strings.HasPrefix(l, "Rss:") || strings.HasPrefix(l, "Pss_Anon:") || strings.HasPrefix(l, "Pss_File:") {
+				b.Log(l)
+			}
+		}
+	}
 	if rules, _ := kn.Try("ip", "rule", "show"); strings.Count(rules, "lookup 18952") != 500 {
 		b.Errorf("%d rules", strings.Count(rules, "lookup 18952"))
 	}
