@@ -144,6 +144,7 @@ func main() {
 			VNI: uint32(*vni), Port: uint16(*port), MTU: *mtu, RulePriority: *priority},
 		PodNamespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"),
 		Resync: *resync, Log: log,
+		Monitor: func(changed func(), done <-chan struct{}) error { return kernel.Monitor(*netnsPath, changed, done) },
 	}, k, func(s *kernel.HostSNAT) error {
 		if s == nil {
 			return kernel.DeleteHostSNAT(nsFd)

@@ -44,7 +44,10 @@ type Options struct {
 	PodNamespace, PodName string
 	// Resync reconciles this often without events, repairing drift (default 10 s).
 	Resync time.Duration
-	Log    *slog.Logger
+	// Monitor, if set, subscribes to kernel changes (kernel.Monitor) and calls changed for
+	// each, so drift is repaired at once; it must return once subscribed.
+	Monitor func(changed func(), done <-chan struct{}) error
+	Log     *slog.Logger
 }
 
 // Stats are the agent's counters, for metrics.
@@ -62,6 +65,7 @@ type Agent struct {
 	k      kernel.Kernel
 	snat   SNAT
 	poke   chan struct{}
+	drift  chan struct{}
 
 	mu        sync.Mutex
 	stats     Stats
@@ -92,7 +96,7 @@ func New(cfg *rest.Config, opts Options, k kernel.Kernel, snat SNAT) (*Agent, er
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	return &Agent{opts: opts, cache: c, client: direct, k: k, snat: snat, poke: make(chan struct{}, 1)}, nil
+	return &Agent{opts: opts, cache: c, client: direct, k: k, snat: snat, poke: make(chan struct{}, 1), drift: make(chan struct{}, 1)}, nil
 }
 
 // Stats returns the counters.
@@ -129,6 +133,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !a.cache.WaitForCacheSync(ctx) {
 		return fmt.Errorf("agent: caches did not sync: %w", ctx.Err())
 	}
+	if a.opts.Monitor != nil {
+		err := a.opts.Monitor(func() {
+			select {
+			case a.drift <- struct{}{}:
+			default:
+			}
+		}, ctx.Done())
+		if err != nil {
+			a.opts.Log.Warn("kernel monitoring unavailable; drift is repaired on resync only", "err", err)
+		}
+	}
 	tick := time.NewTicker(a.opts.Resync)
 	defer tick.Stop()
 	a.wake()
@@ -141,6 +156,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		case <-tick.C:
 			resync = true
+		case <-a.drift:
+			resync = true // a kernel change: what it changes is drift
 		case <-a.poke:
 		}
 		a.reconcile(ctx, resync)

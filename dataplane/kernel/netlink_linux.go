@@ -429,3 +429,57 @@ func InNamespace(path string) func(func() error) error {
 		return <-errc
 	}
 }
+
+// Monitor calls changed whenever a route of Table, a link or a neighbour entry changes in the
+// namespace at nsPath ("" for the process's own), until done is closed, so that drift (such as
+// a route deleted by hand) is repaired at once rather than at the next resync. It returns once
+// subscribed. Rules have no notification here; the resync covers them.
+func Monitor(nsPath string, changed func(), done <-chan struct{}) error {
+	var nsh *netns.NsHandle
+	if nsPath != "" {
+		h, err := netns.GetFromPath(nsPath)
+		if err != nil {
+			return fmt.Errorf("network namespace %s: %w", nsPath, err)
+		}
+		nsh = &h
+		go func() { <-done; h.Close() }()
+	}
+	routes := make(chan netlink.RouteUpdate, 64)
+	links := make(chan netlink.LinkUpdate, 64)
+	neighs := make(chan netlink.NeighUpdate, 64)
+	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: nsh}); err != nil {
+		return fmt.Errorf("subscribe to routes: %w", err)
+	}
+	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: nsh}); err != nil {
+		return fmt.Errorf("subscribe to links: %w", err)
+	}
+	if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{Namespace: nsh}); err != nil {
+		return fmt.Errorf("subscribe to neighbours: %w", err)
+	}
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case u, ok := <-routes:
+				if !ok {
+					return
+				}
+				if u.Table == Table {
+					changed()
+				}
+			case _, ok := <-links:
+				if !ok {
+					return
+				}
+				changed()
+			case _, ok := <-neighs:
+				if !ok {
+					return
+				}
+				changed()
+			}
+		}
+	}()
+	return nil
+}

@@ -254,3 +254,34 @@ func BenchmarkReconcile500(b *testing.B) {
 	b.ReportMetric(first.Seconds()/float64(b.N), "s/program-500")
 	b.ReportMetric(float64(repoint.Microseconds())/float64(b.N), "µs/repoint")
 }
+
+// TestMonitor: a route of table 18952 deleted by hand is noticed at once.
+func TestMonitor(t *testing.T) {
+	s := newSite(t)
+	if _, err := kernel.Reconcile(s.k, siteDesired("192.168.77.2")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	defer close(done)
+	changes := make(chan struct{}, 100)
+	if err := kernel.Monitor("/var/run/netns/"+s.node.Name, func() {
+		select {
+		case changes <- struct{}{}:
+		default:
+		}
+	}, done); err != nil {
+		t.Fatal(err)
+	}
+	for len(changes) > 0 {
+		<-changes
+	}
+	s.node.Run(t, "ip", "route", "del", "10.71.0.0/16", "table", "18952")
+	select {
+	case <-changes:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification for a deleted route")
+	}
+	if ch, err := kernel.Reconcile(s.k, siteDesired("192.168.77.2")); err != nil || ch.Routes != 1 {
+		t.Errorf("repair: %+v %v", ch, err)
+	}
+}
