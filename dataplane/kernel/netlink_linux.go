@@ -473,11 +473,14 @@ func Monitor(nsPath string, changed func(), done <-chan struct{}) error {
 					return
 				}
 				changed()
-			case _, ok := <-neighs:
+			case u, ok := <-neighs:
 				if !ok {
 					return
 				}
-				changed()
+				// Ours are permanent neighbours and FDB entries; ARP churn elsewhere is not.
+				if u.State&netlink.NUD_PERMANENT != 0 || u.Family == unix.AF_BRIDGE {
+					changed()
+				}
 			}
 		}
 	}()
