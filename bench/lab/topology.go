@@ -1,0 +1,206 @@
+// Package lab runs real Kubernetes clusters in network namespaces on this machine. This file
+// is its network: a router namespace (the WAN) with one bridge per cluster underlay, a
+// control-plane namespace and node namespaces per cluster plugged into their underlay, and a
+// workstation namespace that reaches every underlay through the router. Every address lives in
+// the lab's namespaces; nothing is added to the machine's own namespace; Down removes every
+// namespace (and so every link) whose name starts with the lab's prefix.
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+)
+
+// Options size the lab.
+type Options struct {
+	// Prefix starts every namespace name (default "skl"); two labs need two prefixes.
+	Prefix   string
+	Clusters int // default 2
+	Nodes    int // per cluster, default 2
+}
+
+// NS is a network namespace of the lab.
+type NS struct {
+	Name string
+	// Addr is the namespace's address on its network (underlay for cluster members).
+	Addr netip.Addr
+}
+
+// Cluster is one cluster's namespaces.
+type Cluster struct {
+	Name         string
+	Underlay     netip.Prefix // such as 192.168.10.0/24; the router holds .1
+	ControlPlane NS
+	Nodes        []NS
+}
+
+// Topology is the lab's network.
+type Topology struct {
+	Prefix      string
+	Router      NS
+	Workstation NS
+	Clusters    []Cluster
+}
+
+// run runs a command and wraps its output into the error.
+func run(args ...string) error {
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// In runs a command inside namespace ns.
+func In(ns string, args ...string) error {
+	return run(append([]string{"ip", "netns", "exec", ns}, args...)...)
+}
+
+// Up builds the topology. On error, what was built is removed.
+func Up(o Options) (_ *Topology, err error) {
+	if o.Prefix == "" {
+		o.Prefix = "skl"
+	}
+	if o.Clusters == 0 {
+		o.Clusters = 2
+	}
+	if o.Nodes == 0 {
+		o.Nodes = 2
+	}
+	if o.Clusters > 20 || o.Nodes > 50 {
+		return nil, fmt.Errorf("lab: at most 20 clusters of 50 nodes")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil, fmt.Errorf("lab: the ip command (Debian package iproute2) is needed: %w", err)
+	}
+	t := &Topology{Prefix: o.Prefix}
+	defer func() {
+		if err != nil {
+			_ = Down(o.Prefix)
+		}
+	}()
+	t.Router = NS{Name: o.Prefix + "-router", Addr: netip.MustParseAddr("10.255.0.1")}
+	t.Workstation = NS{Name: o.Prefix + "-ws", Addr: netip.MustParseAddr("10.255.0.2")}
+	for _, ns := range []NS{t.Router, t.Workstation} {
+		if err := addNS(ns.Name); err != nil {
+			return nil, err
+		}
+	}
+	if err := In(t.Router.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
+		return nil, err
+	}
+	if err := veth(t.Router.Name, "ws", t.Workstation.Name, "eth0", "10.255.0.1/24", "10.255.0.2/24"); err != nil {
+		return nil, err
+	}
+	if err := In(t.Workstation.Name, "ip", "route", "add", "192.168.0.0/16", "via", "10.255.0.1"); err != nil {
+		return nil, err
+	}
+	for c := range o.Clusters {
+		cl := Cluster{Name: fmt.Sprintf("c%d", c), Underlay: netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 168, byte(10 + c), 0}), 24)}
+		br := "br-" + cl.Name
+		if err := In(t.Router.Name, "ip", "link", "add", br, "type", "bridge"); err != nil {
+			return nil, err
+		}
+		if err := In(t.Router.Name, "ip", "addr", "add", host(cl.Underlay, 1).String()+"/24", "dev", br); err != nil {
+			return nil, err
+		}
+		if err := In(t.Router.Name, "ip", "link", "set", br, "up"); err != nil {
+			return nil, err
+		}
+		members := []*NS{&cl.ControlPlane}
+		cl.ControlPlane = NS{Name: fmt.Sprintf("%s-%s-cp", o.Prefix, cl.Name), Addr: host(cl.Underlay, 10)}
+		for n := range o.Nodes {
+			cl.Nodes = append(cl.Nodes, NS{Name: fmt.Sprintf("%s-%s-n%d", o.Prefix, cl.Name, n), Addr: host(cl.Underlay, 20+n)})
+		}
+		for i := range cl.Nodes {
+			members = append(members, &cl.Nodes[i])
+		}
+		for i, m := range members {
+			if err := addNS(m.Name); err != nil {
+				return nil, err
+			}
+			port := fmt.Sprintf("%s-%d", cl.Name, i) // router side, at most 15 characters
+			if err := veth(t.Router.Name, port, m.Name, "eth0", "", m.Addr.String()+"/24"); err != nil {
+				return nil, err
+			}
+			if err := In(t.Router.Name, "ip", "link", "set", port, "master", br); err != nil {
+				return nil, err
+			}
+			if err := In(m.Name, "ip", "route", "add", "default", "via", host(cl.Underlay, 1).String()); err != nil {
+				return nil, err
+			}
+		}
+		t.Clusters = append(t.Clusters, cl)
+	}
+	return t, nil
+}
+
+func host(p netip.Prefix, n int) netip.Addr {
+	a := p.Addr().As4()
+	a[3] = byte(n)
+	return netip.AddrFrom4(a)
+}
+
+func addNS(name string) error {
+	if err := run("ip", "netns", "add", name); err != nil {
+		return err
+	}
+	return In(name, "ip", "link", "set", "lo", "up")
+}
+
+// veth connects namespace a (interface an, address aAddr or none) to b (bn, bAddr).
+func veth(a, an, b, bn, aAddr, bAddr string) error {
+	if err := In(a, "ip", "link", "add", an, "type", "veth", "peer", "name", bn, "netns", b); err != nil {
+		return err
+	}
+	for _, side := range []struct{ ns, dev, addr string }{{a, an, aAddr}, {b, bn, bAddr}} {
+		if side.addr != "" {
+			if err := In(side.ns, "ip", "addr", "add", side.addr, "dev", side.dev); err != nil {
+				return err
+			}
+		}
+		if err := In(side.ns, "ip", "link", "set", side.dev, "up"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Namespaces lists the namespaces whose names start with prefix.
+func Namespaces(prefix string) ([]string, error) {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("ip netns list: %w", err)
+	}
+	var names []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], prefix+"-") {
+			names = append(names, f[0])
+		}
+	}
+	return names, nil
+}
+
+// Down kills every process in the lab's namespaces and deletes them (their links go with
+// them). It is safe to call on a lab that is partly or not at all there.
+func Down(prefix string) error {
+	names, err := Namespaces(prefix)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range names {
+		if out, err := exec.Command("ip", "netns", "pids", n).Output(); err == nil {
+			for _, pid := range strings.Fields(string(out)) {
+				_ = exec.Command("kill", "-9", pid).Run()
+			}
+		}
+		if err := run("ip", "netns", "del", n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
