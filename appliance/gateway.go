@@ -102,6 +102,9 @@ func start(plan *gwconfig.Gateway, log *slog.Logger, standby bool) (_ *Gateway, 
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	g.prober = g.ns.NewProber(netstack.ProbeConfig{Local: plan.TunnelIP, Peer: plan.PeerTunnelIP, Interval: plan.ProbeInterval, FailAfter: plan.ProbeFail})
+	if standby {
+		g.prober.Pause()
+	}
 	g.wgDone.Add(1)
 	go func() {
 		defer g.wgDone.Done()
@@ -137,8 +140,10 @@ func (g *Gateway) SetActive(active bool) error {
 		if err := g.wg.Up(); err != nil {
 			return fmt.Errorf("wireguard: listen on UDP port %d: %w", g.plan.ListenPort, err)
 		}
+		g.prober.Resume()
 		return nil
 	}
+	g.prober.Pause()
 	return g.wg.Down()
 }
 

@@ -44,6 +44,23 @@ type Prober struct {
 
 	mu     sync.Mutex
 	status ProbeStatus
+	paused bool
+}
+
+// Pause stops probing (a standby replica, whose tunnel is down) and resets the state to
+// Connecting; Resume starts again.
+func (p *Prober) Pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paused = true
+	p.status = ProbeStatus{State: Connecting}
+}
+
+// Resume restarts probing after Pause.
+func (p *Prober) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paused = false
 }
 
 // NewProber returns a prober in state Connecting; Run starts it.
@@ -69,6 +86,17 @@ func (p *Prober) Status() ProbeStatus {
 func (p *Prober) Run(ctx context.Context, onChange func(ProbeStatus)) {
 	var seq uint16
 	for {
+		p.mu.Lock()
+		paused := p.paused
+		p.mu.Unlock()
+		if paused {
+			select {
+			case <-time.After(p.cfg.Interval):
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
 		seq++
 		start := time.Now()
 		rtt, err := p.st.Ping(ctx, p.cfg.Local, p.cfg.Peer, seq, p.cfg.Interval)
@@ -76,6 +104,10 @@ func (p *Prober) Run(ctx context.Context, onChange func(ProbeStatus)) {
 			return
 		}
 		p.mu.Lock()
+		if p.paused {
+			p.mu.Unlock()
+			continue
+		}
 		old := p.status
 		if err == nil {
 			p.status = ProbeStatus{State: Connected, RTT: rtt, LastReply: time.Now()}

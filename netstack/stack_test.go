@@ -194,3 +194,27 @@ func TestNewErrors(t *testing.T) {
 		t.Error("IPv6 accepted")
 	}
 }
+
+func TestProberPause(t *testing.T) {
+	w := newPair(t)
+	p := w.a.NewProber(netstack.ProbeConfig{Local: gwA, Peer: gwB, Interval: 50 * time.Millisecond, FailAfter: 2})
+	p.Pause()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx, nil); close(done) }()
+	defer func() { cancel(); <-done }()
+	// The wire works: a probe would be answered, so staying Connecting with nothing sent
+	// proves no probe went out.
+	time.Sleep(300 * time.Millisecond)
+	if s := p.Status(); s.State != netstack.Connecting || w.count.Load() != 0 {
+		t.Errorf("paused prober: state %v, %d packets sent", s.State, w.count.Load())
+	}
+	p.Resume()
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Status().State != netstack.Connected {
+		if time.Now().After(deadline) {
+			t.Fatal("not Connected after Resume")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
