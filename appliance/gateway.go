@@ -189,36 +189,29 @@ func (g *Gateway) HTTPAddr() net.Addr {
 	return g.httpLn.Addr()
 }
 
-// listenPort reads the port wireguard-go bound.
-func (g *Gateway) listenPort() int {
+// ipcInts reads numeric keys of wireguard-go's UAPI state (one peer, so each key once).
+func (g *Gateway) ipcInts(keys ...string) map[string]int64 {
+	out := map[string]int64{}
 	s, err := g.wg.IpcGet()
 	if err != nil {
-		return 0
+		return out
 	}
 	for _, l := range strings.Split(s, "\n") {
-		if v, ok := strings.CutPrefix(l, "listen_port="); ok {
-			p, _ := strconv.Atoi(v)
-			return p
+		k, v, ok := strings.Cut(l, "=")
+		if ok && slices.Contains(keys, k) {
+			out[k], _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
-	return 0
+	return out
 }
+
+// listenPort reads the port wireguard-go bound.
+func (g *Gateway) listenPort() int { return int(g.ipcInts("listen_port")["listen_port"]) }
 
 // lastHandshake reads the peer's last handshake time from wireguard-go.
 func (g *Gateway) lastHandshake() time.Time {
-	s, err := g.wg.IpcGet()
-	if err != nil {
-		return time.Time{}
-	}
-	var sec, nsec int64
-	for _, l := range strings.Split(s, "\n") {
-		if v, ok := strings.CutPrefix(l, "last_handshake_time_sec="); ok {
-			sec, _ = strconv.ParseInt(v, 10, 64)
-		}
-		if v, ok := strings.CutPrefix(l, "last_handshake_time_nsec="); ok {
-			nsec, _ = strconv.ParseInt(v, 10, 64)
-		}
-	}
+	v := g.ipcInts("last_handshake_time_sec", "last_handshake_time_nsec")
+	sec, nsec := v["last_handshake_time_sec"], v["last_handshake_time_nsec"]
 	if sec == 0 && nsec == 0 {
 		return time.Time{}
 	}

@@ -379,7 +379,7 @@ func completeChecksum(ip packet.IPv4) {
 		return
 	}
 	l4[off], l4[off+1] = 0, 0
-	c := ^packet.Fold(packet.Sum(l4, packet.PseudoSum4(ip.Src(), ip.Dst(), ip.Protocol(), len(l4))))
+	c := transportChecksum(ip, l4)
 	if c == 0 && ip.Protocol() == packet.ProtoUDP {
 		c = 0xffff
 	}
@@ -629,42 +629,48 @@ func (q *injectQueue) init(n int) {
 func (q *injectQueue) push(p []byte) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	i, buf, ok := q.next(len(p))
+	if ok {
+		q.commit(i, copy(buf, p))
+	}
+	return ok
+}
+
+// next returns the free slot at the queue's tail, grown to hold need bytes, or false when the
+// queue is full. q.mu must be held.
+func (q *injectQueue) next(need int) (int, []byte, bool) {
 	if q.size == len(q.slots) {
-		return false
+		return 0, nil, false
 	}
 	i := (q.head + q.size) % len(q.slots)
-	if cap(q.slots[i]) < len(p) {
-		q.slots[i] = make([]byte, max(len(p), 2048))
+	if cap(q.slots[i]) < need {
+		q.slots[i] = make([]byte, max(need, 2048))
 	}
-	q.lens[i] = copy(q.slots[i][:cap(q.slots[i])], p)
+	return i, q.slots[i][:cap(q.slots[i])], true
+}
+
+// commit queues slot i, holding n bytes. q.mu must be held.
+func (q *injectQueue) commit(i, n int) {
+	q.lens[i] = n
 	q.size++
 	q.pending.Store(int32(q.size))
-	return true
 }
 
 // pushSegment builds segment k of superpacket ip directly in a queue slot.
 func (q *injectQueue) pushSegment(ip packet.IPv4, s split, k int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.size == len(q.slots) {
+	i, buf, ok := q.next(s.hdrLen + s.mss)
+	if !ok {
 		return false
 	}
-	i := (q.head + q.size) % len(q.slots)
-	if need := s.hdrLen + s.mss; cap(q.slots[i]) < need {
-		q.slots[i] = make([]byte, max(need, 2048))
-	}
-	buf := q.slots[i][:cap(q.slots[i])]
 	if k == 0 {
-		// The first segment: copy its part and cut it there; ip keeps its headers.
-		n := min(s.hdrLen+s.mss, len(ip))
-		copy(buf, ip[:n])
-		fixSegment(packet.IPv4(buf[:n]), s, 0)
-		q.lens[i] = n
+		// The first segment: cut a copy, so that ip keeps its headers for the others.
+		n := copy(buf, ip[:min(s.hdrLen+s.mss, len(ip))])
+		q.commit(i, cutFirst(packet.IPv4(buf[:n]), s))
 	} else {
-		q.lens[i] = writeSegment(buf, ip, s, k)
+		q.commit(i, writeSegment(buf, ip, s, k))
 	}
-	q.size++
-	q.pending.Store(int32(q.size))
 	return true
 }
 

@@ -78,6 +78,11 @@ func fixSegment(seg packet.IPv4, s split, k int) {
 		tcp[13] &^= tcpFlagCWR
 	}
 	tcp[16], tcp[17] = 0, 0
-	c := ^packet.Fold(packet.Sum(tcp, packet.PseudoSum4(seg.Src(), seg.Dst(), packet.ProtoTCP, len(tcp))))
-	binary.BigEndian.PutUint16(tcp[16:], c)
+	binary.BigEndian.PutUint16(tcp[16:], transportChecksum(seg, tcp))
+}
+
+// transportChecksum computes in full the TCP or UDP checksum of l4, the payload of ip, whose
+// checksum field must be zero.
+func transportChecksum(ip packet.IPv4, l4 []byte) uint16 {
+	return ^packet.Fold(packet.Sum(l4, packet.PseudoSum4(ip.Src(), ip.Dst(), ip.Protocol(), len(l4))))
 }

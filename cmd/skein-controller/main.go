@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/skein-net/skein/control/configctl"
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/control/kube"
@@ -101,7 +100,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	id, err := configctl.EnsureClusterID(ctx, direct, *namespace)
+	id, err := identity.EnsureClusterID(ctx, direct, *namespace)
 	if err != nil {
 		fail(err)
 	}

@@ -82,6 +82,16 @@ func (g *globals) client(ctx context.Context, kubeconfig string) (client.Client,
 	return c, nil
 }
 
+// cluster connects to the cluster of kubeconfig and reads its id.
+func (g *globals) cluster(ctx context.Context, kubeconfig string) (client.Client, string, error) {
+	cl, err := g.client(ctx, kubeconfig)
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := identity.ReadClusterID(ctx, cl, g.namespace)
+	return cl, id, err
+}
+
 // printObj writes obj as YAML (default) or JSON, without an empty status.
 func printObj(w io.Writer, format string, obj any) error {
 	raw, err := json.Marshal(obj)
@@ -134,11 +144,7 @@ decides how it sees these CIDRs (remapping them if they clash with its own).`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
 			defer cancel()
-			cl, err := g.client(ctx, g.kubeconfig)
-			if err != nil {
-				return err
-			}
-			id, err := identity.ReadClusterID(ctx, cl, g.namespace)
+			cl, id, err := g.cluster(ctx, g.kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -174,11 +180,7 @@ GatewayClient, labelled with this cluster's id. Apply it in the peer cluster.`,
 			}
 			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
 			defer cancel()
-			cl, err := g.client(ctx, g.kubeconfig)
-			if err != nil {
-				return err
-			}
-			id, err := identity.ReadClusterID(ctx, cl, g.namespace)
+			cl, id, err := g.cluster(ctx, g.kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -263,10 +265,10 @@ func createCmd(g *globals) *cobra.Command {
 			if err := checkMTU(mtu); err != nil {
 				return err
 			}
-			st := corev1.ServiceType(serviceType)
-			if st != corev1.ServiceTypeNodePort && st != corev1.ServiceTypeLoadBalancer && st != corev1.ServiceTypeClusterIP {
-				return fmt.Errorf("--service-type %q: want NodePort, LoadBalancer or ClusterIP", serviceType)
+			if err := checkServiceType("--service-type", serviceType); err != nil {
+				return err
 			}
+			st := corev1.ServiceType(serviceType)
 			gs := &netv1alpha1.GatewayServer{
 				TypeMeta:   typeMeta("GatewayServer"),
 				ObjectMeta: metav1.ObjectMeta{Name: args[0], Namespace: gwNamespace, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: remoteID}},
@@ -337,6 +339,14 @@ func createCmd(g *globals) *cobra.Command {
 	clientCmd.Flags().StringVar(&clientTemplate, "template-name", "wireguard-client", "name of the WgGatewayClientTemplate")
 	cmd.AddCommand(server, clientCmd)
 	return cmd
+}
+
+func checkServiceType(flag, v string) error {
+	switch corev1.ServiceType(v) {
+	case corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer, corev1.ServiceTypeClusterIP:
+		return nil
+	}
+	return fmt.Errorf("%s %q: want NodePort, LoadBalancer or ClusterIP", flag, v)
 }
 
 func checkMTU(mtu int32) error {

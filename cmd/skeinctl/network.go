@@ -27,6 +27,7 @@ type side struct {
 	c     client.Client
 	id    string
 	net   *identity.Network
+	peer  *side // the other cluster
 }
 
 // tenantNamespace is where a cluster keeps the objects of its peering with the cluster id.
@@ -36,6 +37,25 @@ type networkOpts struct {
 	remoteKubeconfig string
 	wait             bool
 	yes              bool
+}
+
+// onPair is the RunE of a network command: it confirms first when destructive is set, then
+// connects to both clusters and runs fn within --timeout.
+func (g *globals) onPair(o *networkOpts, destructive string, fn func(ctx context.Context, l, r *side) error) func(*cobra.Command, []string) error {
+	return func(c *cobra.Command, _ []string) error {
+		if destructive != "" {
+			if err := g.confirm(destructive, o.yes); err != nil {
+				return err
+			}
+		}
+		ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
+		defer cancel()
+		l, r, err := g.sides(ctx, o)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, l, r)
+	}
 }
 
 func (g *globals) info(s *side, format string, a ...any) {
@@ -56,15 +76,7 @@ func networkCmd(g *globals) *cobra.Command {
 Running it again changes nothing.`,
 		Example: `  skeinctl network init --kubeconfig PATH_TO_CLUSTER_1_KUBECONFIG --remote-kubeconfig PATH_TO_CLUSTER_2_KUBECONFIG --wait`,
 		Args:    cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
-			defer cancel()
-			l, r, err := g.sides(ctx, o)
-			if err != nil {
-				return err
-			}
-			return g.init(ctx, l, r, o.wait)
-		},
+		RunE:    g.onPair(o, "", func(ctx context.Context, l, r *side) error { return g.init(ctx, l, r, o.wait) }),
 	}
 	resetCmd := &cobra.Command{
 		Use:   "reset",
@@ -73,18 +85,7 @@ Running it again changes nothing.`,
 is destructive: skeinctl asks for confirmation on a terminal; pass --yes to skip the question.`,
 		Example: `  skeinctl network reset --kubeconfig PATH_TO_CLUSTER_1_KUBECONFIG --remote-kubeconfig PATH_TO_CLUSTER_2_KUBECONFIG --wait`,
 		Args:    cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			if err := g.confirm("network reset", o.yes); err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
-			defer cancel()
-			l, r, err := g.sides(ctx, o)
-			if err != nil {
-				return err
-			}
-			return g.reset(ctx, l, r, o.wait)
-		},
+		RunE:    g.onPair(o, "network reset", func(ctx context.Context, l, r *side) error { return g.reset(ctx, l, r, o.wait) }),
 	}
 	resetCmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.AddCommand(initCmd, connectCmd(g, o), disconnectCmd(g, o), resetCmd, networkStatusCmd(g))
@@ -117,12 +118,8 @@ func (g *globals) sides(ctx context.Context, o *networkOpts) (*side, *side, erro
 		sd *side
 		kc string
 	}{{l, g.kubeconfig}, {r, o.remoteKubeconfig}} {
-		c, err := g.client(ctx, s.kc)
-		if err != nil {
-			return nil, nil, fmt.Errorf("(%s) %w", s.sd.label, err)
-		}
-		s.sd.c = c
-		if s.sd.id, err = identity.ReadClusterID(ctx, c, g.namespace); err != nil {
+		var err error
+		if s.sd.c, s.sd.id, err = g.cluster(ctx, s.kc); err != nil {
 			return nil, nil, fmt.Errorf("(%s) %w", s.sd.label, err)
 		}
 		g.info(s.sd, "Cluster identity correctly retrieved")
@@ -130,6 +127,7 @@ func (g *globals) sides(ctx context.Context, o *networkOpts) (*side, *side, erro
 	if l.id == r.id {
 		return nil, nil, fmt.Errorf("both kubeconfigs reach cluster %s: a cluster cannot be peered with itself", l.id)
 	}
+	l.peer, r.peer = r, l
 	return l, r, nil
 }
 
@@ -142,20 +140,14 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 		g.info(s, "Network configuration correctly retrieved")
 	}
 	for _, s := range []*side{l, r} {
-		peer := r
-		if s == r {
-			peer = l
-		}
+		peer := s.peer
 		if err := ensureNamespace(ctx, s.c, tenantNamespace(peer.id)); err != nil {
 			return fmt.Errorf("(%s) %w", s.label, err)
 		}
 		g.info(s, "Network configuration correctly set up")
 	}
 	for _, s := range []*side{l, r} {
-		peer := r
-		if s == r {
-			peer = l
-		}
+		peer := s.peer
 		conf := &netv1alpha1.Configuration{
 			ObjectMeta: metav1.ObjectMeta{Name: identity.ClusterName(peer.id), Namespace: tenantNamespace(peer.id),
 				Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: peer.id}},
@@ -186,10 +178,7 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 		return nil
 	}
 	for _, s := range []*side{l, r} {
-		peer := r
-		if s == r {
-			peer = l
-		}
+		peer := s.peer
 		key := client.ObjectKey{Namespace: tenantNamespace(peer.id), Name: identity.ClusterName(peer.id)}
 		if err := waitFor(ctx, func() (bool, error) {
 			c := &netv1alpha1.Configuration{}
@@ -213,18 +202,7 @@ they created) and the public keys exchanged for them. skeinctl asks for confirma
 terminal; pass --yes to skip the question.`,
 		Example: `  skeinctl network disconnect --kubeconfig PATH_TO_CLUSTER_1_KUBECONFIG --remote-kubeconfig PATH_TO_CLUSTER_2_KUBECONFIG --wait`,
 		Args:    cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			if err := g.confirm("network disconnect", o.yes); err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
-			defer cancel()
-			l, r, err := g.sides(ctx, o)
-			if err != nil {
-				return err
-			}
-			return g.disconnect(ctx, l, r, o.wait)
-		},
+		RunE:    g.onPair(o, "network disconnect", func(ctx context.Context, l, r *side) error { return g.disconnect(ctx, l, r, o.wait) }),
 	}
 	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	return cmd
@@ -240,10 +218,7 @@ func (g *globals) reset(ctx context.Context, l, r *side, wait bool) error {
 // disconnect removes both sides' gateways of the peering and the public keys.
 func (g *globals) disconnect(ctx context.Context, l, r *side, wait bool) error {
 	for _, s := range []*side{l, r} {
-		peer := r
-		if s == r {
-			peer = l
-		}
+		peer := s.peer
 		ns := tenantNamespace(peer.id)
 		var clients netv1alpha1.GatewayClientList
 		var servers netv1alpha1.GatewayServerList
@@ -281,10 +256,7 @@ func (g *globals) disconnect(ctx context.Context, l, r *side, wait bool) error {
 // deleteConfigurations removes both sides' Configurations of each other.
 func (g *globals) deleteConfigurations(ctx context.Context, l, r *side, wait bool) error {
 	for _, s := range []*side{l, r} {
-		peer := r
-		if s == r {
-			peer = l
-		}
+		peer := s.peer
 		var confs netv1alpha1.ConfigurationList
 		if err := s.c.List(ctx, &confs, client.InNamespace(tenantNamespace(peer.id)), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: peer.id}); err != nil {
 			return fmt.Errorf("(%s) %w", s.label, err)
@@ -358,22 +330,13 @@ until the gateway pods are ready and the Connection is established on both sides
 again changes nothing.`,
 		Example: `  skeinctl network connect --kubeconfig PATH_TO_CLUSTER_1_KUBECONFIG --remote-kubeconfig PATH_TO_CLUSTER_2_KUBECONFIG --server-service-type NodePort --wait`,
 		Args:    cobra.NoArgs,
-		RunE: func(cc *cobra.Command, _ []string) error {
+		PreRunE: func(*cobra.Command, []string) error {
 			if err := checkMTU(c.mtu); err != nil {
 				return err
 			}
-			st := corev1.ServiceType(c.serviceType)
-			if st != corev1.ServiceTypeNodePort && st != corev1.ServiceTypeLoadBalancer && st != corev1.ServiceTypeClusterIP {
-				return fmt.Errorf("--server-service-type %q: want NodePort, LoadBalancer or ClusterIP", c.serviceType)
-			}
-			ctx, cancel := context.WithTimeout(cc.Context(), g.timeout)
-			defer cancel()
-			l, r, err := g.sides(ctx, o)
-			if err != nil {
-				return err
-			}
-			return g.connect(ctx, l, r, c, o.wait)
+			return checkServiceType("--server-service-type", c.serviceType)
 		},
+		RunE: g.onPair(o, "", func(ctx context.Context, l, r *side) error { return g.connect(ctx, l, r, c, o.wait) }),
 	}
 	cmd.Flags().StringVar(&c.serviceType, "server-service-type", "LoadBalancer", "type of the gateway server's Service: NodePort, LoadBalancer or ClusterIP")
 	cmd.Flags().Int32Var(&c.port, "server-port", 51820, "port of the gateway server's Service")

@@ -38,11 +38,7 @@ internal CIDRs: what a Configuration written by hand holds) and whether skein's 
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
 			defer cancel()
-			cl, err := g.client(ctx, g.kubeconfig)
-			if err != nil {
-				return err
-			}
-			id, err := identity.ReadClusterID(ctx, cl, g.namespace)
+			cl, id, err := g.cluster(ctx, g.kubeconfig)
 			if err != nil {
 				return err
 			}

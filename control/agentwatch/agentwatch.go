@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -118,20 +117,10 @@ func (a *Agent) wake() {
 
 // Run reconciles until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
-	h := toolscache.ResourceEventHandlerFuncs{AddFunc: func(any) { a.wake() }, UpdateFunc: func(any, any) { a.wake() }, DeleteFunc: func(any) { a.wake() }}
-	for _, obj := range []client.Object{&netv1alpha1.InternalNode{}, &netv1alpha1.Configuration{}, &netv1alpha1.GatewayServer{}, &netv1alpha1.GatewayClient{}} {
-		inf, err := a.cache.GetInformer(ctx, obj)
-		if err != nil {
-			return fmt.Errorf("agent: informer for %T: %w", obj, err)
-		}
-		if _, err := inf.AddEventHandler(h); err != nil {
-			return err
-		}
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- a.cache.Start(ctx) }()
-	if !a.cache.WaitForCacheSync(ctx) {
-		return fmt.Errorf("agent: caches did not sync: %w", ctx.Err())
+	kinds := []client.Object{&netv1alpha1.InternalNode{}, &netv1alpha1.Configuration{}, &netv1alpha1.GatewayServer{}, &netv1alpha1.GatewayClient{}}
+	errc, err := kube.StartCache(ctx, a.cache, kinds, a.wake)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
 	}
 	if a.opts.Monitor != nil {
 		err := a.opts.Monitor(func() {

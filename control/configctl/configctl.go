@@ -1,16 +1,14 @@
-// Package configctl is the controller's network identity and IPAM: it keeps this cluster's id
-// in ConfigMap liqo-clusterid-configmap and gives every Configuration a status.remote that does
-// not clash with anything local or with another peer (control/ipam), with a Ready condition
+// Package configctl is the controller's IPAM: it gives every Configuration a status.remote that
+// does not clash with anything local or with another peer (control/ipam), with a Ready condition
 // that says why when it cannot.
 package configctl
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/netip"
-	"sort"
+
 	"strings"
 	"sync"
 
@@ -18,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,54 +24,13 @@ import (
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/ipam"
+	"github.com/skein-net/skein/control/kube"
 )
 
-// Cluster id ConfigMap, as the spec names it.
 const (
-	ClusterIDConfigMap = "liqo-clusterid-configmap"
-	ClusterIDKey       = "CLUSTER_ID"
-	finalizer          = "networking.liqo.io/ipam"
-	conditionReady     = "Ready"
+	finalizer      = "networking.liqo.io/ipam"
+	conditionReady = "Ready"
 )
-
-// EnsureClusterID returns this cluster's id, creating the ConfigMap (with a new UUID) in
-// namespace if it is missing. An existing id is never changed.
-func EnsureClusterID(ctx context.Context, c client.Client, namespace string) (string, error) {
-	cm := &corev1.ConfigMap{}
-	key := types.NamespacedName{Namespace: namespace, Name: ClusterIDConfigMap}
-	err := c.Get(ctx, key, cm)
-	if err == nil {
-		if id := cm.Data[ClusterIDKey]; id != "" {
-			return id, nil
-		}
-		return "", fmt.Errorf("configmap %s has no %s; set it or delete the ConfigMap to get a new id", key, ClusterIDKey)
-	}
-	if !apierrors.IsNotFound(err) {
-		return "", err
-	}
-	id, err := uuid()
-	if err != nil {
-		return "", err
-	}
-	cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: ClusterIDConfigMap}, Data: map[string]string{ClusterIDKey: id}}
-	if err := c.Create(ctx, cm); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return EnsureClusterID(ctx, c, namespace) // another replica was first
-		}
-		return "", fmt.Errorf("create configmap %s: %w", key, err)
-	}
-	return id, nil
-}
-
-func uuid() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
-}
 
 // Reconciler maps Configurations.
 type Reconciler struct {
@@ -163,16 +119,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.Client.List(ctx, &same, client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: id}); err != nil {
 			return ctrl.Result{}, err
 		}
-		sort.Slice(same.Items, func(i, j int) bool {
-			a, b := same.Items[i], same.Items[j]
-			if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-				return a.CreationTimestamp.Before(&b.CreationTimestamp)
-			}
-			return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
-		})
-		if len(same.Items) > 1 && (same.Items[0].Namespace != c.Namespace || same.Items[0].Name != c.Name) {
+		if first := kube.Oldest(same.Items); len(same.Items) > 1 && (first.Namespace != c.Namespace || first.Name != c.Name) {
 			return ctrl.Result{}, r.notReady(ctx, c, "DuplicateClusterID",
-				fmt.Sprintf("configuration %s/%s already describes cluster %s; delete one of them", same.Items[0].Namespace, same.Items[0].Name, id))
+				fmt.Sprintf("configuration %s/%s already describes cluster %s; delete one of them", first.Namespace, first.Name, id))
 		}
 	}
 

@@ -18,6 +18,7 @@ import (
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/apitest"
 	"github.com/skein-net/skein/control/configctl"
+	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/control/ipam"
 )
 
@@ -88,11 +89,11 @@ func TestIPAM(t *testing.T) {
 	ns := env.Namespace(t, "ipam")
 	ctx := context.Background()
 
-	id, err := configctl.EnsureClusterID(ctx, c, ns)
+	id, err := identity.EnsureClusterID(ctx, c, ns)
 	if err != nil || len(id) != 36 {
 		t.Fatalf("cluster id %q %v", id, err)
 	}
-	if again, _ := configctl.EnsureClusterID(ctx, c, ns); again != id {
+	if again, _ := identity.EnsureClusterID(ctx, c, ns); again != id {
 		t.Errorf("cluster id changed: %s -> %s", id, again)
 	}
 

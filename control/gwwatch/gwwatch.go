@@ -21,7 +21,6 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -129,24 +128,9 @@ func (w *Watcher) wake() {
 
 // Run watches until ctx ends.
 func (w *Watcher) Run(ctx context.Context) error {
-	handler := toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { w.wake() },
-		UpdateFunc: func(any, any) { w.wake() },
-		DeleteFunc: func(any) { w.wake() },
-	}
-	for _, obj := range w.kinds() {
-		inf, err := w.cache.GetInformer(ctx, obj)
-		if err != nil {
-			return fmt.Errorf("gwwatch: informer for %T: %w", obj, err)
-		}
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			return fmt.Errorf("gwwatch: %w", err)
-		}
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- w.cache.Start(ctx) }()
-	if !w.cache.WaitForCacheSync(ctx) {
-		return fmt.Errorf("gwwatch: caches did not sync: %w", ctx.Err())
+	errc, err := kube.StartCache(ctx, w.cache, w.kinds(), w.wake)
+	if err != nil {
+		return fmt.Errorf("gwwatch: %w", err)
 	}
 	ticker := time.NewTicker(w.opts.Resync)
 	defer ticker.Stop()
@@ -181,7 +165,7 @@ func (w *Watcher) reconcile(ctx context.Context) {
 		err = w.apply(g)
 	}
 	if err == nil {
-		err = w.ensureConnection(ctx)
+		err = w.ensureConnection(ctx, gatewayMeta(o))
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -280,6 +264,14 @@ func (w *Watcher) gather(ctx context.Context) (gwconfig.Objects, error) {
 	return o, nil
 }
 
+// gatewayMeta is the metadata of the gateway the objects configure (gather set one of them).
+func gatewayMeta(o gwconfig.Objects) *metav1.ObjectMeta {
+	if o.Server != nil {
+		return &o.Server.ObjectMeta
+	}
+	return &o.Client.ObjectMeta
+}
+
 func (w *Watcher) missing(err error, format string, a ...any) error {
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("%w: %s does not exist", gwconfig.ErrNotReady, fmt.Sprintf(format, a...))
@@ -288,7 +280,7 @@ func (w *Watcher) missing(err error, format string, a ...any) error {
 }
 
 // ensureConnection creates the gateway's Connection (same name and namespace) if missing.
-func (w *Watcher) ensureConnection(ctx context.Context) error {
+func (w *Watcher) ensureConnection(ctx context.Context, gw *metav1.ObjectMeta) error {
 	c := &netv1alpha1.Connection{}
 	key := types.NamespacedName{Namespace: w.opts.Namespace, Name: w.opts.Name}
 	err := w.client.Get(ctx, key, c)
@@ -303,32 +295,18 @@ func (w *Watcher) ensureConnection(ctx context.Context) error {
 		ObjectMeta: metav1.ObjectMeta{Name: w.opts.Name, Namespace: w.opts.Namespace},
 		Spec:       netv1alpha1.ConnectionSpec{Type: typ, GatewayRef: netv1alpha1.ObjectRef{Name: w.opts.Name, Namespace: w.opts.Namespace}},
 	}
-	if gw, err := w.gatewayMeta(ctx); err == nil {
-		if id := gw.Labels[netv1alpha1.RemoteClusterIDLabel]; id != "" {
-			c.Labels = map[string]string{netv1alpha1.RemoteClusterIDLabel: id}
-		}
-		kind := "GatewayClient"
-		if w.opts.Server {
-			kind = "GatewayServer"
-		}
-		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: kind, Name: gw.Name, UID: gw.UID}}
+	if id := gw.Labels[netv1alpha1.RemoteClusterIDLabel]; id != "" {
+		c.Labels = map[string]string{netv1alpha1.RemoteClusterIDLabel: id}
 	}
+	kind := "GatewayClient"
+	if w.opts.Server {
+		kind = "GatewayServer"
+	}
+	c.OwnerReferences = []metav1.OwnerReference{{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: kind, Name: gw.Name, UID: gw.UID}}
 	if err := w.client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create Connection %s: %w", key, err)
 	}
 	return w.writeStatus(ctx, netv1alpha1.ConnectionStatus{Value: netv1alpha1.Connecting})
-}
-
-func (w *Watcher) gatewayMeta(ctx context.Context) (*metav1.ObjectMeta, error) {
-	key := types.NamespacedName{Namespace: w.opts.Namespace, Name: w.opts.Name}
-	if w.opts.Server {
-		gs := &netv1alpha1.GatewayServer{}
-		err := w.cache.Get(ctx, key, gs)
-		return &gs.ObjectMeta, err
-	}
-	gc := &netv1alpha1.GatewayClient{}
-	err := w.cache.Get(ctx, key, gc)
-	return &gc.ObjectMeta, err
 }
 
 // ReportConnection writes the prober's view into the Connection's status. The latency is

@@ -5,6 +5,7 @@ package identity
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
 	"net/netip"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -130,4 +132,43 @@ func ReadClusterID(ctx context.Context, c client.Client, namespace string) (stri
 		return "", fmt.Errorf("configmap %s/%s has no %s", namespace, ClusterIDConfigMap, ClusterIDKey)
 	}
 	return id, nil
+}
+
+// EnsureClusterID returns this cluster's id, creating the ConfigMap (with a new UUID) in
+// namespace if it is missing. An existing id is never changed.
+func EnsureClusterID(ctx context.Context, c client.Client, namespace string) (string, error) {
+	cm := &corev1.ConfigMap{}
+	key := types.NamespacedName{Namespace: namespace, Name: ClusterIDConfigMap}
+	err := c.Get(ctx, key, cm)
+	if err == nil {
+		if id := cm.Data[ClusterIDKey]; id != "" {
+			return id, nil
+		}
+		return "", fmt.Errorf("configmap %s has no %s; set it or delete the ConfigMap to get a new id", key, ClusterIDKey)
+	}
+	if !apierrors.IsNotFound(err) {
+		return "", err
+	}
+	id, err := uuid()
+	if err != nil {
+		return "", err
+	}
+	cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: ClusterIDConfigMap}, Data: map[string]string{ClusterIDKey: id}}
+	if err := c.Create(ctx, cm); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return EnsureClusterID(ctx, c, namespace) // another replica was first
+		}
+		return "", fmt.Errorf("create configmap %s: %w", key, err)
+	}
+	return id, nil
+}
+
+func uuid() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
 }

@@ -5,7 +5,6 @@ package keyctl
 import (
 	"context"
 	"fmt"
-	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -15,6 +14,7 @@ import (
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gwconfig"
+	"github.com/skein-net/skein/control/kube"
 )
 
 // Reconciler sets a Ready condition on every PublicKey: the key decodes to 32 bytes, the
@@ -51,16 +51,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := r.Client.List(ctx, &same, client.InNamespace(pk.Namespace), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: id, netv1alpha1.GatewayResourceLabel: "true"}); err != nil {
 			return ctrl.Result{}, err
 		}
-		sort.Slice(same.Items, func(i, j int) bool {
-			a, b := same.Items[i], same.Items[j]
-			if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-				return a.CreationTimestamp.Before(&b.CreationTimestamp)
-			}
-			return a.Name < b.Name
-		})
-		if len(same.Items) > 1 && same.Items[0].Name != pk.Name {
+		if first := kube.Oldest(same.Items); len(same.Items) > 1 && first.Name != pk.Name {
 			status, reason, msg = metav1.ConditionFalse, "DuplicateClusterID",
-				fmt.Sprintf("publickey %s already holds the key of cluster %s; delete one of them", same.Items[0].Name, id)
+				fmt.Sprintf("publickey %s already holds the key of cluster %s; delete one of them", first.Name, id)
 		}
 	}
 	patch := client.MergeFrom(pk.DeepCopy())

@@ -1,10 +1,17 @@
 // Package kube holds what skein's Kubernetes clients share: the scheme of the kinds they
-// read and write.
+// read and write, and starting a watch cache.
 package kube
 
 import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 )
@@ -19,4 +26,53 @@ func Scheme() *k8sruntime.Scheme {
 		panic(err)
 	}
 	return s
+}
+
+// Oldest returns the item of items created first, ties broken by namespace/name, or nil when
+// items is empty. Where several objects claim one thing, the oldest keeps it.
+func Oldest[T any, P interface {
+	*T
+	metav1.Object
+}](items []T) P {
+	var best P
+	for i := range items {
+		p := P(&items[i])
+		if best == nil || older(p, best) {
+			best = p
+		}
+	}
+	return best
+}
+
+func older(a, b metav1.Object) bool {
+	ta, tb := a.GetCreationTimestamp(), b.GetCreationTimestamp()
+	if !ta.Equal(&tb) {
+		return ta.Before(&tb)
+	}
+	return a.GetNamespace()+"/"+a.GetName() < b.GetNamespace()+"/"+b.GetName()
+}
+
+// StartCache registers changed as the event handler of an informer for each of kinds, starts
+// c and waits for it to sync. The returned channel reports the cache's end.
+func StartCache(ctx context.Context, c cache.Cache, kinds []client.Object, changed func()) (<-chan error, error) {
+	h := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		UpdateFunc: func(any, any) { changed() },
+		DeleteFunc: func(any) { changed() },
+	}
+	for _, obj := range kinds {
+		inf, err := c.GetInformer(ctx, obj)
+		if err != nil {
+			return nil, fmt.Errorf("informer for %T: %w", obj, err)
+		}
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return nil, fmt.Errorf("informer for %T: %w", obj, err)
+		}
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		return nil, fmt.Errorf("caches did not sync: %w", ctx.Err())
+	}
+	return errc, nil
 }

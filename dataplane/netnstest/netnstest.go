@@ -10,12 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/skein-net/skein/dataplane/kernel"
 )
@@ -90,35 +87,7 @@ func (ns *NS) Try(args ...string) (string, error) {
 // Do runs fn on an OS thread switched into the namespace. Sockets fn opens belong to the
 // namespace for their whole life, wherever they are used afterwards.
 func (ns *NS) Do(fn func() error) error {
-	target, err := os.Open(filepath.Join("/var/run/netns", ns.Name))
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	errc := make(chan error, 1)
-	go func() {
-		// The thread is locked and never unlocked if switching back fails: the runtime then
-		// ends it with the goroutine instead of reusing a thread in the wrong namespace.
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", ns.Name, err)
-			return
-		}
-		ferr := fn()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns back from %s: %w", ns.Name, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+	return kernel.InNamespace(filepath.Join("/var/run/netns", ns.Name))(fn)
 }
 
 // VXLANNode describes a node's kernel overlay device as skein-agent programs it.
