@@ -52,3 +52,51 @@ func TestVersionsAgree(t *testing.T) {
 		t.Errorf("KubernetesVersion %s is on minor %s but go.mod has k8s.io/client-go v0.%s", KubernetesVersion, minor, m[1])
 	}
 }
+
+func TestKubeVersionOfClientGo(t *testing.T) {
+	for v, want := range map[string]string{"v0.37.0": "37", "v0.37.1": "37", "v0.40.0-rc.1": "40"} {
+		major, minor, err := kubeVersionOfClientGo(v)
+		if err != nil || major != "1" || minor != want {
+			t.Errorf("kubeVersionOfClientGo(%q) = %q, %q, %v; want 1, %s", v, major, minor, err, want)
+		}
+	}
+	for _, v := range []string{"v1.37.0", "v0.x.1", "v0", "", "v0..1"} {
+		if _, _, err := kubeVersionOfClientGo(v); err == nil {
+			t.Errorf("kubeVersionOfClientGo(%q) accepted", v)
+		}
+	}
+}
+
+// TestHelmHasItsOwnCacheEntry: helm's directory and stamp are not the Kubernetes build's, so
+// adding or bumping helm never invalidates that build (and the other way round).
+func TestHelmHasItsOwnCacheEntry(t *testing.T) {
+	t.Setenv("SKEIN_CACHE", t.TempDir())
+	k8s, err := Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm, err := HelmDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(helm, k8s) || strings.HasPrefix(k8s, helm) {
+		t.Errorf("helm's cache %s overlaps the Kubernetes build's %s", helm, k8s)
+	}
+	if !strings.Contains(helm, HelmVersion) {
+		t.Errorf("helm's cache %s is not versioned by %s", helm, HelmVersion)
+	}
+	if p, ok := HelmReady(); ok {
+		t.Errorf("HelmReady in an empty cache: %s", p)
+	}
+	k8sStamp, err := stamp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := helmStamp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(k8sStamp), "helm") || !strings.Contains(string(hs), HelmVersion) {
+		t.Errorf("stamps: k8s %s, helm %s", k8sStamp, hs)
+	}
+}

@@ -1,5 +1,6 @@
-// Command k8s-binaries builds etcd and the Kubernetes control-plane binaries from the Go module
-// proxy into skein's cache (see package bench/k8sbin) and prints the directory holding them.
+// Command k8s-binaries builds etcd, the Kubernetes control-plane binaries and helm from the Go
+// module proxy into skein's cache (see package bench/k8sbin) and prints the directory holding
+// the Kubernetes binaries.
 //
 //	go run ./bench/cmd/k8s-binaries          # build if needed, print the bin directory
 //	go run ./bench/cmd/k8s-binaries -check   # exit 1 unless a complete build is cached
@@ -22,17 +23,24 @@ func main() {
 	quiet := flag.Bool("q", false, "do not print build output, only the bin directory")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: k8s-binaries [-check] [-q]\n\n"+
-			"Builds etcd %s and Kubernetes %s (%v) from the Go module proxy into\n"+
-			"$SKEIN_CACHE (default ~/.cache/skein) and prints the bin directory. A second run\n"+
-			"with a complete cache returns in seconds.\n\n", k8sbin.EtcdVersion, k8sbin.KubernetesVersion, k8sbin.Binaries)
+			"Builds etcd %s and Kubernetes %s (%v) into $SKEIN_CACHE/k8s, and helm %s into\n"+
+			"$SKEIN_CACHE/helm (default ~/.cache/skein), from the Go module proxy, and prints the\n"+
+			"Kubernetes bin directory. A second run with a complete cache returns in seconds.\n\n",
+			k8sbin.EtcdVersion, k8sbin.KubernetesVersion, k8sbin.Binaries, k8sbin.HelmVersion)
 		flag.PrintDefaults()
 	}
 	flag.Parse()
 
 	if *check {
 		bin, ok := k8sbin.Ready()
+		helm, helmOK := k8sbin.HelmReady()
 		if !ok {
 			fmt.Fprintf(os.Stderr, "k8s binaries are not built in %s; run 'make k8s-binaries'\n", bin)
+		}
+		if !helmOK {
+			fmt.Fprintf(os.Stderr, "helm is not built at %s; run 'make k8s-binaries'\n", helm)
+		}
+		if !ok || !helmOK {
 			os.Exit(1)
 		}
 		fmt.Println(bin)
@@ -46,6 +54,10 @@ func main() {
 	}
 	bin, err := k8sbin.Ensure(ctx, log)
 	if err != nil {
+		fmt.Fprintf(os.Stderr, "k8s-binaries: %v\n", err)
+		os.Exit(1)
+	}
+	if _, err := k8sbin.EnsureHelm(ctx, log); err != nil {
 		fmt.Fprintf(os.Stderr, "k8s-binaries: %v\n", err)
 		os.Exit(1)
 	}
