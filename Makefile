@@ -12,6 +12,7 @@ STATICCHECK    := go run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSIO
 
 API_PATHS := ./control/api/...
 CRD_DIR   := deploy/crds
+CHART_CRD_DIR := deploy/chart/crds
 BIN_DIR   := bin
 
 # Test knobs: `make test GOTESTFLAGS='-run TestAPI -v'`.
@@ -38,10 +39,11 @@ test: k8s-binaries ## Run every test, against a real kube-apiserver and etcd fro
 	go test -count=1 $(GOTESTFLAGS) ./...
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code and the CRDs under deploy/crds from the API types.
+generate: ## Regenerate deepcopy code and the CRDs under deploy/crds from the API types (copied into the chart).
 	$(CONTROLLER_GEN) object paths=$(API_PATHS)
 	@rm -rf $(CRD_DIR)
 	$(CONTROLLER_GEN) crd paths=$(API_PATHS) output:crd:artifacts:config=$(CRD_DIR)
+	@rm -rf $(CHART_CRD_DIR) && mkdir -p $(CHART_CRD_DIR) && cp $(CRD_DIR)/*.yaml $(CHART_CRD_DIR)/
 
 .PHONY: lint
 lint: ## go vet and staticcheck.
@@ -52,7 +54,7 @@ lint: ## go vet and staticcheck.
 # Files that `make generate` and `go mod tidy` own: verify regenerates them in a scratch copy of
 # the tree and fails when the working tree differs, so a hand edit is caught whether or not it is
 # committed.
-GENERATED := control/api deploy/crds go.mod go.sum
+GENERATED := control/api deploy/crds $(CHART_CRD_DIR) go.mod go.sum
 
 .PHONY: verify
 verify: ## Fail if generated code, CRDs, go.mod/go.sum or formatting differ from what the tools produce.

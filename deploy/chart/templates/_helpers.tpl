@@ -1,0 +1,95 @@
+{{/*
+skein.fullname: the prefix of the chart's own objects ("skein" for a release named skein).
+*/}}
+{{- define "skein.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* skein.labels: the labels of every object; pass the root context. */}}
+{{- define "skein.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: skein
+{{- end -}}
+
+{{/* skein.selectorLabels: dict "root" $ "component" "controller" */}}
+{{- define "skein.selectorLabels" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* skein.image: an image reference from {repository, tag}; the tag defaults to appVersion. */}}
+{{- define "skein.image" -}}
+{{- $tag := .image.tag | default .root.Chart.AppVersion | toString -}}
+{{- printf "%s:%s" .image.repository $tag -}}
+{{- end -}}
+
+{{/* skein.cidrs: a CIDR or a list of CIDRs as the comma-separated list the flags take. */}}
+{{- define "skein.cidrs" -}}
+{{- if kindIs "slice" . -}}
+{{- join "," . -}}
+{{- else -}}
+{{- . | toString | nospace -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+skein.overlayArgs: the overlay flags skein-agent and skein-gateway share (same names in both), so
+the nodes' devices and the gateways always agree. "mtuFlag" names the MTU flag of the command.
+*/}}
+{{- define "skein.overlayArgs" -}}
+{{- $o := .root.Values.overlay -}}
+- --overlay-kind={{ $o.kind }}
+- --vni={{ int64 $o.vni }}
+{{- if $o.port }}
+- --overlay-port={{ int64 $o.port }}
+{{- end }}
+{{- if $o.mtu }}
+- --{{ .mtuFlag }}={{ int64 $o.mtu }}
+{{- end }}
+{{- end -}}
+
+{{/*
+skein.gatewayTemplate renders one default gateway template from the chart's files (copies of
+deploy/templates, kept equal by deploy/chart_test.go). The file is read with .Files.Get and
+parsed, never evaluated, so its '{{ .Name }}'-style strings reach the API untouched: skein-
+controller fills them per gateway. The chart sets the namespace, its labels, and the gateway
+container's image, pull policy, resources and overlay flags.
+Pass dict "root" $ "file" "files/templates/wireguard-server.yaml".
+*/}}
+{{- define "skein.gatewayTemplate" -}}
+{{- $root := .root -}}
+{{- $t := fromYaml ($root.Files.Get .file) -}}
+{{- if or (hasKey $t "Error") (not $t.spec) -}}
+{{- fail (printf "%s: not a gateway template: %v" .file (get $t "Error")) -}}
+{{- end -}}
+{{- $_ := set $t.metadata "namespace" $root.Release.Namespace -}}
+{{- $_ := set $t.metadata "labels" (merge (include "skein.labels" $root | fromYaml) ($t.metadata.labels | default dict)) -}}
+{{- $pod := $t.spec.template.spec.deployment.template.spec -}}
+{{- $found := false -}}
+{{- range $c := $pod.containers -}}
+{{- if eq $c.name "gateway" -}}
+{{- $found = true -}}
+{{- $g := $root.Values.gateway -}}
+{{- $_ := set $c "image" (include "skein.image" (dict "root" $root "image" $g.image)) -}}
+{{- $_ := set $c "imagePullPolicy" $g.image.pullPolicy -}}
+{{- with $g.resources -}}
+{{- $_ := set $c "resources" . -}}
+{{- end -}}
+{{- $extra := include "skein.overlayArgs" (dict "root" $root "mtuFlag" "overlay-mtu") | fromYamlArray -}}
+{{- $_ := set $c "args" (concat ($c.args | default list) $extra) -}}
+{{- end -}}
+{{- end -}}
+{{- if not $found -}}
+{{- fail (printf "%s: no container named gateway" .file) -}}
+{{- end -}}
+{{ toYaml $t }}
+{{- end -}}

@@ -1,0 +1,428 @@
+// Package deploy holds the tests of what deploy/ ships: the Helm chart in deploy/chart (lint,
+// rendering with default and varied values, every rendered object checked by a real
+// kube-apiserver, and an install whose RBAC runs the real components), and its copies of the
+// CRDs, gateway templates and gateway roles kept equal to their sources.
+//
+// helm comes from skein's cache (bench/k8sbin.EnsureHelm, built by `make k8s-binaries`); the
+// tests that need it skip, saying so, when it is not built yet.
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/skein-net/skein/bench/k8sbin"
+	"github.com/skein-net/skein/control/apitest"
+)
+
+const (
+	chartDir    = "chart"
+	releaseName = "skein"
+	// fullname is the chart's object prefix for releaseName (templates/_helpers.tpl).
+	fullname = "skein"
+)
+
+var (
+	envOnce   sync.Once
+	sharedEnv *apitest.Env
+	stopEnv   func()
+	errEnv    error
+
+	helmHome string // HELM_{CACHE,CONFIG,DATA}_HOME of every helm the tests run
+	binDir   string // where binaries built the commands, removed by TestMain
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if helmHome, err = os.MkdirTemp("", "skein-helm-home-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if stopEnv != nil {
+		stopEnv()
+	}
+	_ = os.RemoveAll(helmHome)
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// apiServer starts the test binary's API server (with skein's CRDs) on first use.
+func apiServer(t *testing.T) *apitest.Env {
+	t.Helper()
+	envOnce.Do(func() { sharedEnv, stopEnv, errEnv = apitest.StartMain() })
+	if errEnv != nil {
+		t.Fatal(errEnv)
+	}
+	return sharedEnv
+}
+
+// helmBinary returns the cached helm, or skips the test when it is not built.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	p, ok := k8sbin.HelmReady()
+	if !ok {
+		t.Skipf("helm %s is not built in skein's cache (%s): run 'make k8s-binaries' (go run ./bench/cmd/k8s-binaries) to build it from the Go module proxy", k8sbin.HelmVersion, p)
+	}
+	return p
+}
+
+// helm runs the cached helm with a private home and returns its standard output; the error
+// carries its standard error. kubeconfig may be empty for commands that need no cluster.
+func helm(t *testing.T, kubeconfig string, args ...string) (string, error) {
+	t.Helper()
+	bin := helmBinary(t)
+	if kubeconfig != "" {
+		args = append(args, "--kubeconfig", kubeconfig)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + helmHome,
+		"HELM_CACHE_HOME=" + filepath.Join(helmHome, "cache"), "HELM_CONFIG_HOME=" + filepath.Join(helmHome, "config"),
+		"HELM_DATA_HOME=" + filepath.Join(helmHome, "data"), "KUBECONFIG=" + filepath.Join(helmHome, "no-kubeconfig")}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// valuesFile writes values as a YAML values file in the test's temp directory.
+func valuesFile(t *testing.T, values map[string]any) string {
+	t.Helper()
+	b, err := yaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// parseManifests splits a multi-document YAML stream into objects, skipping empty documents.
+func parseManifests(s string) ([]*unstructured.Unstructured, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(s)))
+	var objs []*unstructured.Unstructured
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		m := map[string]any{}
+		if err := yaml.Unmarshal(doc, &m); err != nil {
+			return nil, fmt.Errorf("%w in document:\n%s", err, doc)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: m}
+		if u.GetAPIVersion() == "" || u.GetKind() == "" || u.GetName() == "" {
+			return nil, fmt.Errorf("document without apiVersion, kind or name:\n%s", doc)
+		}
+		objs = append(objs, u)
+	}
+}
+
+// renderChart runs `helm template` with values in namespace ns, CRDs included.
+func renderChart(t *testing.T, ns string, values map[string]any) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := helm(t, "", "template", releaseName, chartDir, "--namespace", ns, "--include-crds", "-f", valuesFile(t, values))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := parseManifests(out)
+	if err != nil {
+		t.Fatalf("helm template output: %v", err)
+	}
+	return objs
+}
+
+// readValues parses a values YAML file.
+func readValues(path string) (map[string]any, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]any{}
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, nil
+}
+
+// mergeValues returns base with over merged in as helm merges values: maps recursively,
+// anything else (lists included) replaced.
+func mergeValues(base, over map[string]any) map[string]any {
+	out := maps.Clone(base)
+	for k, v := range over {
+		if vm, ok := v.(map[string]any); ok {
+			if bm, ok := out[k].(map[string]any); ok {
+				out[k] = mergeValues(bm, vm)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// TestChartSourcesInSync keeps one source of truth for what the chart carries as copies
+// (helm can read only files inside the chart): the CRDs (`make generate` copies them, `make
+// verify` catches drift), the default gateway templates (deploy/templates, which tests and
+// tools read too) and the gateway roles (deploy/rbac).
+func TestChartSourcesInSync(t *testing.T) {
+	pairs := []struct{ src, dst, fix string }{
+		{"crds", "chart/crds", "make generate"},
+		{"templates", "chart/files/templates", "cp deploy/templates/*.yaml deploy/chart/files/templates/"},
+		{"rbac", "chart/files/rbac", "cp deploy/rbac/*.yaml deploy/chart/files/rbac/"},
+	}
+	for _, p := range pairs {
+		for _, problem := range compareDirs(p.src, p.dst) {
+			t.Errorf("deploy/%s is not a copy of deploy/%s (%s): %s", p.dst, p.src, p.fix, problem)
+		}
+	}
+}
+
+// compareDirs lists the differences between the *.yaml files of two directories.
+func compareDirs(src, dst string) []string {
+	list := func(dir string) ([]string, error) {
+		m, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		for i := range m {
+			m[i] = filepath.Base(m[i])
+		}
+		return m, err
+	}
+	a, errA := list(src)
+	b, errB := list(dst)
+	if err := errors.Join(errA, errB); err != nil {
+		return []string{err.Error()}
+	}
+	if len(a) == 0 {
+		return []string{"no YAML files in " + src}
+	}
+	var problems []string
+	if !slices.Equal(a, b) {
+		problems = append(problems, fmt.Sprintf("files %q, want %q", b, a))
+	}
+	for _, f := range a {
+		want, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		got, err := os.ReadFile(filepath.Join(dst, f))
+		if err == nil && !bytes.Equal(got, want) {
+			problems = append(problems, f+" differs")
+		}
+	}
+	return problems
+}
+
+func TestCompareDirsCatches(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	write := func(dir, name, s string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(src, "a.yaml", "a: 1\n")
+	write(dst, "a.yaml", "a: 1\n")
+	if p := compareDirs(src, dst); len(p) != 0 {
+		t.Fatalf("equal directories: %q", p)
+	}
+	write(dst, "a.yaml", "a: 2\n")
+	if p := compareDirs(src, dst); len(p) != 1 || !strings.Contains(p[0], "a.yaml differs") {
+		t.Errorf("edited copy: %q", p)
+	}
+	write(dst, "a.yaml", "a: 1\n")
+	write(src, "b.yaml", "b: 1\n")
+	if p := compareDirs(src, dst); len(p) == 0 || !strings.Contains(p[0], "files") {
+		t.Errorf("missing copy: %q", p)
+	}
+}
+
+// valueCases are the values the chart is linted, rendered and dry-run applied with.
+var valueCases = []struct {
+	name   string
+	ns     string // release namespace; empty: a fresh one
+	values map[string]any
+}{
+	{name: "defaults", ns: "liqo", values: map[string]any{}},
+	{name: "nodeport-mtu-port", values: map[string]any{"peering": map[string]any{"networking": map[string]any{"gateway": map[string]any{
+		"mtu": 1400, "server": map[string]any{"service": map[string]any{"type": "NodePort", "port": 51821}}}}}}},
+	{name: "geneve", values: map[string]any{"overlay": map[string]any{"kind": "geneve", "port": 6082, "vni": 4242, "device": "skein.gnv", "mtu": 1400}}},
+	{name: "cidrs", values: map[string]any{"ipam": map[string]any{
+		"podCIDR": []any{"10.1.0.0/16", "10.2.0.0/16"}, "serviceCIDR": "10.112.0.0/12", "externalCIDR": "10.171.0.0/16",
+		"internalCIDR": "10.181.0.0/16", "reserved": []any{"192.168.50.0/24", "172.31.0.0/16"}, "pools": []any{"100.64.0.0/10"}}}},
+	{name: "images", values: map[string]any{
+		"controller": map[string]any{"image": map[string]any{"repository": "registry.example.com/skein/skein-controller", "tag": "v0.2.0", "pullPolicy": "Always"}},
+		"agent":      map[string]any{"image": map[string]any{"tag": "v0.2.0"}, "metricsPort": 19472, "logLevel": "debug"},
+		"gateway": map[string]any{"image": map[string]any{"repository": "registry.example.com/skein/skein-gateway", "tag": "sha-1234abc", "pullPolicy": "Never"},
+			"resources": map[string]any{"requests": map[string]any{"cpu": "250m", "memory": "100Mi"}, "limits": map[string]any{"memory": "300Mi"}}}}},
+	{name: "ha-clusterid", values: map[string]any{"clusterID": "3c8c2a8e-5d7b-4e47-9f1e-0a6b2f3d4c5e",
+		"controller": map[string]any{"replicas": 2, "metricsPort": 19473, "kubeAPI": map[string]any{"qps": 12.5, "burst": 25}}}},
+}
+
+// TestChartLint runs `helm lint --strict` with every case's values.
+func TestChartLint(t *testing.T) {
+	for _, c := range valueCases {
+		t.Run(c.name, func(t *testing.T) {
+			ns := c.ns
+			if ns == "" {
+				ns = "skein-" + c.name
+			}
+			out, err := helm(t, "", "lint", "--strict", chartDir, "--namespace", ns, "-f", valuesFile(t, c.values))
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// TestChartRefusesBadValues: the schema and the templates' own checks turn mistakes into
+// errors at install time instead of pods that crash.
+func TestChartRefusesBadValues(t *testing.T) {
+	cases := []struct {
+		name   string
+		values map[string]any
+		want   string
+	}{
+		{"unknown overlay kind", map[string]any{"overlay": map[string]any{"kind": "gre"}}, "/overlay/kind"},
+		{"vni out of range", map[string]any{"overlay": map[string]any{"vni": 1 << 24}}, "/overlay/vni"},
+		{"not a CIDR", map[string]any{"ipam": map[string]any{"internalCIDR": "10.80.0.0"}}, "/ipam/internalCIDR"},
+		{"mtu too small", map[string]any{"peering": map[string]any{"networking": map[string]any{"gateway": map[string]any{"mtu": 100}}}}, "/peering/networking/gateway/mtu"},
+		{"service type", map[string]any{"peering": map[string]any{"networking": map[string]any{"gateway": map[string]any{"server": map[string]any{"service": map[string]any{"type": "ExternalName"}}}}}}, "/peering/networking/gateway/server/service/type"},
+		{"misspelt value", map[string]any{"overlay": map[string]any{"devices": "x"}}, "devices"},
+		{"cluster id not a label value", map[string]any{"clusterID": "no spaces allowed"}, "/clusterID"},
+		{"replicas without election", map[string]any{"controller": map[string]any{"replicas": 2, "leaderElection": false}}, "leaderElection"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := helm(t, "", "template", releaseName, chartDir, "-n", "liqo", "-f", valuesFile(t, c.values))
+			if err == nil {
+				t.Fatalf("helm template accepted %v:\n%s", c.values, out)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error does not mention %q: %v", c.want, err)
+			}
+		})
+	}
+}
+
+// TestChartTemplate renders the chart with every case's values, checks the objects against the
+// values and the chart's invariants (checkRender), checks that every flag the rendered objects
+// pass exists in the command they run, and has a real kube-apiserver validate every object with
+// a server-side dry-run apply (CRDs first).
+func TestChartTemplate(t *testing.T) {
+	helmBinary(t)
+	defaults, err := readValues(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := apiServer(t)
+	for _, c := range valueCases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			ns := c.ns
+			if ns == "" {
+				ns = env.Namespace(t, "chart-"+c.name)
+			} else if err := env.EnsureNamespace(ctx, ns); err != nil {
+				t.Fatal(err)
+			}
+			objs := renderChart(t, ns, c.values)
+			v, err := decodeValues(mergeValues(defaults, c.values))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range checkRender(v, ns, objs) {
+				t.Error(p)
+			}
+			for _, p := range checkFlags(t, objs, v) {
+				t.Error(p)
+			}
+			if err := dryRunApply(ctx, env, objs); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// binaries builds skein-controller, skein-agent and skein-gateway once per test binary.
+var binaries = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "skein-chart-bin-")
+	if err != nil {
+		return "", err
+	}
+	binDir = dir
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/skein-controller", "./cmd/skein-agent", "./cmd/skein-gateway")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build the commands: %w\n%s", err, out)
+	}
+	return dir, nil
+})
+
+var flagLine = regexp.MustCompile(`(?m)^  -([A-Za-z0-9][-A-Za-z0-9.]*)`)
+
+// definedFlags are the flags a command's -h lists.
+func definedFlags(bin string) (map[string]bool, error) {
+	out, _ := exec.Command(bin, "-h").CombinedOutput() // exits 2 after printing the usage
+	flags := map[string]bool{}
+	for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	if len(flags) < 3 {
+		return nil, fmt.Errorf("%s -h lists %d flags:\n%s", bin, len(flags), out)
+	}
+	return flags, nil
+}
+
+// unknownFlags returns the --flags of args that bin does not define.
+func unknownFlags(bin string, args []string) ([]string, error) {
+	defined, err := definedFlags(bin)
+	if err != nil {
+		return nil, err
+	}
+	var bad []string
+	for _, a := range args {
+		name, ok := strings.CutPrefix(a, "--")
+		if !ok {
+			name, ok = strings.CutPrefix(a, "-")
+		}
+		if !ok {
+			continue
+		}
+		name, _, _ = strings.Cut(name, "=")
+		if !defined[name] {
+			bad = append(bad, a)
+		}
+	}
+	return bad, nil
+}
