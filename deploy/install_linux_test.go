@@ -318,7 +318,7 @@ func TestChartInstall(t *testing.T) {
 	must(c.Create(ctx, agentPod))
 	var agentLog syncBuffer
 	a, err := agentwatch.New(agentCfg, agentwatch.Options{
-		Node: agentcfg.Node{Name: node.Name, IP: netip.MustParseAddr("192.168.77.1"), PodCIDRs: network.PodCIDRs, InternalCIDR: network.InternalCIDR},
+		Node:         agentcfg.Node{Name: node.Name, IP: netip.MustParseAddr("192.168.77.1"), PodCIDRs: network.PodCIDRs, InternalCIDR: network.InternalCIDR},
 		PodNamespace: ns, PodName: agentPod.Name, Resync: time.Second,
 		Log: slog.New(slog.NewTextHandler(&agentLog, nil)),
 	}, kernel.NewFake(), nil)
