@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 )
@@ -184,23 +185,37 @@ func Namespaces(prefix string) ([]string, error) {
 	return names, nil
 }
 
-// Down kills every process in the lab's namespaces and deletes them (their links go with
-// them). It is safe to call on a lab that is partly or not at all there.
+// Down kills every process in the lab's namespaces, deletes them (their links go with them)
+// and removes the lab's state dir. It is safe to call on a lab that is partly or not at all
+// there.
 func Down(prefix string) error {
+	var errs []error
+	// Kill first, everywhere, so that no kubelet makes a pod namespace behind our back; twice,
+	// for what a dying process may have started.
+	for range 2 {
+		names, err := Namespaces(prefix)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if out, err := exec.Command("ip", "netns", "pids", n).Output(); err == nil {
+				for _, pid := range strings.Fields(string(out)) {
+					_ = exec.Command("kill", "-9", pid).Run()
+				}
+			}
+		}
+	}
 	names, err := Namespaces(prefix)
 	if err != nil {
 		return err
 	}
-	var errs []error
 	for _, n := range names {
-		if out, err := exec.Command("ip", "netns", "pids", n).Output(); err == nil {
-			for _, pid := range strings.Fields(string(out)) {
-				_ = exec.Command("kill", "-9", pid).Run()
-			}
-		}
 		if err := run("ip", "netns", "del", n); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := os.RemoveAll(DefaultStateDir(prefix)); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

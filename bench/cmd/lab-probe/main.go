@@ -1,0 +1,177 @@
+// Command lab-probe is the lab's network probe: a server that tells each caller the address it
+// sees the call come from, and a client that calls it. End-to-end tests run the server in pods
+// and the client in pods or node namespaces, and compare what the server saw with what they
+// expect (for example a remapped source address across clusters).
+//
+//	lab-probe serve [--tcp :7070] [--udp :7071] [--http :7072]
+//	lab-probe call tcp|udp HOST:PORT [--timeout 2s]
+//	lab-probe stream HOST:PORT --interval 50ms --duration 10s
+//
+// serve answers every TCP connection and UDP datagram with one line:
+// "<hostname> saw <source ip>:<port>"; its HTTP port answers /healthz. call prints the line
+// and exits 1 when there is none. stream sends numbered UDP datagrams and reports how many
+// came back and the longest gap without replies (failover measurements).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: lab-probe serve|call|stream ... (see go doc bench/cmd/lab-probe)")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = serve(os.Args[2:])
+	case "call":
+		err = call(os.Args[2:])
+	case "stream":
+		err = stream(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q (serve, call, stream)", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "lab-probe %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	tcpAddr := fs.String("tcp", ":7070", "TCP address")
+	udpAddr := fs.String("udp", ":7071", "UDP address")
+	httpAddr := fs.String("http", ":7072", "HTTP address of /healthz")
+	_ = fs.Parse(args)
+	host, _ := os.Hostname()
+	ln, err := net.Listen("tcp", *tcpAddr)
+	if err != nil {
+		return err
+	}
+	pc, err := net.ListenPacket("udp", *udpAddr)
+	if err != nil {
+		return err
+	}
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			// A stream datagram carries its sequence number; echo it after the line.
+			reply := fmt.Sprintf("%s saw %s %s", host, from, strings.TrimSpace(string(buf[:n])))
+			_, _ = pc.WriteTo([]byte(reply), from)
+		}
+	}()
+	go func() {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		fmt.Fprintln(os.Stderr, http.ListenAndServe(*httpAddr, mux))
+	}()
+	fmt.Fprintf(os.Stderr, "lab-probe: serving tcp %s udp %s http %s\n", *tcpAddr, *udpAddr, *httpAddr)
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			fmt.Fprintf(c, "%s saw %s\n", host, c.RemoteAddr())
+		}()
+	}
+}
+
+func call(args []string) error {
+	fs := flag.NewFlagSet("call", flag.ExitOnError)
+	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
+	_ = fs.Parse(args)
+	if fs.NArg() != 2 || (fs.Arg(0) != "tcp" && fs.Arg(0) != "udp") {
+		return errors.New("usage: lab-probe call tcp|udp HOST:PORT [--timeout 2s]")
+	}
+	c, err := net.DialTimeout(fs.Arg(0), fs.Arg(1), *timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(*timeout))
+	if fs.Arg(0) == "udp" {
+		if _, err := c.Write([]byte("call")); err != nil {
+			return err
+		}
+	}
+	buf := make([]byte, 2048)
+	n, err := c.Read(buf)
+	if err != nil {
+		return fmt.Errorf("no answer from %s: %w", fs.Arg(1), err)
+	}
+	fmt.Println(strings.TrimSpace(strings.TrimSuffix(string(buf[:n]), " call")))
+	return nil
+}
+
+func stream(args []string) error {
+	fs := flag.NewFlagSet("stream", flag.ExitOnError)
+	interval := fs.Duration("interval", 50*time.Millisecond, "time between datagrams")
+	duration := fs.Duration("duration", 10*time.Second, "how long to send (bounded: at most 10 minutes)")
+	_ = fs.Parse(args)
+	if fs.NArg() != 1 {
+		return errors.New("usage: lab-probe stream HOST:PORT [--interval 50ms] [--duration 10s]")
+	}
+	if *duration > 10*time.Minute || *interval < time.Millisecond {
+		return errors.New("--duration at most 10m, --interval at least 1ms")
+	}
+	c, err := net.Dial("udp", fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	start := time.Now()
+	replies := make(chan time.Time, 1024)
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					close(replies)
+					return
+				}
+				continue // ECONNREFUSED while the far side is away
+			}
+			replies <- time.Now()
+		}
+	}()
+	sent, got := 0, 0
+	last := start
+	var gap time.Duration
+	tick := time.NewTicker(*interval)
+	defer tick.Stop()
+	end := time.After(*duration)
+loop:
+	for {
+		select {
+		case <-tick.C:
+			_, _ = c.Write([]byte(strconv.Itoa(sent)))
+			sent++
+		case t := <-replies:
+			got++
+			gap = max(gap, t.Sub(last))
+			last = t
+		case <-end:
+			break loop
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	gap = max(gap, time.Since(last)-200*time.Millisecond)
+	fmt.Printf("sent %d received %d longest-gap-ms %d\n", sent, got, gap.Milliseconds())
+	return nil
+}

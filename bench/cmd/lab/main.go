@@ -1,0 +1,245 @@
+// Command lab runs real Kubernetes clusters in network namespaces on this machine (see
+// bench/lab): lab up, lab down, lab exec, lab shell, lab status. It is also the lab's kubelet
+// (lab kubelet, started by lab up in every node namespace) and the container shim (lab shim).
+// Run it as root.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/skein-net/skein/bench/k8sbin"
+	"github.com/skein-net/skein/bench/kubelet"
+	"github.com/skein-net/skein/bench/lab"
+)
+
+const usage = `lab: real Kubernetes clusters in network namespaces (run as root).
+
+Usage:
+  lab up [--prefix P] [--clusters N] [--nodes N] [--bin-dir DIR]
+        start the lab: a router, a workstation, N clusters (pod CIDR 10.244.0.0/16 each) of
+        N nodes; returns when every node is Ready and leaves it running
+  lab down [--prefix P]        stop everything and remove every namespace, link and file
+  lab status [--prefix P]      show the clusters, their namespaces and kubeconfigs
+  lab exec [--prefix P] [-c I] -- CMD [ARGS]
+        run CMD in the workstation namespace against cluster I (KUBECONFIG set; kubectl,
+        skeinctl and helm on PATH), e.g. lab exec -c 1 -- kubectl get nodes
+  lab shell [--prefix P] [-c I]   a shell in the workstation namespace, set up like exec
+
+Internal (started by lab up): lab supervise -- CMD, lab kubelet ..., lab shim SPEC
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "up":
+		err = up(os.Args[2:])
+	case "down":
+		err = down(os.Args[2:])
+	case "status":
+		err = status(os.Args[2:])
+	case "exec":
+		err = execIn(os.Args[2:], false)
+	case "shell":
+		err = execIn(os.Args[2:], true)
+	case "supervise":
+		err = supervise(os.Args[2:])
+	case "kubelet":
+		err = runKubelet(os.Args[2:])
+	case "shim":
+		if len(os.Args) != 3 {
+			err = fmt.Errorf("usage: lab shim SPEC")
+		} else {
+			err = kubelet.Shim(os.Args[2])
+		}
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "lab: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "lab %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func flags(name string) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("lab "+name, flag.ExitOnError)
+	prefix := fs.String("prefix", "skl", "name prefix of the lab's namespaces (two labs need two prefixes)")
+	return fs, prefix
+}
+
+func up(args []string) error {
+	fs, prefix := flags("up")
+	clusters := fs.Int("clusters", 2, "number of clusters")
+	nodes := fs.Int("nodes", 2, "nodes per cluster")
+	binDir := fs.String("bin-dir", "", "directory with the skein binaries pods run (default: the directory of this lab binary)")
+	keep := fs.Bool("keep-on-failure", false, "leave a lab that failed to start in place, to read its logs (then lab down)")
+	_ = fs.Parse(args)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if *binDir == "" {
+		*binDir = filepath.Dir(self)
+	}
+	k8s, ok := k8sbin.Ready()
+	if !ok {
+		return fmt.Errorf("the Kubernetes binaries are not built: run make k8s-binaries")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes},
+		K8sBin: k8s, LabBinary: self, BinDir: *binDir, Log: os.Stdout, KeepOnFailure: *keep})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("lab: up in %.1fs\n", l.Ready.Sub(l.Started).Seconds())
+	return printStatus(l, *prefix)
+}
+
+func down(args []string) error {
+	fs, prefix := flags("down")
+	_ = fs.Parse(args)
+	return lab.Down(*prefix)
+}
+
+func status(args []string) error {
+	fs, prefix := flags("status")
+	_ = fs.Parse(args)
+	l, err := lab.Load(lab.DefaultStateDir(*prefix))
+	if err != nil {
+		return err
+	}
+	return printStatus(l, *prefix)
+}
+
+func printStatus(l *lab.Lab, prefix string) error {
+	fmt.Printf("workstation namespace: %s\n", l.Topology.Workstation.Name)
+	for i, c := range l.Clusters {
+		fmt.Printf("cluster %d (%s): API server %s, kubeconfig %s\n", i, c.Name, c.APIServer, c.Kubeconfig)
+		fmt.Printf("  control plane: %s (%s)\n", c.ControlPlane.Name, c.ControlPlane.Addr)
+		for j, n := range c.Nodes {
+			fmt.Printf("  node %s: namespace %s (%s)\n", c.NodeName(j), n.Name, n.Addr)
+		}
+	}
+	fmt.Printf("logs: %s\n", filepath.Join(l.StateDir, "logs"))
+	fmt.Printf("use: lab exec --prefix %s -c 0 -- kubectl get nodes;  lab down --prefix %s\n", prefix, prefix)
+	return nil
+}
+
+func execIn(args []string, shell bool) error {
+	fs, prefix := flags("exec")
+	c := fs.Int("c", 0, "cluster index")
+	_ = fs.Parse(args)
+	l, err := lab.Load(lab.DefaultStateDir(*prefix))
+	if err != nil {
+		return err
+	}
+	if *c < 0 || *c >= len(l.Clusters) {
+		return fmt.Errorf("-c %d: the lab has clusters 0 to %d", *c, len(l.Clusters)-1)
+	}
+	cmdArgs := fs.Args()
+	if shell {
+		cmdArgs = []string{"bash", "--norc", "-i"}
+	}
+	if len(cmdArgs) == 0 {
+		return fmt.Errorf("no command: lab exec -c I -- CMD [ARGS]")
+	}
+	cmd := l.Command(context.Background(), *c, cmdArgs...)
+	if shell {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("PS1=lab(%s)# ", l.Clusters[*c].Name))
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			os.Exit(ee.ExitCode())
+		}
+		return err
+	}
+	return nil
+}
+
+func runKubelet(args []string) error {
+	fs := flag.NewFlagSet("lab kubelet", flag.ExitOnError)
+	var o kubelet.Options
+	fs.StringVar(&o.NodeName, "node-name", "", "node name")
+	nodeIP := fs.String("node-ip", "", "node address")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "the node's kubeconfig")
+	cidr := fs.String("cluster-cidr", "10.244.0.0/16", "the cluster's pod CIDR")
+	api := fs.String("api-server", "10.96.0.1:443", "the kubernetes Service address pods use")
+	fs.StringVar(&o.StateDir, "state-dir", "", "pod files and logs")
+	fs.StringVar(&o.NodeNetns, "node-netns", "", "the node's network namespace name")
+	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "", "prefix of pod namespace names")
+	fs.StringVar(&o.BinDir, "bin-dir", "", "binaries images map to")
+	_ = fs.Parse(args)
+	var err error
+	if o.NodeIP, err = netip.ParseAddr(*nodeIP); err != nil {
+		return fmt.Errorf("--node-ip: %w", err)
+	}
+	if o.ClusterCIDR, err = netip.ParsePrefix(*cidr); err != nil {
+		return fmt.Errorf("--cluster-cidr: %w", err)
+	}
+	if o.APIServer, err = netip.ParseAddrPort(*api); err != nil {
+		return fmt.Errorf("--api-server: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	o.Shim = []string{self, "shim"}
+	o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", o.NodeName)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return kubelet.Run(ctx, o)
+}
+
+// supervise runs a command and starts it again a second after it exits, until killed: the
+// control plane's components exit when they start before the API server is ready.
+func supervise(args []string) error {
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		return fmt.Errorf("usage: lab supervise -- CMD [ARGS]")
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	for {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case sig := <-sigs:
+			_ = cmd.Process.Signal(sig)
+			<-done
+			return nil
+		case err := <-done:
+			fmt.Fprintf(os.Stderr, "lab supervise: %s exited (%v); starting it again in 1s\n", filepath.Base(args[0]), err)
+		}
+		select {
+		case <-sigs:
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}

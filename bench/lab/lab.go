@@ -1,0 +1,461 @@
+package lab
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/skein-net/skein/dataplane/kernel"
+)
+
+// The clusters' networks. Both clusters use the same pod CIDR on purpose.
+var (
+	PodCIDR     = netip.MustParsePrefix("10.244.0.0/16")
+	ServiceCIDR = netip.MustParsePrefix("10.96.0.0/12")
+	// APIServerService is the kubernetes Service's ClusterIP and port, where pods reach the
+	// API server.
+	APIServerService = netip.MustParseAddrPort("10.96.0.1:443")
+)
+
+// Config says what to start.
+type Config struct {
+	Options
+	// K8sBin holds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy
+	// and kubectl (bench/k8sbin).
+	K8sBin string
+	// LabBinary is the lab command (bench/cmd/lab): it runs the node kubelets and the shims.
+	LabBinary string
+	// BinDir holds the binaries pod images map to (skein-controller, skein-agent, ...).
+	BinDir string
+	// Log receives progress lines (nil: discarded).
+	Log io.Writer
+	// KeepOnFailure leaves a lab that failed to start in place, for its logs.
+	KeepOnFailure bool
+}
+
+// ClusterState is one running cluster.
+type ClusterState struct {
+	Cluster
+	// Kubeconfig is the admin kubeconfig; its server is reachable from the workstation
+	// namespace (and from Go through RESTConfig).
+	Kubeconfig string
+	APIServer  string
+}
+
+// Lab is a running lab. It is saved as lab.json in the state dir, so that another process
+// (lab exec, lab down) finds it.
+type Lab struct {
+	Topology *Topology
+	StateDir string
+	K8sBin   string
+	BinDir   string
+	Clusters []ClusterState
+	// Started and Ready are when Start began and when every node was Ready.
+	Started, Ready time.Time
+}
+
+// DefaultStateDir is where a lab with this prefix keeps its certificates, etcd data, logs and
+// pod files. Down removes it.
+func DefaultStateDir(prefix string) string { return filepath.Join("/var/tmp", "skein-lab-"+prefix) }
+
+// Start builds the network and starts every cluster: etcd, kube-apiserver,
+// kube-controller-manager and kube-scheduler in the control-plane namespace, the lab kubelet
+// and kube-proxy (nftables mode) in each node namespace. It returns when every node is Ready.
+// On error everything it made is removed.
+func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
+	started := time.Now()
+	if cfg.Prefix == "" {
+		cfg.Prefix = "skl"
+	}
+	stateDir := DefaultStateDir(cfg.Prefix)
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	for _, d := range []string{"/run", "/tmp"} {
+		if strings.HasPrefix(stateDir, d+"/") {
+			return nil, fmt.Errorf("lab: state dir %s must not lie under %s (pods see their own %s)", stateDir, d, d)
+		}
+	}
+	for _, tool := range []string{"nsenter", "setpriv", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("lab: %s is needed (Debian packages util-linux and nftables): %w", tool, err)
+		}
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(cfg.K8sBin, b)); err != nil {
+			return nil, fmt.Errorf("lab: %s not found in %s (run make k8s-binaries)", b, cfg.K8sBin)
+		}
+	}
+	if names, _ := Namespaces(cfg.Prefix); len(names) > 0 {
+		return nil, fmt.Errorf("lab: a lab with prefix %q is already up (%d namespaces); run 'lab down' first", cfg.Prefix, len(names))
+	}
+	if err := os.RemoveAll(stateDir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil && !cfg.KeepOnFailure {
+			_ = Down(cfg.Prefix)
+		}
+	}()
+	fmt.Fprintf(cfg.Log, "lab: network (%d clusters x %d nodes)\n", max(cfg.Clusters, 2), max(cfg.Nodes, 2))
+	topo, err := Up(cfg.Options)
+	if err != nil {
+		return nil, err
+	}
+	l := &Lab{Topology: topo, StateDir: stateDir, K8sBin: cfg.K8sBin, BinDir: cfg.BinDir, Started: started}
+	for _, cl := range topo.Clusters {
+		cs, err := startCluster(cfg, stateDir, cl)
+		if err != nil {
+			return nil, fmt.Errorf("lab: cluster %s: %w", cl.Name, err)
+		}
+		l.Clusters = append(l.Clusters, cs)
+	}
+	if err := l.save(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(l.Clusters))
+	for i := range l.Clusters {
+		wg.Go(func() { errs[i] = l.waitNodes(ctx, i, cfg.Log) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	l.Ready = time.Now()
+	return l, l.save()
+}
+
+func (l *Lab) save() error {
+	data, err := json.MarshalIndent(l, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(l.StateDir, "lab.json"), data, 0o644)
+}
+
+// Load reads the description of a running lab from its state dir.
+func Load(stateDir string) (*Lab, error) {
+	data, err := os.ReadFile(filepath.Join(stateDir, "lab.json"))
+	if err != nil {
+		return nil, fmt.Errorf("lab: no lab in %s (is it up?): %w", stateDir, err)
+	}
+	var l Lab
+	return &l, json.Unmarshal(data, &l)
+}
+
+// spawn starts a long-running process in network namespace ns, detached from the caller (own
+// session), under the lab's supervisor (lab supervise) which restarts it when it exits, its
+// output appended to logPath. nsenter changes only the network namespace.
+func spawn(labBinary, ns, logPath string, args ...string) error {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--", labBinary, "supervise", "--"}, args...)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s in %s: %w", args[0], ns, err)
+	}
+	return cmd.Process.Release()
+}
+
+func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error) {
+	dir := filepath.Join(stateDir, cl.Name)
+	logs := filepath.Join(stateDir, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return ClusterState{}, err
+	}
+	p, err := newPKI(filepath.Join(dir, "pki"), cl.Name)
+	if err != nil {
+		return ClusterState{}, err
+	}
+	cp := cl.ControlPlane.Addr.String()
+	server := "https://" + net.JoinHostPort(cp, "6443")
+	certs := []struct {
+		name, cn string
+		groups   []string
+		hosts    []string
+	}{
+		{"apiserver", "kube-apiserver", nil, []string{cp, APIServerService.Addr().String(), "127.0.0.1", "localhost",
+			"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}},
+		{"admin", "skein-lab-admin", []string{"system:masters"}, nil},
+		{"controller-manager", "system:kube-controller-manager", nil, nil},
+		{"scheduler", "system:kube-scheduler", nil, nil},
+		{"kube-proxy", "system:kube-proxy", nil, nil},
+	}
+	for _, n := range cl.Nodes {
+		certs = append(certs, struct {
+			name, cn string
+			groups   []string
+			hosts    []string
+		}{"kubelet-" + nodeName(n), "system:node:" + nodeName(n), []string{"system:nodes", cniGroup}, nil})
+	}
+	kcfg := map[string]string{}
+	for _, c := range certs {
+		if err := p.issue(c.name, c.cn, c.groups, c.hosts); err != nil {
+			return ClusterState{}, err
+		}
+		if c.name == "apiserver" {
+			continue
+		}
+		path, err := p.kubeconfig(c.name, cl.Name, server)
+		if err != nil {
+			return ClusterState{}, err
+		}
+		kcfg[c.name] = path
+	}
+	bin := func(b string) string { return filepath.Join(cfg.K8sBin, b) }
+	log := func(b string) string { return filepath.Join(logs, cl.Name+"-"+b+".log") }
+	ns := cl.ControlPlane.Name
+	if err := spawn(cfg.LabBinary, ns, log("etcd"), bin("etcd"), "--name", cl.Name, "--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
+		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+		"--initial-cluster", cl.Name+"=http://127.0.0.1:2380", "--unsafe-no-fsync", "--log-level", "warn"); err != nil {
+		return ClusterState{}, err
+	}
+	if err := spawn(cfg.LabBinary, ns, log("kube-apiserver"), bin("kube-apiserver"),
+		"--etcd-servers", "http://127.0.0.1:2379", "--bind-address", "0.0.0.0", "--secure-port", "6443",
+		"--advertise-address", cp, "--service-cluster-ip-range", ServiceCIDR.String(),
+		"--client-ca-file", p.path("ca.crt"), "--tls-cert-file", p.path("apiserver.crt"), "--tls-private-key-file", p.path("apiserver.key"),
+		"--service-account-key-file", p.path("sa.pub"), "--service-account-signing-key-file", p.path("sa.key"),
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
+		"--allow-privileged", "--profiling=false", "--v", "1"); err != nil {
+		return ClusterState{}, err
+	}
+	if err := spawn(cfg.LabBinary, ns, log("kube-controller-manager"), bin("kube-controller-manager"),
+		"--kubeconfig", kcfg["controller-manager"], "--authentication-kubeconfig", kcfg["controller-manager"],
+		"--authorization-kubeconfig", kcfg["controller-manager"], "--bind-address", "127.0.0.1",
+		"--use-service-account-credentials", "--service-account-private-key-file", p.path("sa.key"),
+		"--root-ca-file", p.path("ca.crt"), "--allocate-node-cidrs", "--cluster-cidr", PodCIDR.String(),
+		"--node-cidr-mask-size", "24", "--service-cluster-ip-range", ServiceCIDR.String(),
+		"--leader-elect=false", "--profiling=false", "--v", "1"); err != nil {
+		return ClusterState{}, err
+	}
+	if err := spawn(cfg.LabBinary, ns, log("kube-scheduler"), bin("kube-scheduler"),
+		"--kubeconfig", kcfg["scheduler"], "--authentication-kubeconfig", kcfg["scheduler"],
+		"--authorization-kubeconfig", kcfg["scheduler"], "--bind-address", "127.0.0.1",
+		"--leader-elect=false", "--profiling=false", "--v", "1"); err != nil {
+		return ClusterState{}, err
+	}
+	for _, n := range cl.Nodes {
+		name := nodeName(n)
+		if err := spawn(cfg.LabBinary, n.Name, log(name+"-kubelet"), cfg.LabBinary, "kubelet",
+			"--node-name", name, "--node-ip", n.Addr.String(), "--kubeconfig", kcfg["kubelet-"+name],
+			"--state-dir", filepath.Join(stateDir, name), "--node-netns", n.Name, "--netns-prefix", n.Name+"-p",
+			"--bin-dir", cfg.BinDir, "--cluster-cidr", PodCIDR.String(), "--api-server", APIServerService.String()); err != nil {
+			return ClusterState{}, err
+		}
+		if err := spawn(cfg.LabBinary, n.Name, log(name+"-kube-proxy"), bin("kube-proxy"),
+			"--kubeconfig", kcfg["kube-proxy"], "--hostname-override", name, "--proxy-mode", "nftables",
+			"--cluster-cidr", PodCIDR.String(), "--conntrack-max-per-core", "0",
+			"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256", "--v", "1"); err != nil {
+			return ClusterState{}, err
+		}
+	}
+	return ClusterState{Cluster: cl, Kubeconfig: kcfg["admin"], APIServer: server}, nil
+}
+
+// nodeName is a node's Kubernetes name: its namespace name without the lab prefix.
+func nodeName(n NS) string {
+	parts := strings.Split(n.Name, "-")
+	return strings.Join(parts[len(parts)-2:], "-")
+}
+
+// NodeName is the Kubernetes name of node i of the cluster.
+func (c ClusterState) NodeName(i int) string { return nodeName(c.Nodes[i]) }
+
+// cniGroup is the group of the lab kubelets' certificates that lets them read every Node, for
+// the host-gw routes between nodes (the Node authorizer lets a kubelet read only its own Node,
+// as a CNI daemon would have a service account of its own).
+const cniGroup = "skein-lab:cni"
+
+func grantCNI(ctx context.Context, cs kubernetes.Interface) error {
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "skein-lab-cni"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "skein-lab-cni"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: cniGroup}}}
+	for {
+		_, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+			if err == nil || apierrors.IsAlreadyExists(err) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("grant the kubelets read access to nodes: %w", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// Dialer dials from inside network namespace ns, so a process in the machine's namespace
+// reaches lab addresses without any route of its own: the socket is made in ns and keeps it.
+func Dialer(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	enter := kernel.InNamespace("/run/netns/" + ns)
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := enter(func() (err error) {
+			c, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}
+}
+
+// RESTConfig is the admin client config of cluster i, dialing from the workstation.
+func (l *Lab) RESTConfig(i int) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.Clusters[i].Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Dial = Dialer(l.Topology.Workstation.Name)
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg, nil
+}
+
+// waitNodes waits for the API server, then for every node of cluster i to be Ready.
+func (l *Lab) waitNodes(ctx context.Context, i int, log io.Writer) error {
+	cl := l.Clusters[i]
+	if err := l.waitAPIServer(ctx, i); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "lab: %s: API server ready after %.1fs\n", cl.Name, time.Since(l.Started).Seconds())
+	cfg, err := l.RESTConfig(i)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := grantCNI(ctx, cs); err != nil {
+		return fmt.Errorf("lab: %s: %w", cl.Name, err)
+	}
+	for {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		ready := 0
+		if err == nil {
+			for _, n := range nodes.Items {
+				for _, c := range n.Status.Conditions {
+					if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && n.Spec.PodCIDR != "" {
+						ready++
+					}
+				}
+			}
+		}
+		if ready == len(cl.Nodes) {
+			fmt.Fprintf(log, "lab: %s: %d nodes ready after %.1fs\n", cl.Name, ready, time.Since(l.Started).Seconds())
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lab: %s: %d of %d nodes ready when time ran out (logs in %s): %w", cl.Name, ready, len(cl.Nodes),
+				filepath.Join(l.StateDir, "logs"), ctx.Err())
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+func (l *Lab) waitAPIServer(ctx context.Context, i int) error {
+	cl := l.Clusters[i]
+	ca, err := os.ReadFile(filepath.Join(filepath.Dir(cl.Kubeconfig), "ca.crt"))
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	dial := Dialer(l.Topology.Workstation.Name)
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		DialContext: dial, TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	var last error
+	for {
+		resp, err := hc.Get(cl.APIServer + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+				return nil
+			}
+			err = fmt.Errorf("readyz: %s", resp.Status)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lab: %s: API server not ready (last: %v; logs in %s): %w", cl.Name, last, filepath.Join(l.StateDir, "logs"), ctx.Err())
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// Exec runs a command in the workstation namespace against cluster i (KUBECONFIG set, the
+// lab's tools on PATH) and returns its combined output.
+func (l *Lab) Exec(ctx context.Context, i int, args ...string) (string, error) {
+	cmd := l.Command(ctx, i, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// Command prepares a command like Exec without running it.
+func (l *Lab) Command(ctx context.Context, i int, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", l.Topology.Workstation.Name}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+l.Clusters[i].Kubeconfig,
+		"PATH="+l.BinDir+":"+l.K8sBin+":"+os.Getenv("PATH"))
+	return cmd
+}
+
+// Build compiles the binaries a lab runs (skein's commands, the lab command and lab-probe)
+// into dir, which must not lie under /tmp (containers see a private /tmp).
+func Build(ctx context.Context, dir string) error {
+	if strings.HasPrefix(dir, "/tmp/") {
+		return fmt.Errorf("lab: binaries in %s would be hidden from containers (they see a private /tmp)", dir)
+	}
+	root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return fmt.Errorf("lab: find the module root: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/...", "./bench/cmd/lab", "./bench/cmd/lab-probe")
+	cmd.Dir = strings.TrimSpace(string(root))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("lab: build: %w: %s", err, out)
+	}
+	return nil
+}

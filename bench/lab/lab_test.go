@@ -1,0 +1,347 @@
+package lab_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/skein-net/skein/bench/k8sbin"
+	"github.com/skein-net/skein/bench/lab"
+)
+
+// needLab skips without root or without the Kubernetes binaries' cache and builds the lab's
+// binaries into a directory outside /tmp (containers see a private /tmp).
+func needLab(t *testing.T) (k8s, bin string) {
+	t.Helper()
+	if os.Getenv("SKEIN_SKIP_NETNS") != "" {
+		t.Skip("SKEIN_SKIP_NETNS set: the lab needs network namespaces")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("the lab needs root (network namespaces); set SKEIN_SKIP_NETNS=1 to skip")
+	}
+	k8s, ok := k8sbin.Ready()
+	if !ok {
+		t.Fatal("the Kubernetes binaries are not in the cache: run make k8s-binaries")
+	}
+	bin = fmt.Sprintf("/var/tmp/skein-lab-test-bin-%d", os.Getpid())
+	t.Cleanup(func() { os.RemoveAll(bin) })
+	if err := lab.Build(context.Background(), bin); err != nil {
+		t.Fatal(err)
+	}
+	return k8s, bin
+}
+
+// labPIDs lists the processes in the lab's namespaces.
+func labPIDs(t *testing.T, prefix string) []int {
+	names, err := lab.Namespaces(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, n := range names {
+		out, _ := exec.Command("ip", "netns", "pids", n).Output()
+		for _, f := range strings.Fields(string(out)) {
+			if p, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, p)
+			}
+		}
+	}
+	return pids
+}
+
+func procField(pid int, field string) string {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// leftovers reports what a lab with prefix left on the machine.
+func leftovers(t *testing.T, prefix, linksBefore string) []string {
+	var left []string
+	if names, _ := lab.Namespaces(prefix); len(names) > 0 {
+		left = append(left, fmt.Sprintf("namespaces %v", names))
+	}
+	if _, err := os.Stat(lab.DefaultStateDir(prefix)); err == nil {
+		left = append(left, "state dir "+lab.DefaultStateDir(prefix))
+	}
+	if out, _ := exec.Command("pgrep", "-f", lab.DefaultStateDir(prefix)).Output(); len(strings.TrimSpace(string(out))) > 0 {
+		left = append(left, "processes "+strings.Join(strings.Fields(string(out)), ","))
+	}
+	if got := hostLinks(t); got != linksBefore {
+		left = append(left, "links of the machine's namespace changed:\n"+got)
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), lab.DefaultStateDir(prefix)) {
+		left = append(left, "mounts under the state dir")
+	}
+	return left
+}
+
+// TestLab starts two clusters of two nodes, runs a DaemonSet of probes with a restricted
+// securityContext and a Service, checks pod-to-pod, ClusterIP and NodePort traffic and what
+// the kubelet gave the containers, and tears down, checking nothing is left.
+func TestLab(t *testing.T) {
+	k8s, bin := needLab(t)
+	prefix := fmt.Sprintf("slt%d", os.Getpid()%1000)
+	linksBefore := hostLinks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var progress strings.Builder
+	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: prefix}, K8sBin: k8s, LabBinary: filepath.Join(bin, "lab"),
+		BinDir: bin, Log: &progress})
+	t.Cleanup(func() { lab.Down(prefix) })
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	var rss int
+	for _, pid := range labPIDs(t, prefix) {
+		kb, _ := strconv.Atoi(strings.TrimSuffix(procField(pid, "VmRSS"), " kB"))
+		rss += kb
+	}
+	t.Logf("lab of 2 clusters x 2 nodes ready in %.1fs, RSS of its processes %d MiB (targets 90 s, 4096 MiB)",
+		l.Ready.Sub(l.Started).Seconds(), rss/1024)
+
+	cfg, err := l.RESTConfig(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	labels := map[string]string{"app": "probe"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](65534), RunAsGroup: ptr.To[int64](65534), RunAsNonRoot: ptr.To(true)},
+				Containers: []corev1.Container{{Name: "probe", Image: "registry.example/lab-probe:v1", Args: []string{"serve"},
+					Env: []corev1.EnvVar{{Name: "MY_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(7072)}},
+						PeriodSeconds: 1},
+					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+						Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+				}},
+			}}}}
+	if _, err := cs.AppsV1().DaemonSets("default").Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"}, Spec: corev1.ServiceSpec{
+		Type: corev1.ServiceTypeNodePort, Selector: labels, Ports: []corev1.ServicePort{
+			{Name: "tcp", Port: 7070, Protocol: corev1.ProtocolTCP}, {Name: "udp", Port: 7071, Protocol: corev1.ProtocolUDP}}}}
+	if svc, err = cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pods []corev1.Pod
+	deadline := time.Now().Add(time.Minute)
+	for {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=probe"})
+		ready := 0
+		if err == nil {
+			for _, p := range list.Items {
+				for _, c := range p.Status.Conditions {
+					if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+						ready++
+					}
+				}
+			}
+		}
+		if ready == 2 && len(list.Items) == 2 {
+			pods = list.Items
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("probe pods not ready in a minute: %d ready; logs in %s", ready, filepath.Join(l.StateDir, "logs"))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if pods[0].Spec.NodeName == pods[1].Spec.NodeName || pods[0].Status.PodIP == pods[1].Status.PodIP {
+		t.Fatalf("DaemonSet pods share a node or an IP: %s/%s %s/%s", pods[0].Spec.NodeName, pods[0].Status.PodIP, pods[1].Spec.NodeName, pods[1].Status.PodIP)
+	}
+	nodeNS := func(node string) string { return prefix + "-c0-" + strings.TrimPrefix(node, "c0-") }
+	podNS := func(p corev1.Pod) string {
+		ip := strings.Split(p.Status.PodIP, ".")
+		return nodeNS(p.Spec.NodeName) + "-p" + ip[2] + "-" + ip[3]
+	}
+	probe := filepath.Join(bin, "lab-probe")
+	// call retries for 15 s: kube-proxy programs a Service's endpoints a moment after the
+	// pods become Ready.
+	call := func(ns string, args ...string) string {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			out, err := exec.Command("ip", append([]string{"netns", "exec", ns, probe, "call"}, args...)...).CombinedOutput()
+			if err == nil {
+				return strings.TrimSpace(string(out))
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("lab-probe call %v from %s: %v: %s", args, ns, err, out)
+			}
+		}
+	}
+	// Pod to pod across nodes: no NAT inside the cluster.
+	a, b := pods[0], pods[1]
+	got := call(podNS(a), "tcp", b.Status.PodIP+":7070")
+	if want := fmt.Sprintf("%s saw %s:", b.Name, a.Status.PodIP); !strings.HasPrefix(got, want) {
+		t.Errorf("pod to pod: got %q, want %q...", got, want)
+	}
+	got = call(podNS(b), "udp", a.Status.PodIP+":7071")
+	if want := fmt.Sprintf("%s saw %s:", a.Name, b.Status.PodIP); !strings.HasPrefix(got, want) {
+		t.Errorf("pod to pod UDP: got %q, want %q...", got, want)
+	}
+	// ClusterIP from a pod, through kube-proxy's nftables rules.
+	for range 4 {
+		if got := call(podNS(a), "tcp", svc.Spec.ClusterIP+":7070"); !strings.Contains(got, " saw ") {
+			t.Errorf("ClusterIP: got %q", got)
+		}
+	}
+	// NodePort from the workstation, outside the cluster.
+	var nodePort int32
+	for _, p := range svc.Spec.Ports {
+		if p.Protocol == corev1.ProtocolUDP {
+			nodePort = p.NodePort
+		}
+	}
+	got = call(l.Topology.Workstation.Name, "udp", fmt.Sprintf("%s:%d", l.Clusters[0].Nodes[1].Addr, nodePort))
+	if !strings.HasPrefix(got, "probe-") {
+		t.Errorf("NodePort from the workstation: got %q", got)
+	}
+	// Pod traffic leaving the cluster is masqueraded to the node's address.
+	ws := l.Topology.Workstation
+	srv := exec.Command("ip", "netns", "exec", ws.Name, probe, "serve", "--tcp", ws.Addr.String()+":7070",
+		"--udp", ws.Addr.String()+":7071", "--http", ws.Addr.String()+":7072")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	time.Sleep(300 * time.Millisecond)
+	got = call(podNS(a), "tcp", ws.Addr.String()+":7070")
+	var nodeAddr string
+	for _, n := range l.Clusters[0].Nodes {
+		if strings.HasSuffix(n.Name, strings.TrimPrefix(a.Spec.NodeName, "c0")) {
+			nodeAddr = n.Addr.String()
+		}
+	}
+	if want := " saw " + nodeAddr + ":"; !strings.Contains(got, want) {
+		t.Errorf("pod to the workstation: got %q, want the node address (%q)", got, want)
+	}
+
+	// What the container got: user, capabilities, no_new_privs, read-only root, environment.
+	pidOut, err := exec.Command("ip", "netns", "pids", podNS(a)).Output()
+	if err != nil || len(strings.Fields(string(pidOut))) != 1 {
+		t.Fatalf("pod %s: want one process in its namespace, got %q (%v)", a.Name, pidOut, err)
+	}
+	pid, _ := strconv.Atoi(strings.Fields(string(pidOut))[0])
+	if uid := procField(pid, "Uid"); !strings.HasPrefix(uid, "65534\t") {
+		t.Errorf("container uid: %q, want 65534", uid)
+	}
+	for _, f := range []string{"CapEff", "CapPrm", "CapBnd"} {
+		if v := procField(pid, f); v != "0000000000000000" {
+			t.Errorf("container %s = %s, want none (drop ALL)", f, v)
+		}
+	}
+	if v := procField(pid, "NoNewPrivs"); v != "1" {
+		t.Errorf("container NoNewPrivs = %s, want 1", v)
+	}
+	mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(line); len(f) > 5 && f[4] == "/" && !strings.HasPrefix(f[5], "ro") {
+			t.Errorf("container root is not read-only: %s", line)
+		}
+	}
+	env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	for _, want := range []string{"MY_IP=" + a.Status.PodIP, "KUBERNETES_SERVICE_HOST=10.96.0.1", "HOSTNAME=" + a.Name} {
+		if !strings.Contains(string(env), want+"\x00") {
+			t.Errorf("container environment lacks %s", want)
+		}
+	}
+	// The service account token is mounted where client-go looks for it.
+	// (/var/run is a symbolic link to /run, which /proc/PID/root would resolve in our own root.)
+	tokenPath := fmt.Sprintf("/proc/%d/root/run/secrets/kubernetes.io/serviceaccount/token", pid)
+	if tok, err := os.ReadFile(tokenPath); err != nil || len(tok) < 100 {
+		t.Errorf("service account token at %s: %v (%d bytes)", tokenPath, err, len(tok))
+	}
+
+	// Deleting the DaemonSet stops the processes and removes the pod namespaces.
+	if err := cs.AppsV1().DaemonSets("default").Delete(ctx, "probe", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=probe"})
+		names, _ := lab.Namespaces(prefix)
+		podNamespaces := 0
+		for _, n := range names {
+			if strings.Contains(n, "-p") {
+				podNamespaces++
+			}
+		}
+		if err == nil && len(list.Items) == 0 && podNamespaces == 0 && syscall.Kill(pid, 0) != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after deleting the DaemonSet: %d pods, %d pod namespaces left (err %v)", len(list.Items), podNamespaces, err)
+		}
+	}
+
+	start := time.Now()
+	if err := lab.Down(prefix); err != nil {
+		t.Fatal(err)
+	}
+	if left := leftovers(t, prefix, linksBefore); len(left) > 0 {
+		t.Fatalf("lab down left: %v", left)
+	}
+	t.Logf("lab down in %.1fs, nothing left", time.Since(start).Seconds())
+}
+
+// TestLabInterrupted sends SIGINT to "lab up" while the clusters start: it must remove all
+// it made.
+func TestLabInterrupted(t *testing.T) {
+	_, bin := needLab(t)
+	prefix := fmt.Sprintf("sli%d", os.Getpid()%1000)
+	linksBefore := hostLinks(t)
+	t.Cleanup(func() { lab.Down(prefix) })
+	cmd := exec.Command(filepath.Join(bin, "lab"), "up", "--prefix", prefix)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Interrupt once the control planes are starting.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if len(labPIDs(t, prefix)) >= 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lab up started no processes in 30 s:\n%s", out.String())
+		}
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	if err == nil {
+		t.Fatalf("lab up succeeded though interrupted:\n%s", out.String())
+	}
+	if left := leftovers(t, prefix, linksBefore); len(left) > 0 {
+		t.Fatalf("interrupted lab up left: %v\n%s", left, out.String())
+	}
+}
