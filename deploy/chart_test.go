@@ -292,6 +292,7 @@ var valueCases = []struct {
 
 // TestChartLint runs `helm lint --strict` with every case's values.
 func TestChartLint(t *testing.T) {
+	helmBinary(t)
 	for _, c := range valueCases {
 		t.Run(c.name, func(t *testing.T) {
 			ns := c.ns
@@ -323,6 +324,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"cluster id not a label value", map[string]any{"clusterID": "no spaces allowed"}, "/clusterID"},
 		{"replicas without election", map[string]any{"controller": map[string]any{"replicas": 2, "leaderElection": false}}, "leaderElection"},
 	}
+	helmBinary(t)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			out, err := helm(t, "", "template", releaseName, chartDir, "-n", "liqo", "-f", valuesFile(t, c.values))

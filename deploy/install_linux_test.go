@@ -172,8 +172,13 @@ func TestChartInstall(t *testing.T) {
 		}
 	}
 	idA := "6f1c2b0e-8f7a-4c55-9d0e-2a4b6c8d0e1f"
-	if out, err := install("--set-string", "clusterID="+idA); err != nil {
+	out, err := install("--set-string", "clusterID="+idA, "--set", "peering.networking.gateway.mtu=1400")
+	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+	// The notes print the skeinctl command that applies the peering values.
+	if want := "--server-service-type LoadBalancer --server-port 51820 --mtu 1400 --wait"; !strings.Contains(out, want) {
+		t.Errorf("helm install's notes lack %q:\n%s", want, out)
 	}
 	getID := func() string {
 		t.Helper()
