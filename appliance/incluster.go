@@ -3,7 +3,10 @@ package appliance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -26,10 +29,11 @@ type InCluster struct {
 
 	election *gwwatch.Election
 
-	mu     sync.Mutex
-	gw     *Gateway
-	err    error
-	active bool // this replica holds the Lease (always true without an election)
+	mu      sync.Mutex
+	gw      *Gateway
+	err     error
+	active  bool         // this replica holds the Lease (always true without an election)
+	waiting *http.Server // answers /healthz and /readyz until the gateway starts
 }
 
 // StartInCluster begins watching; the gateway itself starts once the objects it needs exist.
@@ -46,6 +50,11 @@ func StartInCluster(cfg *rest.Config, opts gwwatch.Options, election *gwwatch.El
 		return nil, err
 	}
 	ic.watcher = w
+	if addr := opts.Local.HTTPListen; addr != "" && addr != "off" {
+		if err := ic.serveWaiting(addr); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ic.cancel = cancel
 	var elected sync.WaitGroup
@@ -79,6 +88,15 @@ func (ic *InCluster) becomeActive() {
 	ic.active = true
 	if ic.gw != nil {
 		ic.activate(ic.gw)
+		return
+	}
+	// Not configured yet (a server waits for its client's PublicKey, and the client is made
+	// from the server's endpoint, which needs an active pod): label the pod now, so the
+	// Service selects it; the VTEP follows when the gateway starts.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ic.watcher.PublishActive(ctx, *ic.election, true, "", ""); err != nil {
+		ic.log.Error("labelling the active pod", "err", err)
 	}
 }
 
@@ -127,6 +145,7 @@ func (ic *InCluster) apply(g *gwconfig.Gateway) error {
 	if ic.gw != nil {
 		return ic.gw.Apply(g)
 	}
+	ic.stopWaiting() // the gateway serves the same address
 	gw, err := StartStandby(g, ic.log)
 	if err != nil {
 		return err
@@ -163,6 +182,33 @@ func (ic *InCluster) report(s netstack.ProbeStatus) {
 	}
 }
 
+// serveWaiting answers the kubelet's probes while the gateway waits for its configuration (a
+// server waits for its client's PublicKey, which is created after the server is ready): the
+// process is healthy and ready to be configured, so both say ok, naming what is missing.
+func (ic *InCluster) serveWaiting(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("httpListen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	ok := func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok: waiting for the gateway's configuration (see the log)")
+	}
+	mux.HandleFunc("/healthz", ok)
+	mux.HandleFunc("/readyz", ok)
+	ic.waiting = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = ic.waiting.Serve(ln) }()
+	return nil
+}
+
+// stopWaiting closes the waiting server and its listener; ic.mu is held.
+func (ic *InCluster) stopWaiting() {
+	if ic.waiting != nil {
+		_ = ic.waiting.Close()
+		ic.waiting = nil
+	}
+}
+
 // Gateway returns the running gateway, or nil before its configuration is complete.
 func (ic *InCluster) Gateway() *Gateway {
 	ic.mu.Lock()
@@ -193,6 +239,7 @@ func (ic *InCluster) Close() {
 	<-ic.done
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
+	ic.stopWaiting()
 	if ic.gw != nil {
 		ic.gw.Close()
 	}

@@ -100,18 +100,40 @@ func (w *podWorker) run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	if err := w.setup(ctx); err != nil {
-		log.Warn("pod setup failed", "err", err)
+	// Setup is retried: right after a pod is bound, the Node authorizer may not yet know it
+	// and refuse the pod's tokens, configmaps and secrets.
+	for attempt := 0; ; attempt++ {
+		err := w.setup(ctx)
+		if err == nil {
+			break
+		}
+		log.Warn("pod setup failed; retrying", "err", err, "attempt", attempt)
 		w.mu.Lock()
 		w.setupErr = err.Error()
 		w.mu.Unlock()
-	} else {
-		w.mu.Lock()
-		w.setupOK = true
-		w.mu.Unlock()
-		for _, c := range w.ctrs {
-			go w.supervise(ctx, c)
+		w.markDirty()
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.goneCh:
+			w.teardown()
+			return
+		case <-w.changed:
+			if p := w.current(); p.DeletionTimestamp != nil {
+				w.teardown()
+				w.k.forget(ctx, p)
+				return
+			}
+		case <-w.dirty:
+			_ = w.writeStatus(ctx)
+		case <-time.After(time.Duration(min(attempt+1, 5)) * time.Second):
 		}
+	}
+	w.mu.Lock()
+	w.setupOK, w.setupErr = true, ""
+	w.mu.Unlock()
+	for _, c := range w.ctrs {
+		go w.supervise(ctx, c)
 	}
 	w.markDirty()
 	for {
@@ -151,6 +173,12 @@ func (w *podWorker) setup(ctx context.Context) error {
 	p := w.current()
 	if err := os.MkdirAll(w.dir, 0o755); err != nil {
 		return err
+	}
+	w.mu.Lock()
+	done := w.ip.IsValid() && (p.Spec.HostNetwork || w.netns != "")
+	w.mu.Unlock()
+	if done {
+		return w.volumes(ctx, p)
 	}
 	if !p.Spec.HostNetwork {
 		ip, err := w.k.allocIP(p.UID)

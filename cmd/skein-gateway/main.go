@@ -14,7 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/skein-net/skein/appliance"
 	"github.com/skein-net/skein/control/gwconfig"
@@ -90,6 +93,10 @@ func main() {
 		fail(2, "--log-level %q: want debug, info, warn or error", *logLevel)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// controller-runtime's caches and client-go's reflectors log through these (watch errors,
+	// such as a missing RBAC rule, would otherwise go unseen).
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	klog.SetSlogLogger(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 

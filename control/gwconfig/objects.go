@@ -244,9 +244,9 @@ func FromObjects(o Objects, l Local) (*Gateway, error) {
 		index[in.Name] = len(dp.Nodes)
 		dp.Nodes = append(dp.Nodes, n)
 	}
-	if len(dp.Nodes) == 0 {
-		return nil, notReady("no node has published its VTEP (InternalNode status.vtep) yet")
-	}
+	// No node may have published its VTEP yet: the agents publish once a peering has an active
+	// gateway VTEP to point at, which needs this gateway running. It starts without nodes (what
+	// comes from the tunnel for the pods is dropped as unroutable) and gets them live.
 	for _, p := range o.Pods {
 		i, ok := index[p.Spec.NodeName]
 		if !ok || p.Spec.HostNetwork || p.Status.PodIP == "" {

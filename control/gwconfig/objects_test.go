@@ -106,6 +106,20 @@ func TestFromObjectsClient(t *testing.T) {
 	}
 }
 
+// TestFromObjectsNoNodes: a gateway starts before any agent published its VTEP (the agents
+// wait for the gateway's VTEP), with no node to deliver to.
+func TestFromObjectsNoNodes(t *testing.T) {
+	o := objects()
+	o.InternalNodes = nil
+	g, err := gwconfig.FromObjects(o, local)
+	if err != nil {
+		t.Fatalf("no InternalNodes: %v, want a gateway without nodes", err)
+	}
+	if len(g.Dataplane.Nodes) != 0 {
+		t.Errorf("nodes %v, want none", g.Dataplane.Nodes)
+	}
+}
+
 func TestFromObjectsWaiting(t *testing.T) {
 	cases := []struct {
 		mut   func(*gwconfig.Objects)
@@ -117,7 +131,6 @@ func TestFromObjectsWaiting(t *testing.T) {
 		{func(o *gwconfig.Objects) { o.Configuration.Status.Remote = nil }, false, "status.remote"},
 		{func(o *gwconfig.Objects) { o.Configuration = nil }, false, "Configuration"},
 		{func(o *gwconfig.Objects) { o.Server.Status.InternalEndpoint = nil }, false, "overlay address"},
-		{func(o *gwconfig.Objects) { o.InternalNodes = nil }, false, "VTEP"},
 		{func(o *gwconfig.Objects) { o.Secret.Data = nil }, true, `no "privateKey" key`},
 		{func(o *gwconfig.Objects) { o.PeerKey.Spec.PublicKey = "nope" }, true, "not a WireGuard key"},
 		{func(o *gwconfig.Objects) { o.Configuration.Status.Remote.CIDR.Pod = "10.71.0.0/24" }, true, "same length"},

@@ -93,7 +93,7 @@ func (w *Watcher) PublishActive(ctx context.Context, e Election, active bool, po
 	if err := w.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, podPatch)); err != nil {
 		return fmt.Errorf("label pod %s/%s: %w", w.opts.Namespace, e.PodName, err)
 	}
-	if !active {
+	if !active || podIP == "" {
 		return nil
 	}
 	ie := map[string]any{"vtep": map[string]any{"ip": podIP, "mac": mac}}
