@@ -287,7 +287,8 @@ var valueCases = []struct {
 		"gateway": map[string]any{"image": map[string]any{"repository": "registry.example.com/skein/skein-gateway", "tag": "sha-1234abc", "pullPolicy": "Never"},
 			"resources": map[string]any{"requests": map[string]any{"cpu": "250m", "memory": "100Mi"}, "limits": map[string]any{"memory": "300Mi"}}}}},
 	{name: "ha-clusterid", values: map[string]any{"clusterID": "3c8c2a8e-5d7b-4e47-9f1e-0a6b2f3d4c5e",
-		"controller": map[string]any{"replicas": 2, "metricsPort": 19473, "kubeAPI": map[string]any{"qps": 12.5, "burst": 25}}}},
+		"controller": map[string]any{"replicas": 2, "metricsPort": 19473, "kubeAPI": map[string]any{"qps": 12.5, "burst": 25}},
+		"gateway":    map[string]any{"replicas": 2}}},
 }
 
 // TestChartLint runs `helm lint --strict` with every case's values.

@@ -115,6 +115,7 @@ type chartValues struct {
 		LogLevel     string
 	}
 	Gateway struct {
+		Replicas  int64
 		Image     imageValues
 		Resources corev1.ResourceRequirements
 	}
@@ -487,6 +488,16 @@ func checkGatewayTemplates(v chartValues, ns string, objs []*unstructured.Unstru
 		if err := unstructured.SetNestedSlice(want.Object, containers, "spec", "template", "spec", "deployment", "template", "spec", "containers"); err != nil {
 			bad("%v", err)
 		}
+		// replicas comes from gateway.replicas (compared as a number: YAML and JSON decoders
+		// differ in the Go type they give it).
+		replicasPath := []string{"spec", "template", "spec", "deployment", "replicas"}
+		var wantReplicas any = v.Gateway.Replicas
+		if got, ok, _ := unstructured.NestedFieldNoCopy(u.Object, replicasPath...); ok && fmt.Sprint(got) == fmt.Sprint(v.Gateway.Replicas) {
+			wantReplicas = got
+		}
+		if err := unstructured.SetNestedField(want.Object, wantReplicas, replicasPath...); err != nil {
+			bad("%v", err)
+		}
 		if !equality.Semantic.DeepEqual(want.Object, u.Object) {
 			w, _ := yaml.Marshal(want.Object)
 			g, _ := yaml.Marshal(u.Object)
@@ -500,6 +511,9 @@ func checkGatewayTemplates(v chartValues, ns string, objs []*unstructured.Unstru
 			continue
 		}
 		pod := r.Deployment.Template.Spec
+		if r.Deployment.Replicas == nil || int64(*r.Deployment.Replicas) != v.Gateway.Replicas {
+			bad("gateway replicas %v, want gateway.replicas %d", r.Deployment.Replicas, v.Gateway.Replicas)
+		}
 		if psc := pod.SecurityContext; psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
 			bad("gateway pods do not run as a non-root user: %+v", pod.SecurityContext)
 		}

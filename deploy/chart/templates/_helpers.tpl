@@ -62,7 +62,7 @@ skein.gatewayTemplate renders one default gateway template from the chart's file
 deploy/templates, kept equal by deploy/chart_test.go). The file is read with .Files.Get and
 parsed, never evaluated, so its '{{ .Name }}'-style strings reach the API untouched: skein-
 controller fills them per gateway. The chart sets the namespace, its labels, and the gateway
-container's image, pull policy, resources and overlay flags.
+container's image, pull policy, resources and overlay flags, and the replicas.
 Pass dict "root" $ "file" "files/templates/wireguard-server.yaml".
 */}}
 {{- define "skein.gatewayTemplate" -}}
@@ -73,6 +73,7 @@ Pass dict "root" $ "file" "files/templates/wireguard-server.yaml".
 {{- end -}}
 {{- $_ := set $t.metadata "namespace" $root.Release.Namespace -}}
 {{- $_ := set $t.metadata "labels" (merge (include "skein.labels" $root | fromYaml) ($t.metadata.labels | default dict)) -}}
+{{- $_ := set $t.spec.template.spec.deployment "replicas" (int $root.Values.gateway.replicas) -}}
 {{- $pod := $t.spec.template.spec.deployment.template.spec -}}
 {{- $found := false -}}
 {{- range $c := $pod.containers -}}
