@@ -101,7 +101,8 @@ func start(plan *gwconfig.Gateway, log *slog.Logger, standby bool) (_ *Gateway, 
 
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
-	g.prober = g.ns.NewProber(netstack.ProbeConfig{Local: plan.TunnelIP, Peer: plan.PeerTunnelIP, Interval: plan.ProbeInterval, FailAfter: plan.ProbeFail})
+	g.prober = g.ns.NewProber(netstack.ProbeConfig{Local: plan.TunnelIP, Peer: plan.PeerTunnelIP, Interval: plan.ProbeInterval,
+		FailAfter: plan.ProbeFail, OnLoss: g.rehandshake})
 	if standby {
 		g.prober.Pause()
 	}
@@ -128,6 +129,22 @@ func start(plan *gwconfig.Gateway, log *slog.Logger, standby bool) (_ *Gateway, 
 	log.Info("gateway started", "publicKey", plan.PrivateKey.Public().String(), "wireguardPort", g.listenPort(),
 		"overlay", plan.OverlayListen.String(), "tunnelIP", plan.TunnelIP.String(), "peerTunnelIP", plan.PeerTunnelIP.String())
 	return g, nil
+}
+
+// rehandshake starts a new WireGuard handshake after a lost probe. When the peer's active
+// replica changed (failover), the new replica has no session and drops what the old session
+// encrypts; wireguard-go alone would start a handshake only after 15 s without an answer
+// (keepalive timeout + rekey timeout). wireguard-go limits initiations to one per 5 s, and
+// without a known endpoint (a server before its client spoke) it sends nothing.
+func (g *Gateway) rehandshake(lost int) {
+	g.applyMu.Lock()
+	key := g.plan.PeerPublicKey
+	g.applyMu.Unlock()
+	if peer := g.wg.LookupPeer(device.NoisePublicKey(key)); peer != nil {
+		if err := peer.SendHandshakeInitiation(false); err != nil {
+			g.log.Debug("handshake after a lost probe", "lost", lost, "err", err)
+		}
+	}
 }
 
 // ObserveConnection has fn called after every probe whose outcome changed the connection's

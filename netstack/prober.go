@@ -25,6 +25,9 @@ type ProbeConfig struct {
 	Interval time.Duration
 	// FailAfter consecutive losses make the state Error (default 5).
 	FailAfter int
+	// OnLoss, if set, is called after every unanswered probe with the number of consecutive
+	// losses (the gateway starts a new WireGuard handshake: the peer may be a new replica).
+	OnLoss func(lost int)
 }
 
 // ProbeStatus is what the prober knows.
@@ -119,6 +122,9 @@ func (p *Prober) Run(ctx context.Context, onChange func(ProbeStatus)) {
 		}
 		now := p.status
 		p.mu.Unlock()
+		if err != nil && p.cfg.OnLoss != nil {
+			p.cfg.OnLoss(now.Lost)
+		}
 		if onChange != nil && (now.State != old.State || now.RTT != old.RTT) {
 			onChange(now)
 		}

@@ -4,8 +4,8 @@
 // expect (for example a remapped source address across clusters).
 //
 //	lab-probe serve [--tcp :7070] [--udp :7071] [--http :7072]
-//	lab-probe call tcp|udp HOST:PORT [--timeout 2s]
-//	lab-probe stream HOST:PORT --interval 50ms --duration 10s
+//	lab-probe call [--timeout 2s] tcp|udp HOST:PORT
+//	lab-probe stream [--interval 50ms] [--duration 10s] HOST:PORT
 //
 // serve answers every TCP connection and UDP datagram with one line:
 // "<hostname> saw <source ip>:<port>"; its HTTP port answers /healthz. call prints the line
@@ -97,7 +97,7 @@ func call(args []string) error {
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
 	_ = fs.Parse(args)
 	if fs.NArg() != 2 || (fs.Arg(0) != "tcp" && fs.Arg(0) != "udp") {
-		return errors.New("usage: lab-probe call tcp|udp HOST:PORT [--timeout 2s]")
+		return errors.New("usage: lab-probe call [--timeout 2s] tcp|udp HOST:PORT (flags first)")
 	}
 	c, err := net.DialTimeout(fs.Arg(0), fs.Arg(1), *timeout)
 	if err != nil {
@@ -125,7 +125,7 @@ func stream(args []string) error {
 	duration := fs.Duration("duration", 10*time.Second, "how long to send (bounded: at most 10 minutes)")
 	_ = fs.Parse(args)
 	if fs.NArg() != 1 {
-		return errors.New("usage: lab-probe stream HOST:PORT [--interval 50ms] [--duration 10s]")
+		return errors.New("usage: lab-probe stream [--interval 50ms] [--duration 10s] HOST:PORT (flags first)")
 	}
 	if *duration > 10*time.Minute || *interval < time.Millisecond {
 		return errors.New("--duration at most 10m, --interval at least 1ms")

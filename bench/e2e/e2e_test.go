@@ -1,0 +1,555 @@
+// Package e2e proves skein's workflows end to end in the lab (bench/lab): two real Kubernetes
+// clusters that both use 10.244.0.0/16, skein installed with its Helm chart, peered with
+// skeinctl, traffic between pods checked in both directions. `make e2e` runs it and prints the
+// report; `go test ./...` runs it too (as root, with the Kubernetes binaries and helm built).
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/skein-net/skein/bench/k8sbin"
+	"github.com/skein-net/skein/bench/lab"
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/kube"
+)
+
+// env is the running lab with skein installed.
+type env struct {
+	t      *testing.T
+	l      *lab.Lab
+	bin    string
+	helm   string
+	prefix string
+	c      [2]client.Client
+	report strings.Builder
+}
+
+func (e *env) reportf(format string, a ...any) {
+	fmt.Fprintf(&e.report, format+"\n", a...)
+	e.t.Logf(format, a...)
+}
+
+// run runs a command in the workstation against cluster i.
+func (e *env) run(ctx context.Context, i int, args ...string) string {
+	e.t.Helper()
+	out, err := e.l.Exec(ctx, i, args...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+func setup(t *testing.T) *env {
+	if os.Getenv("SKEIN_SKIP_NETNS") != "" {
+		t.Skip("SKEIN_SKIP_NETNS set: the lab needs network namespaces")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("the end-to-end suite needs root (network namespaces); set SKEIN_SKIP_NETNS=1 to skip")
+	}
+	k8s, ok := k8sbin.Ready()
+	if !ok {
+		t.Fatal("the Kubernetes binaries are not in the cache: run make k8s-binaries")
+	}
+	helm, ok := k8sbin.HelmReady()
+	if !ok {
+		t.Fatal("helm is not in the cache: run make k8s-binaries")
+	}
+	e := &env{t: t, helm: helm, prefix: fmt.Sprintf("se%d", os.Getpid()%1000)}
+	e.bin = fmt.Sprintf("/var/tmp/skein-e2e-bin-%d", os.Getpid())
+	t.Cleanup(func() { os.RemoveAll(e.bin) })
+	if err := lab.Build(context.Background(), e.bin); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress strings.Builder
+	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: e.prefix}, K8sBin: k8s,
+		LabBinary: filepath.Join(e.bin, "lab"), BinDir: e.bin, Log: &progress})
+	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("KEEP") != "" {
+			t.Logf("KEEP set: the lab stays up; enter it with %s/lab exec --prefix %s -c 0 -- kubectl get pods -A; remove it with lab down --prefix %s",
+				e.bin, e.prefix, e.prefix)
+			return
+		}
+		lab.Down(e.prefix)
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	e.l = l
+	e.reportf("lab: 2 clusters x 2 nodes up in %.1fs", l.Ready.Sub(l.Started).Seconds())
+	for i := range 2 {
+		cfg, err := l.RESTConfig(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.c[i], err = client.New(cfg, client.Options{Scheme: kube.Scheme()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// TestE2E runs the scenarios in order on one lab.
+func TestE2E(t *testing.T) {
+	e := setup(t)
+	defer func() { fmt.Printf("\n=== skein end-to-end report\n%s\n", e.report.String()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	if !t.Run("install", func(t *testing.T) { e.t = t; e.install(ctx) }) {
+		return
+	}
+	e.probes(ctx)
+	if !t.Run("connect", func(t *testing.T) { e.t = t; e.connect(ctx) }) {
+		return
+	}
+	t.Run("matrix", func(t *testing.T) { e.t = t; e.matrix(ctx) })
+	t.Run("agent-restart", func(t *testing.T) { e.t = t; e.agentRestart(ctx) })
+	t.Run("failover", func(t *testing.T) { e.t = t; e.failover(ctx) })
+	t.Run("disconnect-reset", func(t *testing.T) { e.t = t; e.disconnectReset(ctx) })
+}
+
+// install: helm install into both clusters, every skein pod Ready.
+func (e *env) install(ctx context.Context) {
+	chart, err := filepath.Abs("../../deploy/chart")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for i := range 2 {
+		start := time.Now()
+		e.run(ctx, i, e.helm, "install", "skein", chart, "--namespace", "liqo", "--create-namespace",
+			"--set", "gateway.replicas=2", "--wait", "--timeout", "3m")
+		var pods corev1.PodList
+		if err := e.c[i].List(ctx, &pods, client.InNamespace("liqo")); err != nil {
+			e.t.Fatal(err)
+		}
+		if len(pods.Items) != 3 {
+			e.t.Errorf("cluster %d: %d skein pods, want 3 (controller, agent on each of 2 nodes)", i, len(pods.Items))
+		}
+		for _, p := range pods.Items {
+			if !podReady(&p) {
+				e.t.Errorf("cluster %d: pod %s not Ready after helm install --wait", i, p.Name)
+			}
+		}
+		e.reportf("install: cluster %d, helm install --wait took %.1fs, %d pods Ready", i, time.Since(start).Seconds(), len(pods.Items))
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// probes runs a lab-probe server on every node of both clusters (a DaemonSet).
+func (e *env) probes(ctx context.Context) {
+	labels := map[string]string{"app": "probe"}
+	for i := range 2 {
+		ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"},
+			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{Name: "probe", Image: "lab-probe", Args: []string{"serve"},
+						ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+							HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(7072)}}}}},
+				}}}}
+		if err := e.c[i].Create(ctx, ds); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		e.waitFor(ctx, time.Minute, fmt.Sprintf("probe pods of cluster %d Ready", i), func() bool {
+			return len(e.probePods(ctx, i)) == 2
+		})
+	}
+}
+
+// probePods lists cluster i's ready probe pods, by node name.
+func (e *env) probePods(ctx context.Context, i int) []corev1.Pod {
+	var pods corev1.PodList
+	if err := e.c[i].List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels{"app": "probe"}); err != nil {
+		return nil
+	}
+	var ready []corev1.Pod
+	for _, p := range pods.Items {
+		if podReady(&p) && p.DeletionTimestamp == nil {
+			ready = append(ready, p)
+		}
+	}
+	if len(ready) == 2 && ready[0].Spec.NodeName > ready[1].Spec.NodeName {
+		ready[0], ready[1] = ready[1], ready[0]
+	}
+	return ready
+}
+
+func (e *env) waitFor(ctx context.Context, d time.Duration, what string, cond func() bool) time.Duration {
+	e.t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d || ctx.Err() != nil {
+			e.t.Fatalf("%s: not after %s (lab logs in %s)", what, d, filepath.Join(e.l.StateDir, "logs"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// connect: skeinctl network connect --server-service-type NodePort --wait.
+func (e *env) connect(ctx context.Context) {
+	start := time.Now()
+	out := e.run(ctx, 0, "skeinctl", "network", "connect", "--remote-kubeconfig", e.l.Clusters[1].Kubeconfig,
+		"--server-service-type", "NodePort", "--wait", "--timeout", "3m")
+	for _, side := range []string{"(local)", "(remote)"} {
+		if !strings.Contains(out, side+" Connection is established") {
+			e.t.Errorf("skeinctl network connect: no %q line in:\n%s", side+" Connection is established", out)
+		}
+	}
+	e.reportf("connect: skeinctl network connect --server-service-type NodePort --wait: %.1fs to \"Connection is established\" on both sides", time.Since(start).Seconds())
+}
+
+// peerView is how cluster i sees its peer: the peer's pod and external CIDRs as remapped here.
+func (e *env) peerView(ctx context.Context, i int) (pod, external netip.Prefix) {
+	e.t.Helper()
+	var confs netv1alpha1.ConfigurationList
+	if err := e.c[i].List(ctx, &confs); err != nil || len(confs.Items) != 1 {
+		e.t.Fatalf("cluster %d: want one Configuration, got %d (%v)", i, len(confs.Items), err)
+	}
+	st := confs.Items[0].Status.Remote
+	if st == nil {
+		e.t.Fatalf("cluster %d: Configuration %s has no status.remote", i, confs.Items[0].Name)
+	}
+	pod, err1 := netip.ParsePrefix(string(st.CIDR.Pod))
+	external, err2 := netip.ParsePrefix(string(st.CIDR.External))
+	if err1 != nil || err2 != nil {
+		e.t.Fatalf("cluster %d: status.remote %+v does not parse", i, st.CIDR)
+	}
+	return pod, external
+}
+
+// remap moves a into prefix to, keeping its host bits (the NAT of the spec).
+func remap(a netip.Addr, to netip.Prefix) netip.Addr {
+	x, p := a.As4(), to.Masked().Addr().As4()
+	bits := to.Bits()
+	for i := range 4 {
+		keep := byte(0)
+		if n := bits - 8*i; n >= 8 {
+			keep = 0xff
+		} else if n > 0 {
+			keep = ^byte(0xff >> n)
+		}
+		x[i] = p[i]&keep | x[i]&^keep
+	}
+	return netip.AddrFrom4(x)
+}
+
+// nodeNS is the network namespace of cluster i's node.
+func (e *env) nodeNS(i int, node string) string {
+	for j := range e.l.Clusters[i].Nodes {
+		if e.l.Clusters[i].NodeName(j) == node {
+			return e.l.Clusters[i].Nodes[j].Name
+		}
+	}
+	e.t.Fatalf("cluster %d has no node %s", i, node)
+	return ""
+}
+
+// podNS is a pod's network namespace (the lab kubelet names it after the node and the IP).
+func (e *env) podNS(i int, p corev1.Pod) string {
+	ip := strings.Split(p.Status.PodIP, ".")
+	return e.nodeNS(i, p.Spec.NodeName) + "-p" + ip[2] + "-" + ip[3]
+}
+
+// probe runs lab-probe in namespace ns and returns its output.
+func (e *env) probe(ctx context.Context, ns string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, filepath.Join(e.bin, "lab-probe")}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// gatewayNode is the node of cluster i's active gateway.
+func (e *env) gatewayNode(ctx context.Context, i int) string {
+	var pods corev1.PodList
+	if err := e.c[i].List(ctx, &pods, client.MatchingLabels{"networking.liqo.io/active": "true"}); err != nil || len(pods.Items) != 1 {
+		e.t.Fatalf("cluster %d: want one active gateway pod, got %d (%v)", i, len(pods.Items), err)
+	}
+	return pods.Items[0].Spec.NodeName
+}
+
+// matrix: pod to pod across the clusters, both ways, from the gateway's node and the other, TCP,
+// UDP and ICMP; the far side sees the remapped source. Then host network to a remote pod.
+func (e *env) matrix(ctx context.Context) {
+	var failed, passed int
+	for _, dir := range [][2]int{{0, 1}, {1, 0}} {
+		s, d := dir[0], dir[1]
+		seenAs, srcExternalAtD := e.peerView(ctx, d) // how d sees s's pods and nodes
+		dstAs, _ := e.peerView(ctx, s)               // how s sees d's pods
+		gw := e.gatewayNode(ctx, s)
+		for _, src := range e.probePods(ctx, s) {
+			where := "other node"
+			if src.Spec.NodeName == gw {
+				where = "gateway node"
+			}
+			for _, dst := range e.probePods(ctx, d) {
+				target := remap(netip.MustParseAddr(dst.Status.PodIP), dstAs)
+				wantSrc := remap(netip.MustParseAddr(src.Status.PodIP), seenAs).String()
+				for _, proto := range []string{"tcp", "udp", "icmp"} {
+					var out string
+					var err error
+					if proto == "icmp" {
+						out, err = e.ping(ctx, e.podNS(s, src), target.String())
+					} else {
+						port := map[string]string{"tcp": "7070", "udp": "7071"}[proto]
+						out, err = e.probe(ctx, e.podNS(s, src), "call", "--timeout", "3s", proto, target.String()+":"+port)
+						if err == nil && !strings.HasPrefix(out, dst.Name+" saw "+wantSrc+":") {
+							err = fmt.Errorf("far side saw %q, want %s from %s", out, dst.Name, wantSrc)
+						}
+					}
+					line := fmt.Sprintf("matrix: c%d %s (%s, %s) -> c%d %s as %s: %s", s, src.Name, src.Status.PodIP, where, d, dst.Name, target, proto)
+					if err != nil {
+						failed++
+						e.t.Errorf("%s: %v: %s", line, err, out)
+						e.reportf("%s FAIL", line)
+					} else {
+						passed++
+						e.reportf("%s ok (seen as %s)", line, wantSrc)
+					}
+				}
+			}
+		}
+		// Host network (a hostNetwork pod is a process in the node's namespace) to a remote pod.
+		dst := e.probePods(ctx, d)[0]
+		target := remap(netip.MustParseAddr(dst.Status.PodIP), dstAs)
+		for j := range e.l.Clusters[s].Nodes {
+			node := e.l.Clusters[s].NodeName(j)
+			out, err := e.probe(ctx, e.l.Clusters[s].Nodes[j].Name, "call", "--timeout", "3s", "tcp", target.String()+":7070")
+			line := fmt.Sprintf("matrix: c%d host network on %s -> c%d %s as %s: tcp", s, node, d, dst.Name, target)
+			seen := ""
+			if f := strings.Fields(out); len(f) >= 3 {
+				if ap, err := netip.ParseAddrPort(f[2]); err == nil {
+					seen = ap.Addr().String()
+					if !srcExternalAtD.Contains(ap.Addr()) {
+						err = fmt.Errorf("seen as %s, outside %s (how c%d sees c%d's external CIDR)", ap.Addr(), srcExternalAtD, d, s)
+					}
+				}
+			}
+			if err != nil || seen == "" {
+				failed++
+				e.t.Errorf("%s: %v: %s", line, err, out)
+				e.reportf("%s FAIL", line)
+			} else {
+				passed++
+				e.reportf("%s ok (seen as %s)", line, seen)
+			}
+		}
+	}
+	e.reportf("matrix: %d passed, %d failed", passed, failed)
+}
+
+func (e *env) ping(ctx context.Context, ns, target string) (string, error) {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-q", target).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// stream runs lab-probe stream from namespace ns for d and returns the longest gap.
+func (e *env) stream(ctx context.Context, ns, target string, d time.Duration) (<-chan time.Duration, <-chan string) {
+	gap, text := make(chan time.Duration, 1), make(chan string, 1)
+	go func() {
+		out, err := e.probe(ctx, ns, "stream", "--interval", "20ms", "--duration", d.String(), target)
+		text <- out
+		f := strings.Fields(out)
+		if err != nil || len(f) != 6 {
+			gap <- -1
+			return
+		}
+		ms, _ := strconv.Atoi(f[5])
+		gap <- time.Duration(ms) * time.Millisecond
+	}()
+	return gap, text
+}
+
+// agentRestart: deleting an agent pod costs no more than one probe interval (2 s) of traffic
+// through its node; a table-18952 route deleted by hand comes back within the 10 s resync.
+func (e *env) agentRestart(ctx context.Context) {
+	src := e.probePods(ctx, 0)[0]
+	dstAs, _ := e.peerView(ctx, 0)
+	dst := e.probePods(ctx, 1)[0]
+	target := remap(netip.MustParseAddr(dst.Status.PodIP), dstAs).String() + ":7071"
+	gapc, textc := e.stream(ctx, e.podNS(0, src), target, 12*time.Second)
+	time.Sleep(2 * time.Second)
+	var agents corev1.PodList
+	if err := e.c[0].List(ctx, &agents, client.InNamespace("liqo"), client.MatchingLabels{"app.kubernetes.io/component": "agent"}); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, a := range agents.Items {
+		if a.Spec.NodeName == src.Spec.NodeName {
+			if err := e.c[0].Delete(ctx, &a); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+	gap, text := <-gapc, <-textc
+	e.reportf("agent restart: agent pod on %s deleted while %s streamed UDP to c1: longest gap %s (%s)", src.Spec.NodeName, src.Name, gap, text)
+	if gap < 0 || gap > 2*time.Second {
+		e.t.Errorf("agent restart: longest gap %s, want at most one probe interval (2s): %s", gap, text)
+	}
+	e.waitFor(ctx, time.Minute, "agents Ready again", func() bool {
+		var pods corev1.PodList
+		_ = e.c[0].List(ctx, &pods, client.InNamespace("liqo"), client.MatchingLabels{"app.kubernetes.io/component": "agent"})
+		ready := 0
+		for _, p := range pods.Items {
+			if podReady(&p) && p.DeletionTimestamp == nil {
+				ready++
+			}
+		}
+		return ready == 2
+	})
+
+	ns := e.nodeNS(0, src.Spec.NodeName)
+	route := dstAs.String()
+	if out, err := exec.Command("ip", "-n", ns, "route", "del", route, "table", "18952").CombinedOutput(); err != nil {
+		e.t.Fatalf("delete the route to %s in table 18952 on %s: %v: %s", route, src.Spec.NodeName, err, out)
+	}
+	took := e.waitFor(ctx, 10*time.Second, "route to "+route+" in table 18952 repaired", func() bool {
+		out, _ := exec.Command("ip", "-n", ns, "route", "show", route, "table", "18952").Output()
+		return strings.TrimSpace(string(out)) != ""
+	})
+	e.reportf("agent drift: route %s of table 18952 deleted by hand on %s, repaired in %s", route, src.Spec.NodeName, took.Round(time.Millisecond))
+}
+
+// failover: two gateway replicas per side; SIGKILL the active server replica while a stream
+// runs, then delete the active pod gracefully; report both gaps.
+func (e *env) failover(ctx context.Context) {
+	src := e.probePods(ctx, 0)[0]
+	dstAs, _ := e.peerView(ctx, 0)
+	dst := e.probePods(ctx, 1)[0]
+	target := remap(netip.MustParseAddr(dst.Status.PodIP), dstAs).String() + ":7071"
+	active := func() corev1.Pod {
+		var pods corev1.PodList
+		if err := e.c[1].List(ctx, &pods, client.MatchingLabels{"networking.liqo.io/active": "true"}); err != nil || len(pods.Items) != 1 {
+			e.t.Fatalf("cluster 1: want one active gateway pod, got %d (%v)", len(pods.Items), err)
+		}
+		return pods.Items[0]
+	}
+	var gws corev1.PodList
+	if err := e.c[1].List(ctx, &gws, client.MatchingLabels{"networking.liqo.io/component": "gateway"}); err != nil {
+		e.t.Fatal(err)
+	}
+	if len(gws.Items) != 2 {
+		e.t.Fatalf("cluster 1: %d gateway pods, want 2 (gateway.replicas=2)", len(gws.Items))
+	}
+
+	a := active()
+	gapc, textc := e.stream(ctx, e.podNS(0, src), target, 20*time.Second)
+	time.Sleep(2 * time.Second)
+	pids, err := exec.Command("ip", "netns", "pids", e.podNS(1, a)).Output()
+	if err != nil || len(strings.Fields(string(pids))) == 0 {
+		e.t.Fatalf("no process in the active gateway's namespace %s: %v", e.podNS(1, a), err)
+	}
+	for _, p := range strings.Fields(string(pids)) {
+		_ = exec.Command("kill", "-9", p).Run()
+	}
+	gap, text := <-gapc, <-textc
+	e.reportf("failover: SIGKILL of the active gateway %s: longest gap %s (%s)", a.Name, gap, text)
+	if gap < 0 {
+		e.t.Errorf("failover after SIGKILL: traffic did not resume: %s", text)
+	}
+
+	e.waitFor(ctx, time.Minute, "both gateway replicas Ready again", func() bool {
+		var pods corev1.PodList
+		_ = e.c[1].List(ctx, &pods, client.MatchingLabels{"networking.liqo.io/component": "gateway"})
+		ready := 0
+		for _, p := range pods.Items {
+			if podReady(&p) && p.DeletionTimestamp == nil {
+				ready++
+			}
+		}
+		return ready == 2
+	})
+	a = active()
+	gapc, textc = e.stream(ctx, e.podNS(0, src), target, 15*time.Second)
+	time.Sleep(2 * time.Second)
+	if err := e.c[1].Delete(ctx, &a); err != nil {
+		e.t.Fatal(err)
+	}
+	gap, text = <-gapc, <-textc
+	e.reportf("failover: graceful delete of the active gateway %s: longest gap %s (%s)", a.Name, gap, text)
+	if gap < 0 {
+		e.t.Errorf("failover after a graceful delete: traffic did not resume: %s", text)
+	}
+}
+
+// disconnectReset: skeinctl network disconnect, then reset: no skein route, rule, FDB entry,
+// link or nftables table on any node; the API objects gone.
+func (e *env) disconnectReset(ctx context.Context) {
+	start := time.Now()
+	e.run(ctx, 0, "skeinctl", "network", "disconnect", "--remote-kubeconfig", e.l.Clusters[1].Kubeconfig, "--wait", "--yes")
+	e.run(ctx, 0, "skeinctl", "network", "reset", "--remote-kubeconfig", e.l.Clusters[1].Kubeconfig, "--wait", "--yes")
+	took := time.Since(start)
+	clean := func(i int, ns string) []string {
+		var left []string
+		for _, c := range [][]string{
+			{"ip", "-n", ns, "link", "show", "liqo.vxlan"},
+			{"ip", "-n", ns, "route", "show", "table", "18952"},
+			{"ip", "-n", ns, "rule", "show", "table", "18952"},
+			{"ip", "netns", "exec", ns, "nft", "list", "table", "ip", "skein-agent"},
+		} {
+			out, _ := exec.Command(c[0], c[1:]...).CombinedOutput()
+			if s := strings.TrimSpace(string(out)); s != "" && !strings.Contains(s, "does not exist") && !strings.Contains(s, "No such file") {
+				left = append(left, strings.Join(c[3:], " ")+": "+s)
+			}
+		}
+		return left
+	}
+	var left []string
+	e.waitFor(ctx, 30*time.Second, "nodes clean after disconnect and reset", func() bool {
+		left = nil
+		for i := range 2 {
+			for _, n := range e.l.Clusters[i].Nodes {
+				left = append(left, clean(i, n.Name)...)
+			}
+		}
+		return len(left) == 0
+	})
+	for i := range 2 {
+		for _, l := range []client.ObjectList{&netv1alpha1.ConfigurationList{}, &netv1alpha1.GatewayServerList{},
+			&netv1alpha1.GatewayClientList{}, &netv1alpha1.PublicKeyList{}, &netv1alpha1.ConnectionList{}} {
+			e.waitFor(ctx, 30*time.Second, fmt.Sprintf("cluster %d: no %T left", i, l), func() bool {
+				return e.c[i].List(ctx, l) == nil && listLen(l) == 0
+			})
+		}
+	}
+	e.reportf("disconnect+reset: %.1fs; no liqo.vxlan, table 18952 route or rule, or skein nftables table on any node; no networking.liqo.io peering object left", took.Seconds())
+}
+
+func listLen(l client.ObjectList) int {
+	switch l := l.(type) {
+	case *netv1alpha1.ConfigurationList:
+		return len(l.Items)
+	case *netv1alpha1.GatewayServerList:
+		return len(l.Items)
+	case *netv1alpha1.GatewayClientList:
+		return len(l.Items)
+	case *netv1alpha1.PublicKeyList:
+		return len(l.Items)
+	case *netv1alpha1.ConnectionList:
+		return len(l.Items)
+	}
+	return -1
+}
