@@ -71,7 +71,12 @@ func setup(t *testing.T) *env {
 	}
 	e := &env{t: t, helm: helm, prefix: fmt.Sprintf("se%d", os.Getpid()%1000)}
 	e.bin = fmt.Sprintf("/var/tmp/skein-e2e-bin-%d", os.Getpid())
-	t.Cleanup(func() { os.RemoveAll(e.bin) })
+	keep := func() bool { return t.Failed() && os.Getenv("KEEP") != "" }
+	t.Cleanup(func() {
+		if !keep() {
+			os.RemoveAll(e.bin)
+		}
+	})
 	if err := lab.Build(context.Background(), e.bin); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +86,7 @@ func setup(t *testing.T) *env {
 	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: e.prefix}, K8sBin: k8s,
 		LabBinary: filepath.Join(e.bin, "lab"), BinDir: e.bin, Log: &progress})
 	t.Cleanup(func() {
-		if t.Failed() && os.Getenv("KEEP") != "" {
+		if keep() {
 			t.Logf("KEEP set: the lab stays up; enter it with %s/lab exec --prefix %s -c 0 -- kubectl get pods -A; remove it with lab down --prefix %s",
 				e.bin, e.prefix, e.prefix)
 			return

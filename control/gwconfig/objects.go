@@ -241,6 +241,13 @@ func FromObjects(o Objects, l Local) (*Gateway, error) {
 				}
 			}
 		}
+		// Host-network traffic of the node leaves with its external address (the agent's SNAT):
+		// replies to it go back to this node.
+		if in.Spec.ExternalIP != nil {
+			if a, err := netip.ParseAddr(string(*in.Spec.ExternalIP)); err == nil && a.Is4() {
+				n.Pods = append(n.Pods, a)
+			}
+		}
 		index[in.Name] = len(dp.Nodes)
 		dp.Nodes = append(dp.Nodes, n)
 	}

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gwconfig"
@@ -29,7 +30,8 @@ func objects() gwconfig.Objects {
 		PeerKey: &netv1alpha1.PublicKey{Spec: netv1alpha1.PublicKeySpec{PublicKey: testPub}},
 		Secret:  &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-key"}, Data: map[string][]byte{gwconfig.SecretPrivateKey: []byte(testPriv)}},
 		InternalNodes: []netv1alpha1.InternalNode{
-			{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: netv1alpha1.InternalNodeStatus{VTEP: &netv1alpha1.VTEP{IP: "192.168.77.1", MAC: "02:00:00:00:00:11"}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: netv1alpha1.InternalNodeSpec{ExternalIP: ptr.To(netv1alpha1.IP("10.70.0.1"))},
+				Status: netv1alpha1.InternalNodeStatus{VTEP: &netv1alpha1.VTEP{IP: "192.168.77.1", MAC: "02:00:00:00:00:11"}}},
 			{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: netv1alpha1.InternalNodeStatus{VTEP: &netv1alpha1.VTEP{IP: "192.168.77.2", MAC: "02:00:00:00:00:12"}}},
 			{ObjectMeta: metav1.ObjectMeta{Name: "n3"}}, // no VTEP yet: skipped
 		},
@@ -69,7 +71,8 @@ func TestFromObjectsServer(t *testing.T) {
 	if !allowed["10.244.0.0/16"] || !allowed["10.70.0.0/16"] || !allowed["169.254.100.2/32"] || len(allowed) != 3 {
 		t.Errorf("allowed IPs %v", g.AllowedIPs)
 	}
-	if len(dp.Nodes) != 2 || dp.Nodes[0].PodCIDRs[0].String() != "10.244.1.0/24" || len(dp.Nodes[0].Pods) != 0 ||
+	// n1's external address (where replies to its host-network traffic go) is routed to it.
+	if len(dp.Nodes) != 2 || dp.Nodes[0].PodCIDRs[0].String() != "10.244.1.0/24" || len(dp.Nodes[0].Pods) != 1 || dp.Nodes[0].Pods[0].String() != "10.70.0.1" ||
 		len(dp.Nodes[1].Pods) != 1 || dp.Nodes[1].Pods[0].String() != "10.244.7.3" {
 		t.Errorf("nodes %+v", dp.Nodes)
 	}
