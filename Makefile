@@ -23,11 +23,11 @@ help: ## List the targets and what they do.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Compile every package (and the pinned wireguard-go/gVisor) and the commands into ./bin.
+build: ## Compile every package (and the pinned wireguard-go/gVisor), the commands and the lab's into ./bin.
 	go build ./...
 	go build -tags pin ./...
 	@mkdir -p $(BIN_DIR)
-	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./cmd/... 2>/dev/null || true); \
+	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./cmd/... ./bench/cmd/lab ./bench/cmd/lab-probe 2>/dev/null || true); \
 	if [ -n "$$cmds" ]; then go build -o $(BIN_DIR)/ $$cmds; fi
 
 .PHONY: k8s-binaries
@@ -37,6 +37,14 @@ k8s-binaries: ## Build etcd and the Kubernetes control plane from the module pro
 .PHONY: test
 test: k8s-binaries ## Run every test, against a real kube-apiserver and etcd from the cache.
 	go test -count=1 $(GOTESTFLAGS) ./...
+
+.PHONY: e2e
+e2e: k8s-binaries ## End-to-end suite in the lab (two clusters in network namespaces; root): install, connect, matrix, failover, reset.
+	go test -count=1 -v -timeout 20m -run '^TestE2E$$' ./bench/e2e/
+
+.PHONY: demo
+demo: k8s-binaries ## The demo: lab up, skein via Helm, clusters peered with skeinctl, matrix, 10 s iperf3, summary (KEEP=1 keeps the lab).
+	SKEIN_DEMO=1 go test -count=1 -v -timeout 20m -run '^TestDemo$$' ./bench/e2e/
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code and the CRDs under deploy/crds from the API types (copied into the chart).

@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -54,7 +55,9 @@ func (e *env) run(ctx context.Context, i int, args ...string) string {
 	return out
 }
 
-func setup(t *testing.T) *env {
+// setup builds the binaries and starts the lab. With KEEP set, the lab stays up after a
+// failure (after any run when keepAlways).
+func setup(t *testing.T, keepAlways bool) *env {
 	if os.Getenv("SKEIN_SKIP_NETNS") != "" {
 		t.Skip("SKEIN_SKIP_NETNS set: the lab needs network namespaces")
 	}
@@ -71,7 +74,7 @@ func setup(t *testing.T) *env {
 	}
 	e := &env{t: t, helm: helm, prefix: fmt.Sprintf("se%d", os.Getpid()%1000)}
 	e.bin = fmt.Sprintf("/var/tmp/skein-e2e-bin-%d", os.Getpid())
-	keep := func() bool { return t.Failed() && os.Getenv("KEEP") != "" }
+	keep := func() bool { return os.Getenv("KEEP") != "" && (keepAlways || t.Failed()) }
 	t.Cleanup(func() {
 		if !keep() {
 			os.RemoveAll(e.bin)
@@ -87,8 +90,9 @@ func setup(t *testing.T) *env {
 		LabBinary: filepath.Join(e.bin, "lab"), BinDir: e.bin, Log: &progress})
 	t.Cleanup(func() {
 		if keep() {
-			t.Logf("KEEP set: the lab stays up; enter it with %s/lab exec --prefix %s -c 0 -- kubectl get pods -A; remove it with lab down --prefix %s",
-				e.bin, e.prefix, e.prefix)
+			fmt.Printf("\nKEEP set: the lab stays up.\n  %[1]s/lab status --prefix %[2]s\n  %[1]s/lab exec --prefix %[2]s -c 0 -- kubectl get pods -A\n"+
+				"  %[1]s/lab shell --prefix %[2]s -c 1      (a shell with kubectl, skeinctl and helm for cluster 1)\n"+
+				"  %[1]s/lab down --prefix %[2]s            (removes it all, binaries excepted: rm -rf %[1]s)\n", e.bin, e.prefix)
 			return
 		}
 		lab.Down(e.prefix)
@@ -112,11 +116,11 @@ func setup(t *testing.T) *env {
 
 // TestE2E runs the scenarios in order on one lab.
 func TestE2E(t *testing.T) {
-	e := setup(t)
+	e := setup(t, false)
 	defer func() { fmt.Printf("\n=== skein end-to-end report\n%s\n", e.report.String()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	if !t.Run("install", func(t *testing.T) { e.t = t; e.install(ctx) }) {
+	if !t.Run("install", func(t *testing.T) { e.t = t; e.install(ctx, 2) }) {
 		return
 	}
 	e.probes(ctx)
@@ -124,13 +128,14 @@ func TestE2E(t *testing.T) {
 		return
 	}
 	t.Run("matrix", func(t *testing.T) { e.t = t; e.matrix(ctx) })
+	t.Run("throughput", func(t *testing.T) { e.t = t; e.throughput(ctx, 3*time.Second) })
 	t.Run("agent-restart", func(t *testing.T) { e.t = t; e.agentRestart(ctx) })
 	t.Run("failover", func(t *testing.T) { e.t = t; e.failover(ctx) })
 	t.Run("disconnect-reset", func(t *testing.T) { e.t = t; e.disconnectReset(ctx) })
 }
 
 // install: helm install into both clusters, every skein pod Ready.
-func (e *env) install(ctx context.Context) {
+func (e *env) install(ctx context.Context, gatewayReplicas int) {
 	chart, err := filepath.Abs("../../deploy/chart")
 	if err != nil {
 		e.t.Fatal(err)
@@ -138,7 +143,7 @@ func (e *env) install(ctx context.Context) {
 	for i := range 2 {
 		start := time.Now()
 		e.run(ctx, i, e.helm, "install", "skein", chart, "--namespace", "liqo", "--create-namespace",
-			"--set", "gateway.replicas=2", "--wait", "--timeout", "3m")
+			"--set", fmt.Sprintf("gateway.replicas=%d", gatewayReplicas), "--wait", "--timeout", "3m")
 		var pods corev1.PodList
 		if err := e.c[i].List(ctx, &pods, client.InNamespace("liqo")); err != nil {
 			e.t.Fatal(err)
@@ -557,4 +562,76 @@ func listLen(l client.ObjectList) int {
 		return len(l.Items)
 	}
 	return -1
+}
+
+// throughput runs iperf3 (Debian's) for d from a pod of cluster 0 to a server pod of cluster 1,
+// through both gateways, and reports the rate.
+func (e *env) throughput(ctx context.Context, d time.Duration) {
+	labels := map[string]string{"app": "iperf3"}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "iperf3", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "iperf3", Image: "iperf3", Args: []string{"-s"},
+					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+						TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(5201)}}}}}}}}}
+	if err := e.c[1].Create(ctx, dep); err != nil {
+		e.t.Fatal(err)
+	}
+	var srv corev1.Pod
+	e.waitFor(ctx, time.Minute, "iperf3 server pod Ready", func() bool {
+		var pods corev1.PodList
+		_ = e.c[1].List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(labels))
+		if len(pods.Items) == 1 && podReady(&pods.Items[0]) {
+			srv = pods.Items[0]
+			return true
+		}
+		return false
+	})
+	dstAs, _ := e.peerView(ctx, 0)
+	target := remap(netip.MustParseAddr(srv.Status.PodIP), dstAs).String()
+	src := e.probePods(ctx, 0)[0]
+	secs := strconv.Itoa(int(d.Seconds()))
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", e.podNS(0, src), "iperf3", "-c", target, "-t", secs, "-J").Output()
+	if err != nil {
+		e.t.Fatalf("iperf3 -c %s: %v: %s", target, err, out)
+	}
+	var res struct {
+		End struct {
+			SumSent struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+				Retransmits   int     `json:"retransmits"`
+			} `json:"sum_sent"`
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || res.End.SumReceived.BitsPerSecond == 0 {
+		e.t.Fatalf("iperf3 result: %v: %s", err, out)
+	}
+	e.reportf("throughput: iperf3 TCP, 1 stream, %ss, c0 %s -> c1 %s as %s: %.0f Mbit/s received, %d retransmits",
+		secs, src.Name, srv.Name, target, res.End.SumReceived.BitsPerSecond/1e6, res.End.SumSent.Retransmits)
+	_ = e.c[1].Delete(ctx, dep)
+}
+
+// TestDemo is make demo: the lab, skein installed with Helm in both clusters, peered with
+// skeinctl, the connectivity matrix and a 10-second throughput test, and a summary. It runs
+// only when SKEIN_DEMO is set (make demo sets it); KEEP=1 keeps the lab up afterwards.
+func TestDemo(t *testing.T) {
+	if os.Getenv("SKEIN_DEMO") == "" {
+		t.Skip("the demo runs with make demo (SKEIN_DEMO=1); the end-to-end suite covers the same steps")
+	}
+	start := time.Now()
+	e := setup(t, true)
+	defer func() {
+		fmt.Printf("\n=== skein demo: two clusters, both on pod CIDR 10.244.0.0/16, peered through userspace gateways\n%s", e.report.String())
+		fmt.Printf("=== total %.0fs\n", time.Since(start).Seconds())
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	e.install(ctx, 1)
+	e.probes(ctx)
+	e.connect(ctx)
+	e.matrix(ctx)
+	e.throughput(ctx, 10*time.Second)
 }
