@@ -25,6 +25,7 @@ import (
 
 	"github.com/skein-net/skein/bench/k8sbin"
 	"github.com/skein-net/skein/bench/lab"
+	"github.com/skein-net/skein/bench/lab/labtest"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/kube"
 )
@@ -58,31 +59,19 @@ func (e *env) run(ctx context.Context, i int, args ...string) string {
 // setup builds the binaries and starts the lab. With KEEP set, the lab stays up after a
 // failure (after any run when keepAlways).
 func setup(t *testing.T, keepAlways bool) *env {
-	if os.Getenv("SKEIN_SKIP_NETNS") != "" {
-		t.Skip("SKEIN_SKIP_NETNS set: the lab needs network namespaces")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("the end-to-end suite needs root (network namespaces); set SKEIN_SKIP_NETNS=1 to skip")
-	}
-	k8s, ok := k8sbin.Ready()
-	if !ok {
-		t.Fatal("the Kubernetes binaries are not in the cache: run make k8s-binaries")
-	}
+	k8s := labtest.Need(t)
 	helm, ok := k8sbin.HelmReady()
 	if !ok {
 		t.Fatal("helm is not in the cache: run make k8s-binaries")
 	}
 	e := &env{t: t, helm: helm, prefix: fmt.Sprintf("se%d", os.Getpid()%1000)}
-	e.bin = fmt.Sprintf("/var/tmp/skein-e2e-bin-%d", os.Getpid())
+	e.bin = labtest.Build(t, "skein-e2e-bin")
 	keep := func() bool { return os.Getenv("KEEP") != "" && (keepAlways || t.Failed()) }
 	t.Cleanup(func() {
 		if !keep() {
 			os.RemoveAll(e.bin)
 		}
 	})
-	if err := lab.Build(context.Background(), e.bin); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var progress strings.Builder

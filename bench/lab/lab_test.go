@@ -20,29 +20,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/skein-net/skein/bench/k8sbin"
 	"github.com/skein-net/skein/bench/lab"
+	"github.com/skein-net/skein/bench/lab/labtest"
 )
 
-// needLab skips without root or without the Kubernetes binaries' cache and builds the lab's
-// binaries into a directory outside /tmp (containers see a private /tmp).
+// needLab checks the machine and builds the lab's binaries.
 func needLab(t *testing.T) (k8s, bin string) {
 	t.Helper()
-	if os.Getenv("SKEIN_SKIP_NETNS") != "" {
-		t.Skip("SKEIN_SKIP_NETNS set: the lab needs network namespaces")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("the lab needs root (network namespaces); set SKEIN_SKIP_NETNS=1 to skip")
-	}
-	k8s, ok := k8sbin.Ready()
-	if !ok {
-		t.Fatal("the Kubernetes binaries are not in the cache: run make k8s-binaries")
-	}
-	bin = fmt.Sprintf("/var/tmp/skein-lab-test-bin-%d", os.Getpid())
+	k8s = labtest.Need(t)
+	bin = labtest.Build(t, "skein-lab-test-bin")
 	t.Cleanup(func() { os.RemoveAll(bin) })
-	if err := lab.Build(context.Background(), bin); err != nil {
-		t.Fatal(err)
-	}
 	return k8s, bin
 }
 
