@@ -120,7 +120,65 @@ func TestE2E(t *testing.T) {
 	t.Run("throughput", func(t *testing.T) { e.t = t; e.throughput(ctx, 3*time.Second) })
 	t.Run("agent-restart", func(t *testing.T) { e.t = t; e.agentRestart(ctx) })
 	t.Run("failover", func(t *testing.T) { e.t = t; e.failover(ctx) })
-	t.Run("disconnect-reset", func(t *testing.T) { e.t = t; e.disconnectReset(ctx) })
+	if t.Run("disconnect-reset", func(t *testing.T) { e.t = t; e.disconnectReset(ctx) }) {
+		t.Run("manual", func(t *testing.T) { e.t = t; e.manual(ctx) })
+	}
+}
+
+// manualScript is spec/003's "manual on single cluster" script with skeinctl for liqoctl and
+// kubectl's jsonpath for jq: the YAML resources applied with kubectl, in the spec's order.
+const manualScript = `set -o nounset -o errexit -o pipefail
+cd "$WORKDIR"
+skeinctl --kubeconfig $KUBE_SERVER generate configuration > conf-server.yaml
+skeinctl --kubeconfig $KUBE_CLIENT generate configuration > conf-client.yaml
+kubectl --kubeconfig $KUBE_SERVER apply -f conf-client.yaml
+kubectl --kubeconfig $KUBE_CLIENT apply -f conf-server.yaml
+SERVER_CONFIGURATION_NAME=$(kubectl --kubeconfig $KUBE_SERVER get configuration -o jsonpath='{.items[0].metadata.name}')
+CLIENT_CONFIGURATION_NAME=$(kubectl --kubeconfig $KUBE_CLIENT get configuration -o jsonpath='{.items[0].metadata.name}')
+kubectl wait --for jsonpath='{.status.remote.cidr.pod}' configuration $SERVER_CONFIGURATION_NAME --timeout=300s --kubeconfig $KUBE_SERVER
+kubectl wait --for jsonpath='{.status.remote.cidr.pod}' configuration $CLIENT_CONFIGURATION_NAME --timeout=300s --kubeconfig $KUBE_CLIENT
+CLUSTER_ID_SERVER=$(kubectl get --kubeconfig $KUBE_SERVER -n liqo configmaps liqo-clusterid-configmap -o jsonpath='{.data.CLUSTER_ID}')
+CLUSTER_ID_CLIENT=$(kubectl get --kubeconfig $KUBE_CLIENT -n liqo configmaps liqo-clusterid-configmap -o jsonpath='{.data.CLUSTER_ID}')
+skeinctl --kubeconfig $KUBE_SERVER create gatewayserver server --remote-cluster-id $CLUSTER_ID_CLIENT --service-type NodePort
+kubectl wait --for jsonpath='{.status.endpoint.addresses[0]}' gatewayserver server --timeout=300s --kubeconfig $KUBE_SERVER
+kubectl wait --for jsonpath='{.status.endpoint.port}' gatewayserver server --timeout=300s --kubeconfig $KUBE_SERVER
+kubectl wait --for jsonpath='{.status.internalEndpoint.ip}' gatewayserver server --timeout=300s --kubeconfig $KUBE_SERVER
+ADDRESS_SERVER=$(kubectl --kubeconfig $KUBE_SERVER get gatewayserver server -o jsonpath='{.status.endpoint.addresses[0]}')
+PORT_SERVER=$(kubectl --kubeconfig $KUBE_SERVER get gatewayserver server -o jsonpath='{.status.endpoint.port}')
+skeinctl --kubeconfig $KUBE_CLIENT create gatewayclient client --remote-cluster-id $CLUSTER_ID_SERVER --addresses $ADDRESS_SERVER --port $PORT_SERVER
+kubectl wait --for jsonpath='{.status.internalEndpoint.ip}' gatewayclient client --timeout=300s --kubeconfig $KUBE_CLIENT
+skeinctl --kubeconfig $KUBE_SERVER generate publickey --gateway-type server --gateway-name server > publickey-server.yaml
+skeinctl --kubeconfig $KUBE_CLIENT generate publickey --gateway-type client --gateway-name client > publickey-client.yaml
+kubectl --kubeconfig $KUBE_SERVER apply -f publickey-client.yaml
+kubectl --kubeconfig $KUBE_CLIENT apply -f publickey-server.yaml
+`
+
+// manual: spec/003's manual-on-single-cluster flow (cluster 1 server, cluster 0 client) reaches
+// Connected on both sides, then the connectivity matrix passes again.
+func (e *env) manual(ctx context.Context) {
+	dir, err := os.MkdirTemp("/var/tmp", "skein-e2e-manual-")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	start := time.Now()
+	cmd := e.l.Command(ctx, 0, "bash", "-c", manualScript)
+	cmd.Env = append(cmd.Env, "WORKDIR="+dir, "KUBE_SERVER="+e.l.Clusters[1].Kubeconfig, "KUBE_CLIENT="+e.l.Clusters[0].Kubeconfig)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		e.t.Fatalf("the spec's manual script: %v\n%s", err, out)
+	}
+	took := e.waitFor(ctx, 2*time.Minute, "both Connections Connected", func() bool {
+		for i := range 2 {
+			var conns netv1alpha1.ConnectionList
+			if err := e.c[i].List(ctx, &conns); err != nil || len(conns.Items) != 1 || conns.Items[0].Status.Value != netv1alpha1.Connected {
+				return false
+			}
+		}
+		return true
+	})
+	e.reportf("manual: spec/003's single-cluster script (kubectl apply of Configuration, GatewayServer, GatewayClient, PublicKey) ran in %.1fs; both Connections Connected %.1fs later",
+		time.Since(start).Seconds()-took.Seconds(), took.Seconds())
+	e.matrix(ctx)
 }
 
 // install: helm install into both clusters, every skein pod Ready.
