@@ -399,9 +399,9 @@ func (e *env) matrix(ctx context.Context) {
 			line := fmt.Sprintf("matrix: c%d host network on %s -> c%d %s as %s: tcp", s, node, d, dst.Name, target)
 			seen := ""
 			if f := strings.Fields(out); len(f) >= 3 {
-				if ap, err := netip.ParseAddrPort(f[2]); err == nil {
+				if ap, perr := netip.ParseAddrPort(f[2]); perr == nil {
 					seen = ap.Addr().String()
-					if !srcExternalAtD.Contains(ap.Addr()) {
+					if err == nil && !srcExternalAtD.Contains(ap.Addr()) {
 						err = fmt.Errorf("seen as %s, outside %s (how c%d sees c%d's external CIDR)", ap.Addr(), srcExternalAtD, d, s)
 					}
 				}

@@ -20,7 +20,6 @@ package kubelet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -419,5 +418,3 @@ func (k *Kubelet) resolveImage(image string) (string, error) {
 	}
 	return "", fmt.Errorf("image %q: the lab has no binary named %q (looked in %s and on PATH)", image, name, k.o.BinDir)
 }
-
-var errGone = errors.New("pod gone")

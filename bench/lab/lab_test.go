@@ -270,6 +270,56 @@ func TestLab(t *testing.T) {
 		t.Errorf("service account token at %s: %v (%d bytes)", tokenPath, err, len(tok))
 	}
 
+	// restartPolicy: a container that exits 1 is restarted under Always and leaves the pod
+	// Failed under Never; an image the lab has no binary for fails with a clear reason.
+	podOf := func(name, image string, policy corev1.RestartPolicy, args ...string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PodSpec{
+			RestartPolicy: policy, NodeName: pods[0].Spec.NodeName,
+			Containers: []corev1.Container{{Name: "c", Image: image, Args: args}}}}
+	}
+	failing := []string{"call", "--timeout", "100ms", "tcp", "127.0.0.1:1"}
+	for _, p := range []*corev1.Pod{
+		podOf("always", "lab-probe", corev1.RestartPolicyAlways, failing...),
+		podOf("never", "lab-probe", corev1.RestartPolicyNever, failing...),
+		podOf("noimage", "example.com/no-such-tool:v1", corev1.RestartPolicyAlways),
+	} {
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		get := func(name string) *corev1.Pod {
+			p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+		always, never, noimage := get("always"), get("never"), get("noimage")
+		restarted := len(always.Status.ContainerStatuses) == 1 && always.Status.ContainerStatuses[0].RestartCount >= 2
+		failed := never.Status.Phase == corev1.PodFailed && len(never.Status.ContainerStatuses) == 1 &&
+			never.Status.ContainerStatuses[0].State.Terminated != nil && never.Status.ContainerStatuses[0].State.Terminated.ExitCode == 1
+		var waiting *corev1.ContainerStateWaiting
+		if len(noimage.Status.ContainerStatuses) == 1 {
+			waiting = noimage.Status.ContainerStatuses[0].State.Waiting
+		}
+		unknown := waiting != nil && waiting.Reason == "ErrImagePull" && strings.Contains(waiting.Message, `no binary named "no-such-tool"`)
+		if restarted && failed && unknown {
+			t.Logf("restartPolicy Always: %d restarts; Never: phase %s; unknown image: %s: %s",
+				always.Status.ContainerStatuses[0].RestartCount, never.Status.Phase, waiting.Reason, waiting.Message)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restart policies and unknown images: Always restarted %v, Never failed %v (phase %s), unknown image reported %v (%+v)",
+				restarted, failed, never.Status.Phase, unknown, waiting)
+		}
+	}
+	for _, name := range []string{"always", "never", "noimage"} {
+		if err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// Deleting the DaemonSet stops the processes and removes the pod namespaces.
 	if err := cs.AppsV1().DaemonSets("default").Delete(ctx, "probe", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
