@@ -6,20 +6,27 @@
 //	lab-probe serve [--tcp :7070] [--udp :7071] [--http :7072]
 //	lab-probe call [--timeout 2s] tcp|udp HOST:PORT
 //	lab-probe stream [--interval 50ms] [--duration 10s] HOST:PORT
+//	lab-probe rr-serve [--tcp :7073]
+//	lab-probe rr [--count 2000] [--size 1] HOST:PORT
 //
 // serve answers every TCP connection and UDP datagram with one line:
 // "<hostname> saw <source ip>:<port>"; its HTTP port answers /healthz. call prints the line
 // and exits 1 when there is none. stream sends numbered UDP datagrams and reports how many
-// came back and the longest gap without replies (failover measurements).
+// came back and the longest gap without replies (failover measurements). rr-serve echoes what
+// it reads; rr does --count request/response round trips of --size bytes over one TCP
+// connection (TCP_NODELAY), one at a time, and prints the latency percentiles in microseconds:
+// "count N p50-us X p90-us Y p99-us Z".
 package main
 
 import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,8 +45,12 @@ func main() {
 		err = call(os.Args[2:])
 	case "stream":
 		err = stream(os.Args[2:])
+	case "rr-serve":
+		err = rrServe(os.Args[2:])
+	case "rr":
+		err = rr(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (serve, call, stream)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (serve, call, stream, rr-serve, rr)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "lab-probe %s: %v\n", os.Args[1], err)
@@ -173,5 +184,69 @@ loop:
 	time.Sleep(200 * time.Millisecond)
 	gap = max(gap, time.Since(last)-200*time.Millisecond)
 	fmt.Printf("sent %d received %d longest-gap-ms %d\n", sent, got, gap.Milliseconds())
+	return nil
+}
+
+func rrServe(args []string) error {
+	fs := flag.NewFlagSet("rr-serve", flag.ExitOnError)
+	addr := fs.String("tcp", ":7073", "TCP address")
+	_ = fs.Parse(args)
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			_ = c.(*net.TCPConn).SetNoDelay(true)
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := c.Read(buf)
+				if err != nil {
+					return
+				}
+				if _, err := c.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func rr(args []string) error {
+	fs := flag.NewFlagSet("rr", flag.ExitOnError)
+	count := fs.Int("count", 2000, "round trips (at most 1000000)")
+	size := fs.Int("size", 1, "request and response size in bytes (at most 65536)")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
+	_ = fs.Parse(args)
+	if fs.NArg() != 1 || *count < 1 || *count > 1000000 || *size < 1 || *size > 65536 {
+		return errors.New("usage: lab-probe rr [--count 2000] [--size 1] HOST:PORT (flags first)")
+	}
+	c, err := net.DialTimeout("tcp", fs.Arg(0), 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.(*net.TCPConn).SetNoDelay(true)
+	_ = c.SetDeadline(time.Now().Add(*timeout))
+	req, resp := make([]byte, *size), make([]byte, *size)
+	lat := make([]time.Duration, 0, *count)
+	for range *count {
+		start := time.Now()
+		if _, err := c.Write(req); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(c, resp); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	pct := func(p float64) int64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds() }
+	fmt.Printf("count %d p50-us %d p90-us %d p99-us %d\n", len(lat), pct(0.50), pct(0.90), pct(0.99))
 	return nil
 }

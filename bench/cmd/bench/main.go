@@ -1,0 +1,90 @@
+// Command bench runs skein's benchmark ladder (bench/harness) on this machine and writes the
+// report: a markdown table (also printed), a JSON file and an SVG chart. Run it as root.
+//
+//	bench [--quick] [--runs 3] [--duration 5s] [--rungs veth,wireguard-go] [--out bench/results]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/skein-net/skein/bench/harness"
+)
+
+func main() {
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `bench measures skein against the alternatives on this machine: each rung of the ladder is a
+topology of network namespaces (built and removed by the harness), measured with iperf3
+(TCP 1 and 10 streams both ways, UDP packets per second with loss) and lab-probe's
+request/response latency, CPU seconds per GB and the gateways' peak RSS. Needs root and the
+Debian packages iperf3 and wireguard-tools (.ci/install-deps).
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	quick := fs.Bool("quick", false, "smoke mode: one run of 1 s measurements (about a minute)")
+	runs := fs.Int("runs", 0, "runs per rung, interleaved across rungs (default 3, 1 with --quick)")
+	duration := fs.Duration("duration", 0, "length of each throughput measurement (default 5s, 1s with --quick)")
+	rungs := fs.String("rungs", "", "comma-separated rungs to run (default all: veth, wireguard-go)")
+	out := fs.String("out", "bench/results", "directory for the report files (DATE.md, DATE.json, DATE.svg)")
+	prefix := fs.String("prefix", "skb", "prefix of the namespaces the harness makes")
+	_ = fs.Parse(os.Args[1:])
+	if os.Geteuid() != 0 {
+		fail("bench needs root (network namespaces)")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	bin, err := os.MkdirTemp("", "skein-bench-bin-")
+	if err != nil {
+		fail(err.Error())
+	}
+	defer os.RemoveAll(bin)
+	fmt.Fprintln(os.Stderr, "bench: building wireguard-go, lab-probe, skein-gateway")
+	if err := harness.Prepare(ctx, bin); err != nil {
+		fail(err.Error())
+	}
+	o := harness.Options{Quick: *quick, Runs: *runs, Duration: *duration, Prefix: *prefix, Log: os.Stderr}
+	if *rungs != "" {
+		o.Rungs = strings.Split(*rungs, ",")
+	}
+	start := time.Now()
+	res, err := harness.Run(ctx, o, bin)
+	if err != nil {
+		fail(err.Error())
+	}
+	md := res.Markdown()
+	fmt.Print(md)
+	js, err := res.JSON()
+	if err != nil {
+		fail(err.Error())
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fail(err.Error())
+	}
+	base := filepath.Join(*out, res.Date.Format("2006-01-02"))
+	for ext, data := range map[string][]byte{".md": []byte(md), ".json": js, ".svg": []byte(res.SVG())} {
+		if err := os.WriteFile(base+ext, data, 0o644); err != nil {
+			fail(err.Error())
+		}
+	}
+	fmt.Fprintf(os.Stderr, "bench: done in %.0fs; wrote %s.{md,json,svg}\n", time.Since(start).Seconds(), base)
+	for _, r := range res.Rungs {
+		if r.Error != "" {
+			os.Exit(1)
+		}
+	}
+}
+
+func fail(msg string) {
+	fmt.Fprintf(os.Stderr, "bench: %s\n", msg)
+	os.Exit(1)
+}

@@ -1,0 +1,412 @@
+// Package harness is skein's benchmark ladder: topologies of network namespaces from a bare
+// veth pair up to skein's gateways, each measured with the same tools (iperf3 from Debian, as
+// subctl benchmark does, and lab-probe's request/response client), several runs interleaved
+// across rungs (A B A B) so that drift hits all alike, reported as a markdown table, JSON and
+// an SVG chart. Every rung is built in namespaces of its own and removed afterwards, also on
+// error; nothing is added to the machine's own namespace.
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Options configure a run.
+type Options struct {
+	// Quick is the smoke mode: one run of one-second measurements.
+	Quick bool
+	// Runs per rung (default 3; 1 when Quick).
+	Runs int
+	// Duration of each throughput measurement (default 5 s; 1 s when Quick).
+	Duration time.Duration
+	// Rungs to run by name (default all: veth, wireguard-go).
+	Rungs []string
+	// Prefix of the namespaces (default "skb").
+	Prefix string
+	// Log receives progress lines.
+	Log io.Writer
+}
+
+// Metric is one figure over the runs.
+type Metric struct {
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+	Runs   []float64 `json:"runs"`
+}
+
+func summarize(v []float64) Metric {
+	if len(v) == 0 {
+		return Metric{}
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return Metric{Median: m, Min: s[0], Max: s[len(s)-1], Runs: v}
+}
+
+// RungResult is what a rung measured.
+type RungResult struct {
+	Name        string            `json:"name"`
+	Description string            `json:"description"`
+	Metrics     map[string]Metric `json:"metrics"`
+	Error       string            `json:"error,omitempty"`
+}
+
+// Result is a whole run of the ladder.
+type Result struct {
+	Date      time.Time    `json:"date"`
+	Machine   Machine      `json:"machine"`
+	Settings  string       `json:"settings"`
+	Placement string       `json:"placement"`
+	Rungs     []RungResult `json:"rungs"`
+}
+
+// Machine is what the figures were measured on.
+type Machine struct {
+	CPU    string `json:"cpu"`
+	Cores  int    `json:"cores"`
+	Kernel string `json:"kernel"`
+	Go     string `json:"go"`
+}
+
+func machine() Machine {
+	m := Machine{Cores: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// The metrics, in report order, with their units.
+var metricOrder = []struct{ key, title, unit string }{
+	{"tcp1", "TCP 1 stream", "Mbit/s"},
+	{"tcp1-reverse", "TCP 1 stream reverse", "Mbit/s"},
+	{"tcp10", "TCP 10 streams", "Mbit/s"},
+	{"udp64-pps", "UDP 64 B", "kpps"},
+	{"udp64-loss", "UDP 64 B loss", "%"},
+	{"udpmtu-pps", fmt.Sprintf("UDP %d B", InnerMTU), "kpps"},
+	{"udpmtu-loss", fmt.Sprintf("UDP %d B loss", InnerMTU), "%"},
+	{"rr-p50", "RR p50", "us"},
+	{"rr-p99", "RR p99", "us"},
+	{"cpu-per-gb", "CPU per GB", "s"},
+	{"gateway-rss", "gateway peak RSS", "MiB"},
+}
+
+// AllRungs are the rungs the harness knows, in ladder order.
+func AllRungs() []Rung {
+	return []Rung{&vethRung{}, &wireguardRung{}}
+}
+
+// Prepare builds the binaries the rungs run (wireguard-go at the version go.mod pins,
+// lab-probe, skein-gateway) into dir.
+func Prepare(ctx context.Context, dir string) error {
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		return fmt.Errorf("iperf3 (Debian package iperf3) is needed: %w", err)
+	}
+	if _, err := exec.LookPath("wg"); err != nil {
+		return fmt.Errorf("wg (Debian package wireguard-tools) is needed: %w", err)
+	}
+	root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return fmt.Errorf("find the module root: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "golang.zx2c4.com/wireguard", "./bench/cmd/lab-probe", "./cmd/skein-gateway")
+	cmd.Dir = strings.TrimSpace(string(root))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build: %w: %s", err, out)
+	}
+	return os.Rename(filepath.Join(dir, "wireguard"), filepath.Join(dir, "wireguard-go"))
+}
+
+// Run builds the selected rungs, measures them Runs times interleaved, and removes them.
+func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
+	if o.Prefix == "" {
+		o.Prefix = "skb"
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.Runs == 0 {
+		o.Runs = 3
+		if o.Quick {
+			o.Runs = 1
+		}
+	}
+	if o.Duration == 0 {
+		o.Duration = 5 * time.Second
+		if o.Quick {
+			o.Duration = time.Second
+		}
+	}
+	if o.Runs > 20 || o.Duration > time.Minute {
+		return nil, errors.New("harness: at most 20 runs of at most one minute each")
+	}
+	var rungs []Rung
+	for _, r := range AllRungs() {
+		if len(o.Rungs) == 0 || slices.Contains(o.Rungs, r.Name()) {
+			rungs = append(rungs, r)
+		}
+	}
+	if len(rungs) == 0 {
+		return nil, fmt.Errorf("harness: no rung named %v (known: veth, wireguard-go)", o.Rungs)
+	}
+	work, err := os.MkdirTemp("", "skein-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	logf, err := os.Create(filepath.Join(work, "processes.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	env := &Env{Prefix: o.Prefix, Bin: binDir, Work: work, Log: logf}
+	res := &Result{Date: time.Now().UTC(), Machine: machine(),
+		Settings:  fmt.Sprintf("%d runs per rung, interleaved; %s per throughput measurement; inner MTU %d", o.Runs, o.Duration, InnerMTU),
+		Placement: fmt.Sprintf("no CPU pinning: every process may run on any of the %d cores; iperf3 client and server in the rung's end namespaces", runtime.NumCPU())}
+	paths := make([]*Path, len(rungs))
+	results := make([]RungResult, len(rungs))
+	samples := make([]map[string][]float64, len(rungs))
+	defer func() {
+		for _, r := range rungs {
+			_ = r.Down()
+		}
+	}()
+	for i, r := range rungs {
+		results[i] = RungResult{Name: r.Name(), Description: r.Describe()}
+		samples[i] = map[string][]float64{}
+		fmt.Fprintf(o.Log, "bench: building %s\n", r.Name())
+		p, err := r.Up(env)
+		if err == nil {
+			err = checkPath(ctx, env, p)
+		}
+		if err != nil {
+			results[i].Error = err.Error()
+			fmt.Fprintf(o.Log, "bench: %s: %v\n", r.Name(), err)
+			continue
+		}
+		paths[i] = p
+	}
+	for run := range o.Runs {
+		for i, r := range rungs {
+			if paths[i] == nil {
+				continue
+			}
+			fmt.Fprintf(o.Log, "bench: run %d/%d: %s\n", run+1, o.Runs, r.Name())
+			m, err := measure(ctx, env, paths[i], o)
+			if err != nil {
+				results[i].Error = err.Error()
+				fmt.Fprintf(o.Log, "bench: %s: %v\n", r.Name(), err)
+				paths[i] = nil
+				continue
+			}
+			for k, v := range m {
+				samples[i][k] = append(samples[i][k], v)
+			}
+		}
+	}
+	for i := range rungs {
+		results[i].Metrics = map[string]Metric{}
+		for k, v := range samples[i] {
+			results[i].Metrics[k] = summarize(v)
+		}
+	}
+	res.Rungs = results
+	return res, nil
+}
+
+// checkPath proves the rung carries traffic before it is measured: a few request/response
+// round trips end to end.
+func checkPath(ctx context.Context, e *Env, p *Path) error {
+	srv, err := p.Server.start(e.Log, filepath.Join(e.Bin, "lab-probe"), "rr-serve", "--tcp", ":7073")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	var last error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if _, last = p.Client.output(filepath.Join(e.Bin, "lab-probe"), "rr", "--count", "10", "--timeout", "2s", p.Addr+":7073"); last == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("no traffic through the rung in 15 s: %w", last)
+}
+
+// cpuSeconds is a process's user+system CPU time so far (children excluded).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100 // USER_HZ is 100 on Linux
+}
+
+func peakRSSMiB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+type iperfResult struct {
+	End struct {
+		SumSent struct {
+			Bytes         float64 `json:"bytes"`
+			BitsPerSecond float64 `json:"bits_per_second"`
+		} `json:"sum_sent"`
+		SumReceived struct {
+			Bytes         float64 `json:"bytes"`
+			BitsPerSecond float64 `json:"bits_per_second"`
+		} `json:"sum_received"`
+		Sum struct {
+			Packets     float64 `json:"packets"`
+			LostPackets float64 `json:"lost_packets"`
+			LostPercent float64 `json:"lost_percent"`
+			Seconds     float64 `json:"seconds"`
+		} `json:"sum"`
+	} `json:"end"`
+	Error string `json:"error"`
+}
+
+// iperf runs the iperf3 client in the client namespace and returns its result and its CPU
+// seconds (from its rusage).
+func iperf(ctx context.Context, p *Path, args ...string) (*iperfResult, float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", string(p.Client), "iperf3", "-c", p.Addr, "-J"}, args...)...)
+	out, err := cmd.Output()
+	var r iperfResult
+	if jerr := json.Unmarshal(out, &r); jerr != nil {
+		return nil, 0, fmt.Errorf("iperf3 %s: %v (output %q)", strings.Join(args, " "), errors.Join(err, jerr), out)
+	}
+	if r.Error != "" || err != nil {
+		return nil, 0, fmt.Errorf("iperf3 %s: %v %s", strings.Join(args, " "), err, r.Error)
+	}
+	var cpu float64
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	return &r, cpu, nil
+}
+
+// measure takes every figure of one run of a rung.
+func measure(ctx context.Context, e *Env, p *Path, o Options) (map[string]float64, error) {
+	srv, err := p.Server.start(e.Log, "iperf3", "-s", "-p", "5201")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	rrSrv, err := p.Server.start(e.Log, filepath.Join(e.Bin, "lab-probe"), "rr-serve", "--tcp", ":7073")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rrSrv.Process.Kill(); _ = rrSrv.Wait() }()
+	time.Sleep(300 * time.Millisecond) // the servers bind
+	secs := strconv.Itoa(int(o.Duration.Seconds()))
+	m := map[string]float64{}
+
+	procs := []int{srv.Process.Pid}
+	for _, g := range p.Gateways {
+		procs = append(procs, g.Process.Pid)
+	}
+	cpuOf := func() float64 {
+		var s float64
+		for _, pid := range procs {
+			s += cpuSeconds(pid)
+		}
+		return s
+	}
+	before := cpuOf()
+	r, clientCPU, err := iperf(ctx, p, "-t", secs)
+	if err != nil {
+		return nil, err
+	}
+	m["tcp1"] = r.End.SumReceived.BitsPerSecond / 1e6
+	if gb := r.End.SumReceived.Bytes / 1e9; gb > 0 {
+		m["cpu-per-gb"] = (cpuOf() - before + clientCPU) / gb
+	}
+	if r, _, err = iperf(ctx, p, "-t", secs, "-R"); err != nil {
+		return nil, err
+	}
+	m["tcp1-reverse"] = r.End.SumReceived.BitsPerSecond / 1e6
+	if r, _, err = iperf(ctx, p, "-t", secs, "-P", "10"); err != nil {
+		return nil, err
+	}
+	m["tcp10"] = r.End.SumReceived.BitsPerSecond / 1e6
+	for _, u := range []struct {
+		key  string
+		size int
+	}{{"udp64", 64}, {"udpmtu", InnerMTU - 28}} {
+		if r, _, err = iperf(ctx, p, "-t", secs, "-u", "-b", "0", "-l", strconv.Itoa(u.size)); err != nil {
+			return nil, err
+		}
+		if r.End.Sum.Seconds > 0 {
+			m[u.key+"-pps"] = (r.End.Sum.Packets - r.End.Sum.LostPackets) / r.End.Sum.Seconds / 1000
+		}
+		m[u.key+"-loss"] = r.End.Sum.LostPercent
+	}
+	count := "5000"
+	if o.Quick {
+		count = "500"
+	}
+	out, err := p.Client.output(filepath.Join(e.Bin, "lab-probe"), "rr", "--count", count, p.Addr+":7073")
+	if err != nil {
+		return nil, err
+	}
+	f := strings.Fields(out)
+	if len(f) != 8 {
+		return nil, fmt.Errorf("lab-probe rr: unexpected output %q", out)
+	}
+	m["rr-p50"], _ = strconv.ParseFloat(f[3], 64)
+	m["rr-p99"], _ = strconv.ParseFloat(f[7], 64)
+	var rss float64
+	for _, g := range p.Gateways {
+		rss = max(rss, peakRSSMiB(g.Process.Pid))
+	}
+	if len(p.Gateways) > 0 {
+		m["gateway-rss"] = rss
+	}
+	return m, nil
+}

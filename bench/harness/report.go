@@ -1,0 +1,130 @@
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"html"
+	"math"
+	"strings"
+)
+
+// baseline is the rung ratios are given against.
+const baseline = "wireguard-go"
+
+func (r *Result) rung(name string) *RungResult {
+	for i := range r.Rungs {
+		if r.Rungs[i].Name == name {
+			return &r.Rungs[i]
+		}
+	}
+	return nil
+}
+
+func format(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case math.Abs(v) >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case math.Abs(v) >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// Markdown is the human report: machine facts, settings, one row per rung with medians, the
+// spread over runs and the ratio to bare wireguard-go.
+func (r *Result) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# skein benchmark ladder, %s\n\n", r.Date.Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "- machine: %s, %d cores, kernel %s, %s\n", r.Machine.CPU, r.Machine.Cores, r.Machine.Kernel, r.Machine.Go)
+	fmt.Fprintf(&b, "- settings: %s\n- CPU placement: %s\n", r.Settings, r.Placement)
+	b.WriteString("- each cell: median [min-max] over the runs; (x.xx) is the ratio of the median to bare wireguard-go\n")
+	b.WriteString("- CPU per GB: user+system seconds of iperf3 (both ends) and the gateway processes per GB received in the 1-stream test; kernel softirq work is charged to whichever of them runs\n\n")
+	for _, rg := range r.Rungs {
+		fmt.Fprintf(&b, "- **%s**: %s", rg.Name, rg.Description)
+		if rg.Error != "" {
+			fmt.Fprintf(&b, " (FAILED: %s)", rg.Error)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n| metric |")
+	for _, rg := range r.Rungs {
+		fmt.Fprintf(&b, " %s |", rg.Name)
+	}
+	b.WriteString("\n|---|")
+	for range r.Rungs {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	base := r.rung(baseline)
+	for _, mo := range metricOrder {
+		fmt.Fprintf(&b, "| %s (%s) |", mo.title, mo.unit)
+		for _, rg := range r.Rungs {
+			m, ok := rg.Metrics[mo.key]
+			if !ok {
+				b.WriteString(" - |")
+				continue
+			}
+			cell := format(m.Median)
+			if len(m.Runs) > 1 {
+				cell += fmt.Sprintf(" [%s-%s]", format(m.Min), format(m.Max))
+			}
+			if base != nil && rg.Name != baseline {
+				if bm, ok := base.Metrics[mo.key]; ok && bm.Median != 0 && !strings.HasSuffix(mo.key, "-loss") {
+					cell += fmt.Sprintf(" (%.2fx)", m.Median/bm.Median)
+				}
+			}
+			fmt.Fprintf(&b, " %s |", cell)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// JSON is the machine-readable report.
+func (r *Result) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ") }
+
+// SVG draws two bar charts side by side: single-stream TCP throughput and CPU per GB, one bar
+// per rung with its min-max spread as a whisker.
+func (r *Result) SVG() string {
+	const w, h, pad, chartW = 760, 340, 50, 320
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", w, h, w, h)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14" font-weight="bold">skein benchmark ladder, %s (%s, %d cores)</text>`+"\n",
+		pad, r.Date.Format("2006-01-02"), html.EscapeString(r.Machine.CPU), r.Machine.Cores)
+	colors := []string{"#8c8c8c", "#4e79a7", "#f28e2b", "#59a14f", "#e15759"}
+	for ci, chart := range []struct{ key, title string }{
+		{"tcp1", "TCP, 1 stream (Mbit/s, higher is better)"},
+		{"cpu-per-gb", "CPU seconds per GB (lower is better)"},
+	} {
+		x0 := pad + ci*(chartW+pad)
+		top, bottom := 60, h-60
+		var maxV float64
+		for _, rg := range r.Rungs {
+			maxV = max(maxV, rg.Metrics[chart.key].Max)
+		}
+		if maxV == 0 {
+			maxV = 1
+		}
+		fmt.Fprintf(&b, `<text x="%d" y="45">%s</text>`+"\n", x0, chart.title)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", x0, bottom, x0+chartW, bottom)
+		n := max(len(r.Rungs), 1)
+		bw := chartW / n
+		for i, rg := range r.Rungs {
+			m := rg.Metrics[chart.key]
+			scale := func(v float64) int { return bottom - int(v/maxV*float64(bottom-top)) }
+			x := x0 + i*bw + bw/6
+			bar := bw * 2 / 3
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`+"\n", x, scale(m.Median), bar, bottom-scale(m.Median), colors[i%len(colors)])
+			cx := x + bar/2
+			fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", cx, scale(m.Min), cx, scale(m.Max))
+			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", cx, scale(m.Max)-4, format(m.Median))
+			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", cx, bottom+16, html.EscapeString(rg.Name))
+		}
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
