@@ -46,6 +46,10 @@ e2e: k8s-binaries ## End-to-end suite in the lab (two clusters in network namesp
 demo: k8s-binaries ## The demo: lab up, skein via Helm, clusters peered with skeinctl, matrix, 10 s iperf3, summary (KEEP=1 keeps the lab).
 	SKEIN_DEMO=1 go test -count=1 -v -timeout 20m -run '^TestDemo$$' ./bench/e2e/
 
+.PHONY: bench
+bench: ## Benchmark ladder (veth, bare wireguard-go, skein with and without NAT; root): report in bench/results. BENCHFLAGS=--quick for a smoke run.
+	go run ./bench/cmd/bench $(BENCHFLAGS)
+
 .PHONY: generate
 generate: ## Regenerate deepcopy code and the CRDs under deploy/crds from the API types (copied into the chart).
 	$(CONTROLLER_GEN) object paths=$(API_PATHS)

@@ -31,7 +31,7 @@ type Options struct {
 	Runs int
 	// Duration of each throughput measurement (default 5 s; 1 s when Quick).
 	Duration time.Duration
-	// Rungs to run by name (default all: veth, wireguard-go).
+	// Rungs to run by name (default all: veth, wireguard-go, skein, skein-nonat).
 	Rungs []string
 	// Prefix of the namespaces (default "skb").
 	Prefix string
@@ -113,12 +113,13 @@ var metricOrder = []struct{ key, title, unit string }{
 	{"rr-p50", "RR p50", "us"},
 	{"rr-p99", "RR p99", "us"},
 	{"cpu-per-gb", "CPU per GB", "s"},
-	{"gateway-rss", "gateway peak RSS", "MiB"},
+	{"gateway-rss", "gateway peak RSS, up to 10 streams", "MiB"},
+	{"gateway-rss-32", "gateway peak RSS, 32 streams", "MiB"},
 }
 
 // AllRungs are the rungs the harness knows, in ladder order.
 func AllRungs() []Rung {
-	return []Rung{&vethRung{}, &wireguardRung{}}
+	return []Rung{&vethRung{}, &wireguardRung{}, &skeinRung{nat: true}, &skeinRung{}}
 }
 
 // Prepare builds the binaries the rungs run (wireguard-go at the version go.mod pins,
@@ -129,6 +130,9 @@ func Prepare(ctx context.Context, dir string) error {
 	}
 	if _, err := exec.LookPath("wg"); err != nil {
 		return fmt.Errorf("wg (Debian package wireguard-tools) is needed: %w", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // skein-gateway runs as nobody
+		return err
 	}
 	root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}").Output()
 	if err != nil {
@@ -172,13 +176,16 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 		}
 	}
 	if len(rungs) == 0 {
-		return nil, fmt.Errorf("harness: no rung named %v (known: veth, wireguard-go)", o.Rungs)
+		return nil, fmt.Errorf("harness: no rung named %v (known: veth, wireguard-go, skein, skein-nonat)", o.Rungs)
 	}
 	work, err := os.MkdirTemp("", "skein-bench-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
+	if err := os.Chmod(work, 0o755); err != nil { // gateways run as nobody and read their configs here
+		return nil, err
+	}
 	logf, err := os.Create(filepath.Join(work, "processes.log"))
 	if err != nil {
 		return nil, err
@@ -401,12 +408,21 @@ func measure(ctx context.Context, e *Env, p *Path, o Options) (map[string]float6
 	}
 	m["rr-p50"], _ = strconv.ParseFloat(f[3], 64)
 	m["rr-p99"], _ = strconv.ParseFloat(f[7], 64)
-	var rss float64
-	for _, g := range p.Gateways {
-		rss = max(rss, peakRSSMiB(g.Process.Pid))
+	peak := func() float64 {
+		var rss float64
+		for _, g := range p.Gateways {
+			rss = max(rss, peakRSSMiB(g.Process.Pid))
+		}
+		return rss
 	}
 	if len(p.Gateways) > 0 {
-		m["gateway-rss"] = rss
+		// The gateways' high-water mark after the tests so far (1 and 10 streams, UDP), then
+		// after 32 parallel streams.
+		m["gateway-rss"] = peak()
+		if _, _, err = iperf(ctx, p, "-t", secs, "-P", "32"); err != nil {
+			return nil, err
+		}
+		m["gateway-rss-32"] = peak()
 	}
 	return m, nil
 }

@@ -176,3 +176,167 @@ func waitFile(path string, d time.Duration) error {
 		}
 	}
 }
+
+// skeinRung is skein between two sites, each a pod namespace behind a node namespace with a
+// kernel VXLAN device (as skein-agent programs it) and a gateway namespace running
+// skein-gateway from a standalone config; the gateways talk WireGuard over a veth WAN. With
+// nat, both sites number their pods in 10.244.0.0/16 and the gateways remap (the client sees
+// the server's pods as 10.71.0.0/16); without, the server's pods are 10.245.0.0/16 and no
+// address is rewritten.
+type skeinRung struct {
+	nat bool
+	ns  []netns
+}
+
+func (r *skeinRung) Name() string {
+	if r.nat {
+		return "skein"
+	}
+	return "skein-nonat"
+}
+
+func (r *skeinRung) Describe() string {
+	if r.nat {
+		return fmt.Sprintf("pod -> node (kernel VXLAN) -> skein-gateway -> WireGuard -> skein-gateway -> node -> pod; overlapping pod CIDRs remapped in the gateways; tunnel MTU %d", InnerMTU)
+	}
+	return "the skein rung with disjoint pod CIDRs: no NAT in the gateways"
+}
+
+func (r *skeinRung) Up(e *Env) (*Path, error) {
+	type site struct {
+		pod, node, gw             netns
+		podIP, podNet, under, wan string
+		key, pub                  string
+	}
+	serverPods := "10.245"
+	if r.nat {
+		serverPods = "10.244"
+	}
+	sites := []*site{
+		{podIP: "10.244.1.2", podNet: "10.244.1", under: "192.168.77", wan: "198.51.100.1"},
+		{podIP: serverPods + ".2.2", podNet: serverPods + ".2", under: "192.168.78", wan: "198.51.100.2"},
+	}
+	tag := "nat"
+	if !r.nat {
+		tag = "raw"
+	}
+	for i, s := range sites {
+		for _, role := range []struct {
+			name string
+			ns   *netns
+		}{{"pod", &s.pod}, {"node", &s.node}, {"gw", &s.gw}} {
+			n, err := addNetns(fmt.Sprintf("%s-sk%s-%s%c", e.Prefix, tag, role.name, "cs"[i]))
+			if err != nil {
+				return nil, err
+			}
+			r.ns = append(r.ns, n)
+			*role.ns = n
+		}
+		key, err := exec.Command("wg", "genkey").Output()
+		if err != nil {
+			return nil, fmt.Errorf("wg genkey (Debian package wireguard-tools): %w", err)
+		}
+		s.key = strings.TrimSpace(string(key))
+		pub := exec.Command("wg", "pubkey")
+		pub.Stdin = strings.NewReader(s.key)
+		out, err := pub.Output()
+		if err != nil {
+			return nil, err
+		}
+		s.pub = strings.TrimSpace(string(out))
+		// pod <-> node
+		if err := vethPair(s.pod, "eth0", s.podIP+"/24", s.node, "pod0", s.podNet+".1/24", InnerMTU); err != nil {
+			return nil, err
+		}
+		if err := s.pod.run("ip", "route", "add", "default", "via", s.podNet+".1"); err != nil {
+			return nil, err
+		}
+		// node <-> gateway (the pod network carrying VXLAN to the gateway pod)
+		if err := vethPair(s.node, "eth0", s.under+".1/24", s.gw, "eth0", s.under+".2/24", 1500); err != nil {
+			return nil, err
+		}
+		nodeMAC := fmt.Sprintf("02:5b:00:00:01:%02x", i)
+		gwMAC := fmt.Sprintf("02:5b:00:00:02:%02x", i)
+		remote := "10.71.0.0/16"
+		if !r.nat {
+			remote = map[int]string{0: "10.245.0.0/16", 1: "10.244.0.0/16"}[i]
+		} else if i == 1 {
+			remote = "10.72.0.0/16"
+		}
+		for _, c := range [][]string{
+			{"sysctl", "-qw", "net.ipv4.ip_forward=1"},
+			{"ip", "link", "add", "liqo.vxlan", "address", nodeMAC, "type", "vxlan", "id", "18952", "dstport", "4789", "local", s.under + ".1", "nolearning"},
+			{"ip", "link", "set", "liqo.vxlan", "mtu", "1450", "up"},
+			{"ip", "addr", "add", "10.80.0.12/16", "dev", "liqo.vxlan"},
+			{"bridge", "fdb", "append", "00:00:00:00:00:00", "dev", "liqo.vxlan", "dst", s.under + ".2"},
+			{"bridge", "fdb", "append", gwMAC, "dev", "liqo.vxlan", "dst", s.under + ".2"},
+			{"ip", "route", "add", remote, "via", "10.80.0.1", "dev", "liqo.vxlan", "onlink"},
+		} {
+			if err := s.node.run(c...); err != nil {
+				return nil, err
+			}
+		}
+		_ = gwMAC
+	}
+	if err := vethPair(sites[0].gw, "wan0", sites[0].wan+"/24", sites[1].gw, "wan0", sites[1].wan+"/24", 1500); err != nil {
+		return nil, err
+	}
+	p := &Path{Client: sites[0].pod, Server: sites[1].pod, Addr: "10.71.2.2"}
+	if !r.nat {
+		p.Addr = sites[1].podIP
+	}
+	for i, s := range sites {
+		peer := sites[1-i]
+		keyFile := filepath.Join(e.Work, fmt.Sprintf("skein-%s-%d.key", tag, i))
+		// The gateway runs as nobody (65534): its key file is its own.
+		if err := os.WriteFile(keyFile, []byte(s.key+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		if err := os.Chown(keyFile, 65534, 65534); err != nil {
+			return nil, err
+		}
+		role := "role: client\nendpoint: " + peer.wan + ":51820\n"
+		if i == 1 {
+			role = "role: server\nlistenPort: 51820\n"
+		}
+		peerPods, remapped := "10.244.0.0/16", ""
+		if r.nat {
+			remapped = map[int]string{0: "10.71.0.0/16", 1: "10.72.0.0/16"}[i]
+		} else if i == 0 {
+			peerPods = "10.245.0.0/16"
+		}
+		cfg := role + fmt.Sprintf(`privateKeyFile: %s
+peerPublicKey: %s
+mtu: %d
+remote:
+  podCIDR: %s
+`, keyFile, peer.pub, InnerMTU, peerPods)
+		if remapped != "" {
+			cfg += "  remappedPodCIDR: " + remapped + "\n"
+		}
+		cfg += fmt.Sprintf(`overlay:
+  kind: vxlan
+  listen: %[1]s.2
+  ip: 10.80.0.1
+  mac: 02:5b:00:00:02:%02[2]x
+nodes:
+- name: node
+  vtep: %[1]s.1
+  mac: 02:5b:00:00:01:%02[2]x
+  podCIDRs: [%[3]s.0/24]
+`, s.under, i, s.podNet)
+		cfgFile := filepath.Join(e.Work, fmt.Sprintf("skein-%s-%d.yaml", tag, i))
+		if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
+			return nil, err
+		}
+		cmd, err := s.gw.start(e.Log, "setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--inh-caps", "-all",
+			filepath.Join(e.Bin, "skein-gateway"), "--config", cfgFile)
+		if err != nil {
+			return nil, err
+		}
+		p.Gateways = append(p.Gateways, cmd)
+	}
+	return p, nil
+}
+
+func (r *skeinRung) Down() error { return removeAll(r.ns) }

@@ -1,0 +1,77 @@
+package harness_test
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/skein-net/skein/bench/harness"
+)
+
+// TestQuick is the CI smoke test of the harness (bench --quick): every rung is built, passes
+// traffic and yields every figure; the reports are well formed; nothing is left behind. The
+// figures themselves are not judged here.
+func TestQuick(t *testing.T) {
+	if os.Getenv("SKEIN_SKIP_NETNS") != "" {
+		t.Skip("SKEIN_SKIP_NETNS set: the harness needs network namespaces")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("the harness needs root (network namespaces); set SKEIN_SKIP_NETNS=1 to skip")
+	}
+	bin := t.TempDir()
+	if err := harness.Prepare(context.Background(), bin); err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("sbt%d", os.Getpid()%1000)
+	var log strings.Builder
+	res, err := harness.Run(context.Background(), harness.Options{Quick: true, Prefix: prefix, Log: &log}, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"veth": false, "wireguard-go": true, "skein": true, "skein-nonat": true}
+	if len(res.Rungs) != len(want) {
+		t.Fatalf("%d rungs, want %d", len(res.Rungs), len(want))
+	}
+	for _, r := range res.Rungs {
+		if r.Error != "" {
+			t.Errorf("rung %s: %s\n%s", r.Name, r.Error, log.String())
+			continue
+		}
+		keys := []string{"tcp1", "tcp1-reverse", "tcp10", "udp64-pps", "udpmtu-pps", "rr-p50", "rr-p99", "cpu-per-gb"}
+		if want[r.Name] {
+			keys = append(keys, "gateway-rss", "gateway-rss-32")
+		}
+		for _, k := range keys {
+			if m, ok := r.Metrics[k]; !ok || m.Median <= 0 {
+				t.Errorf("rung %s: %s = %+v, want a positive figure", r.Name, k, m)
+			}
+		}
+	}
+	md := res.Markdown()
+	for name := range want {
+		if !strings.Contains(md, "| "+name+" |") && !strings.Contains(md, " "+name+" |") {
+			t.Errorf("markdown has no column for %s:\n%s", name, md)
+		}
+	}
+	js, err := res.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back harness.Result
+	if err := json.Unmarshal(js, &back); err != nil || len(back.Rungs) != len(want) {
+		t.Errorf("JSON does not read back: %v", err)
+	}
+	if err := xml.Unmarshal([]byte(res.SVG()), new(struct{ XMLName xml.Name })); err != nil {
+		t.Errorf("SVG is not well-formed XML: %v", err)
+	}
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	if strings.Contains(string(out), prefix+"-") {
+		t.Errorf("namespaces left behind:\n%s", out)
+	}
+	t.Logf("\n%s", md)
+}
