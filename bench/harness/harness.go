@@ -29,9 +29,9 @@ type Options struct {
 	Quick bool
 	// Runs per rung (default 3; 1 when Quick).
 	Runs int
-	// Duration of each throughput measurement (default 5 s; 1 s when Quick).
+	// Duration of each throughput measurement (default 4 s; 1 s when Quick).
 	Duration time.Duration
-	// Rungs to run by name (default all: veth, wireguard-go, skein, skein-nonat).
+	// Rungs to run by name (default all: veth, wireguard-go, kernel-nat, skein, skein-nonat).
 	Rungs []string
 	// Prefix of the namespaces (default "skb").
 	Prefix string
@@ -119,7 +119,7 @@ var metricOrder = []struct{ key, title, unit string }{
 
 // AllRungs are the rungs the harness knows, in ladder order.
 func AllRungs() []Rung {
-	return []Rung{&vethRung{}, &wireguardRung{}, &skeinRung{nat: true}, &skeinRung{}}
+	return []Rung{&vethRung{}, &wireguardRung{}, &kernelNATRung{}, &skeinRung{nat: true}, &skeinRung{}}
 }
 
 // Prepare builds the binaries the rungs run (wireguard-go at the version go.mod pins,
@@ -161,7 +161,7 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 		}
 	}
 	if o.Duration == 0 {
-		o.Duration = 5 * time.Second
+		o.Duration = 4 * time.Second
 		if o.Quick {
 			o.Duration = time.Second
 		}
@@ -176,7 +176,7 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 		}
 	}
 	if len(rungs) == 0 {
-		return nil, fmt.Errorf("harness: no rung named %v (known: veth, wireguard-go, skein, skein-nonat)", o.Rungs)
+		return nil, fmt.Errorf("harness: no rung named %v (known: veth, wireguard-go, kernel-nat, skein, skein-nonat)", o.Rungs)
 	}
 	work, err := os.MkdirTemp("", "skein-bench-")
 	if err != nil {

@@ -33,7 +33,7 @@ func TestQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"veth": false, "wireguard-go": true, "skein": true, "skein-nonat": true}
+	want := map[string]bool{"veth": false, "wireguard-go": true, "kernel-nat": true, "skein": true, "skein-nonat": true}
 	if len(res.Rungs) != len(want) {
 		t.Fatalf("%d rungs, want %d", len(res.Rungs), len(want))
 	}

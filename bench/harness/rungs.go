@@ -202,89 +202,110 @@ func (r *skeinRung) Describe() string {
 	return "the skein rung with disjoint pod CIDRs: no NAT in the gateways"
 }
 
-func (r *skeinRung) Up(e *Env) (*Path, error) {
-	type site struct {
-		pod, node, gw             netns
-		podIP, podNet, under, wan string
-		key, pub                  string
-	}
+// site is one end of the skein and kernel-NAT rungs: a pod namespace behind a node namespace
+// with a kernel VXLAN device (as skein-agent programs it) towards a gateway namespace.
+type site struct {
+	pod, node, gw             netns
+	podIP, podNet, under, wan string
+	key, pub                  string
+	nodeMAC, gwMAC            string
+}
+
+// buildSites makes the two sites (client first) and the WAN between their gateway namespaces.
+// The client site's pods are 10.244.1.0/24; the server's are 10.244.2.0/24 with nat (both
+// clusters on 10.244.0.0/16: the client sees the server's pods as 10.71.0.0/16, the server the
+// client's as 10.72.0.0/16) and 10.245.2.0/24 without. Each node routes the peer's pods, as it
+// sees them, to the gateway's overlay address 10.80.0.1.
+func buildSites(e *Env, tag string, nat bool) ([]*site, []netns, error) {
+	var made []netns
 	serverPods := "10.245"
-	if r.nat {
+	if nat {
 		serverPods = "10.244"
 	}
 	sites := []*site{
 		{podIP: "10.244.1.2", podNet: "10.244.1", under: "192.168.77", wan: "198.51.100.1"},
 		{podIP: serverPods + ".2.2", podNet: serverPods + ".2", under: "192.168.78", wan: "198.51.100.2"},
 	}
-	tag := "nat"
-	if !r.nat {
-		tag = "raw"
-	}
 	for i, s := range sites {
 		for _, role := range []struct {
 			name string
 			ns   *netns
 		}{{"pod", &s.pod}, {"node", &s.node}, {"gw", &s.gw}} {
-			n, err := addNetns(fmt.Sprintf("%s-sk%s-%s%c", e.Prefix, tag, role.name, "cs"[i]))
+			n, err := addNetns(fmt.Sprintf("%s-%s-%s%c", e.Prefix, tag, role.name, "cs"[i]))
 			if err != nil {
-				return nil, err
+				return nil, made, err
 			}
-			r.ns = append(r.ns, n)
+			made = append(made, n)
 			*role.ns = n
 		}
 		key, err := exec.Command("wg", "genkey").Output()
 		if err != nil {
-			return nil, fmt.Errorf("wg genkey (Debian package wireguard-tools): %w", err)
+			return nil, made, fmt.Errorf("wg genkey (Debian package wireguard-tools): %w", err)
 		}
 		s.key = strings.TrimSpace(string(key))
 		pub := exec.Command("wg", "pubkey")
 		pub.Stdin = strings.NewReader(s.key)
 		out, err := pub.Output()
 		if err != nil {
-			return nil, err
+			return nil, made, err
 		}
 		s.pub = strings.TrimSpace(string(out))
-		// pod <-> node
 		if err := vethPair(s.pod, "eth0", s.podIP+"/24", s.node, "pod0", s.podNet+".1/24", InnerMTU); err != nil {
-			return nil, err
+			return nil, made, err
 		}
 		if err := s.pod.run("ip", "route", "add", "default", "via", s.podNet+".1"); err != nil {
-			return nil, err
+			return nil, made, err
 		}
 		// node <-> gateway (the pod network carrying VXLAN to the gateway pod)
 		if err := vethPair(s.node, "eth0", s.under+".1/24", s.gw, "eth0", s.under+".2/24", 1500); err != nil {
-			return nil, err
+			return nil, made, err
 		}
-		nodeMAC := fmt.Sprintf("02:5b:00:00:01:%02x", i)
-		gwMAC := fmt.Sprintf("02:5b:00:00:02:%02x", i)
-		remote := "10.71.0.0/16"
-		if !r.nat {
-			remote = map[int]string{0: "10.245.0.0/16", 1: "10.244.0.0/16"}[i]
-		} else if i == 1 {
-			remote = "10.72.0.0/16"
+		s.nodeMAC = fmt.Sprintf("02:5b:00:00:01:%02x", i)
+		s.gwMAC = fmt.Sprintf("02:5b:00:00:02:%02x", i)
+		remote := map[int]string{0: "10.245.0.0/16", 1: "10.244.0.0/16"}[i]
+		if nat {
+			remote = map[int]string{0: "10.71.0.0/16", 1: "10.72.0.0/16"}[i]
 		}
 		for _, c := range [][]string{
 			{"sysctl", "-qw", "net.ipv4.ip_forward=1"},
-			{"ip", "link", "add", "liqo.vxlan", "address", nodeMAC, "type", "vxlan", "id", "18952", "dstport", "4789", "local", s.under + ".1", "nolearning"},
+			{"ip", "link", "add", "liqo.vxlan", "address", s.nodeMAC, "type", "vxlan", "id", "18952", "dstport", "4789", "local", s.under + ".1", "nolearning"},
 			{"ip", "link", "set", "liqo.vxlan", "mtu", "1450", "up"},
 			{"ip", "addr", "add", "10.80.0.12/16", "dev", "liqo.vxlan"},
 			{"bridge", "fdb", "append", "00:00:00:00:00:00", "dev", "liqo.vxlan", "dst", s.under + ".2"},
-			{"bridge", "fdb", "append", gwMAC, "dev", "liqo.vxlan", "dst", s.under + ".2"},
+			{"bridge", "fdb", "append", s.gwMAC, "dev", "liqo.vxlan", "dst", s.under + ".2"},
 			{"ip", "route", "add", remote, "via", "10.80.0.1", "dev", "liqo.vxlan", "onlink"},
 		} {
 			if err := s.node.run(c...); err != nil {
-				return nil, err
+				return nil, made, err
 			}
 		}
-		_ = gwMAC
 	}
 	if err := vethPair(sites[0].gw, "wan0", sites[0].wan+"/24", sites[1].gw, "wan0", sites[1].wan+"/24", 1500); err != nil {
+		return nil, made, err
+	}
+	return sites, made, nil
+}
+
+// serverAddr is how the client dials the server's pod.
+func serverAddr(sites []*site, nat bool) string {
+	if nat {
+		return "10.71.2.2"
+	}
+	return sites[1].podIP
+}
+
+func (r *skeinRung) Up(e *Env) (*Path, error) {
+	tag := "sknat"
+	if !r.nat {
+		tag = "skraw"
+	}
+	sites, made, err := buildSites(e, tag, r.nat)
+	r.ns = append(r.ns, made...)
+	if err != nil {
 		return nil, err
 	}
-	p := &Path{Client: sites[0].pod, Server: sites[1].pod, Addr: "10.71.2.2"}
-	if !r.nat {
-		p.Addr = sites[1].podIP
-	}
+
+	p := &Path{Client: sites[0].pod, Server: sites[1].pod, Addr: serverAddr(sites, r.nat)}
 	for i, s := range sites {
 		peer := sites[1-i]
 		keyFile := filepath.Join(e.Work, fmt.Sprintf("skein-%s-%d.key", tag, i))

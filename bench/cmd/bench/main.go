@@ -33,8 +33,8 @@ Flags:
 	}
 	quick := fs.Bool("quick", false, "smoke mode: one run of 1 s measurements (about a minute)")
 	runs := fs.Int("runs", 0, "runs per rung, interleaved across rungs (default 3, 1 with --quick)")
-	duration := fs.Duration("duration", 0, "length of each throughput measurement (default 5s, 1s with --quick)")
-	rungs := fs.String("rungs", "", "comma-separated rungs to run (default all: veth, wireguard-go, skein, skein-nonat)")
+	duration := fs.Duration("duration", 0, "length of each throughput measurement (default 4s, 1s with --quick)")
+	rungs := fs.String("rungs", "", "comma-separated rungs to run (default all: veth, wireguard-go, kernel-nat, skein, skein-nonat)")
 	out := fs.String("out", "bench/results", "directory for the report files (DATE.md, DATE.json, DATE.svg)")
 	prefix := fs.String("prefix", "skb", "prefix of the namespaces the harness makes")
 	_ = fs.Parse(os.Args[1:])
