@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -37,6 +38,9 @@ type Options struct {
 	Prefix string
 	// Log receives progress lines.
 	Log io.Writer
+	// ProfileDir, if set, receives a CPU profile of every skein gateway taken during the first
+	// run's single-stream TCP test (RUNG-gatewayN.pprof; read with go tool pprof).
+	ProfileDir string
 }
 
 // Metric is one figure over the runs.
@@ -106,6 +110,7 @@ var metricOrder = []struct{ key, title, unit string }{
 	{"tcp1", "TCP 1 stream", "Mbit/s"},
 	{"tcp1-reverse", "TCP 1 stream reverse", "Mbit/s"},
 	{"tcp10", "TCP 10 streams", "Mbit/s"},
+	{"tcp10-reverse", "TCP 10 streams reverse", "Mbit/s"},
 	{"udp64-pps", "UDP 64 B", "kpps"},
 	{"udp64-loss", "UDP 64 B loss", "%"},
 	{"udpmtu-pps", fmt.Sprintf("UDP %d B", InnerMTU), "kpps"},
@@ -191,7 +196,7 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	env := &Env{Prefix: o.Prefix, Bin: binDir, Work: work, Log: logf}
+	env := &Env{Prefix: o.Prefix, Bin: binDir, Work: work, Log: logf, Profile: o.ProfileDir != ""}
 	res := &Result{Date: time.Now().UTC(), Machine: machine(),
 		Settings:  fmt.Sprintf("%d runs per rung, interleaved; %s per throughput measurement; inner MTU %d", o.Runs, o.Duration, InnerMTU),
 		Placement: fmt.Sprintf("no CPU pinning: every process may run on any of the %d cores; iperf3 client and server in the rung's end namespaces", runtime.NumCPU())}
@@ -224,7 +229,17 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 				continue
 			}
 			fmt.Fprintf(o.Log, "bench: run %d/%d: %s\n", run+1, o.Runs, r.Name())
-			m, err := measure(ctx, env, paths[i], o)
+			profile := ""
+			if run == 0 && o.ProfileDir != "" {
+				profile = filepath.Join(o.ProfileDir, r.Name())
+			}
+			m, err := measure(ctx, env, paths[i], o, profile)
+			if err != nil && ctx.Err() == nil {
+				// One retry: a single failed tool run (such as iperf3's control connection
+				// reset under a UDP flood) should not drop the rung; a second one does.
+				fmt.Fprintf(o.Log, "bench: %s: %v; measuring again\n", r.Name(), err)
+				m, err = measure(ctx, env, paths[i], o, "")
+			}
 			if err != nil {
 				results[i].Error = err.Error()
 				fmt.Fprintf(o.Log, "bench: %s: %v\n", r.Name(), err)
@@ -339,7 +354,7 @@ func iperf(ctx context.Context, p *Path, args ...string) (*iperfResult, float64,
 }
 
 // measure takes every figure of one run of a rung.
-func measure(ctx context.Context, e *Env, p *Path, o Options) (map[string]float64, error) {
+func measure(ctx context.Context, e *Env, p *Path, o Options, profile string) (map[string]float64, error) {
 	srv, err := p.Server.start(e.Log, "iperf3", "-s", "-p", "5201")
 	if err != nil {
 		return nil, err
@@ -365,8 +380,20 @@ func measure(ctx context.Context, e *Env, p *Path, o Options) (map[string]float6
 		}
 		return s
 	}
+	var profiling sync.WaitGroup
+	if profile != "" {
+		for i, ns := range p.Profiled {
+			profiling.Go(func() {
+				url := fmt.Sprintf("http://127.0.0.1:9471/debug/pprof/profile?seconds=%d", max(1, int(o.Duration.Seconds())-1))
+				if err := ns.run("curl", "-sf", "-o", fmt.Sprintf("%s-gateway%d.pprof", profile, i), url); err != nil {
+					fmt.Fprintf(e.Log, "profile of %s: %v\n", ns, err)
+				}
+			})
+		}
+	}
 	before := cpuOf()
 	r, clientCPU, err := iperf(ctx, p, "-t", secs)
+	profiling.Wait()
 	if err != nil {
 		return nil, err
 	}
@@ -382,6 +409,10 @@ func measure(ctx context.Context, e *Env, p *Path, o Options) (map[string]float6
 		return nil, err
 	}
 	m["tcp10"] = r.End.SumReceived.BitsPerSecond / 1e6
+	if r, _, err = iperf(ctx, p, "-t", secs, "-P", "10", "-R"); err != nil {
+		return nil, err
+	}
+	m["tcp10-reverse"] = r.End.SumReceived.BitsPerSecond / 1e6
 	for _, u := range []struct {
 		key  string
 		size int

@@ -42,7 +42,7 @@ func TestQuick(t *testing.T) {
 			t.Errorf("rung %s: %s\n%s", r.Name, r.Error, log.String())
 			continue
 		}
-		keys := []string{"tcp1", "tcp1-reverse", "tcp10", "udp64-pps", "udpmtu-pps", "rr-p50", "rr-p99", "cpu-per-gb"}
+		keys := []string{"tcp1", "tcp1-reverse", "tcp10", "tcp10-reverse", "udp64-pps", "udpmtu-pps", "rr-p50", "rr-p99", "cpu-per-gb"}
 		if want[r.Name] {
 			keys = append(keys, "gateway-rss", "gateway-rss-32")
 		}

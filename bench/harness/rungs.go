@@ -22,6 +22,8 @@ type Env struct {
 	// Work is a scratch directory (keys, configs, logs).
 	Work string
 	Log  *os.File
+	// Profile turns on the skein gateways' profiler (see Options.ProfileDir).
+	Profile bool
 }
 
 // Path is a built rung: where the client and server run and what carries the traffic.
@@ -32,6 +34,8 @@ type Path struct {
 	// Gateways are the processes in the middle (wireguard-go, skein-gateway): their CPU time
 	// counts towards the rung's CPU per GB, their peak RSS is reported.
 	Gateways []*exec.Cmd
+	// Profiled are the namespaces of gateways serving Go's profiler on 127.0.0.1:9471.
+	Profiled []netns
 }
 
 // Rung is one topology of the ladder.
@@ -346,6 +350,10 @@ nodes:
   mac: 02:5b:00:00:01:%02[2]x
   podCIDRs: [%[3]s.0/24]
 `, s.under, i, s.podNet)
+		if e.Profile {
+			cfg += "httpListen: 127.0.0.1:9471\npprof: true\n"
+			p.Profiled = append(p.Profiled, s.gw)
+		}
 		cfgFile := filepath.Join(e.Work, fmt.Sprintf("skein-%s-%d.yaml", tag, i))
 		if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 			return nil, err

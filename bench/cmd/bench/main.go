@@ -1,7 +1,7 @@
 // Command bench runs skein's benchmark ladder (bench/harness) on this machine and writes the
 // report: a markdown table (also printed), a JSON file and an SVG chart. Run it as root.
 //
-//	bench [--quick] [--runs 3] [--duration 5s] [--rungs veth,wireguard-go] [--out bench/results]
+//	bench [--quick] [--runs 3] [--duration 4s] [--rungs veth,wireguard-go,kernel-nat,skein,skein-nonat] [--out bench/results]
 package main
 
 import (
@@ -37,6 +37,7 @@ Flags:
 	rungs := fs.String("rungs", "", "comma-separated rungs to run (default all: veth, wireguard-go, kernel-nat, skein, skein-nonat)")
 	out := fs.String("out", "bench/results", "directory for the report files (DATE.md, DATE.json, DATE.svg)")
 	prefix := fs.String("prefix", "skb", "prefix of the namespaces the harness makes")
+	profile := fs.String("profile", "", "directory for CPU profiles of the skein gateways during the first single-stream test (go tool pprof -top FILE)")
 	_ = fs.Parse(os.Args[1:])
 	if os.Geteuid() != 0 {
 		fail("bench needs root (network namespaces)")
@@ -52,7 +53,12 @@ Flags:
 	if err := harness.Prepare(ctx, bin); err != nil {
 		fail(err.Error())
 	}
-	o := harness.Options{Quick: *quick, Runs: *runs, Duration: *duration, Prefix: *prefix, Log: os.Stderr}
+	o := harness.Options{Quick: *quick, Runs: *runs, Duration: *duration, Prefix: *prefix, Log: os.Stderr, ProfileDir: *profile}
+	if *profile != "" {
+		if err := os.MkdirAll(*profile, 0o755); err != nil {
+			fail(err.Error())
+		}
+	}
 	if *rungs != "" {
 		o.Rungs = strings.Split(*rungs, ",")
 	}
