@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -381,6 +382,14 @@ func (n *Netlink) DelRule(r Rule) error {
 	return nil
 }
 
+// ipv4DevconfRPFilter is IPV4_DEVCONF_RP_FILTER, the index of rp_filter in a device's IPv4
+// configuration (include/uapi/linux/ip.h).
+const ipv4DevconfRPFilter = 8
+
+// SetRPFilter sets the link's rp_filter through netlink (RTM_SETLINK with IFLA_AF_SPEC ->
+// AF_INET -> IFLA_INET_CONF), like "sysctl -w net.ipv4.conf.LINK.rp_filter=VALUE" but without
+// writing /proc/sys, which container runtimes mount read-only for unprivileged containers: it
+// needs only CAP_NET_ADMIN. The current value is read from /proc/sys (reading is allowed).
 func (n *Netlink) SetRPFilter(link string, value int) error {
 	path := "/proc/sys/net/ipv4/conf/" + link + "/rp_filter"
 	return n.inNS(func() error {
@@ -388,7 +397,19 @@ func (n *Netlink) SetRPFilter(link string, value int) error {
 		if err == nil && string(cur) == strconv.Itoa(value)+"\n" {
 			return nil
 		}
-		if err := os.WriteFile(path, []byte(strconv.Itoa(value)), 0o644); err != nil {
+		l, err := netlink.LinkByName(link)
+		if err != nil {
+			return fmt.Errorf("set rp_filter of %s: %w", link, err)
+		}
+		req := nl.NewNetlinkRequest(unix.RTM_SETLINK, unix.NLM_F_ACK)
+		msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+		msg.Index = int32(l.Attrs().Index)
+		req.AddData(msg)
+		spec := nl.NewRtAttr(unix.IFLA_AF_SPEC, nil)
+		conf := spec.AddRtAttr(unix.AF_INET, nil).AddRtAttr(unix.IFLA_INET_CONF, nil)
+		conf.AddRtAttr(ipv4DevconfRPFilter, nl.Uint32Attr(uint32(value)))
+		req.AddData(spec)
+		if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
 			return fmt.Errorf("set rp_filter of %s to %d: %w", link, value, err)
 		}
 		return nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -283,5 +285,41 @@ func TestMonitor(t *testing.T) {
 	}
 	if ch, err := kernel.Reconcile(s.k, siteDesired("192.168.77.2")); err != nil || ch.Routes != 1 {
 		t.Errorf("repair: %+v %v", ch, err)
+	}
+}
+
+// TestRPFilterReadOnlyProcSys: container runtimes mount /proc/sys read-only for unprivileged
+// containers (the agent has NET_ADMIN, not a writable /proc/sys); SetRPFilter must still work.
+// The test runs itself again in a mount namespace of its own where /proc/sys is a read-only
+// bind mount, as in such a container.
+func TestRPFilterReadOnlyProcSys(t *testing.T) {
+	if ns := os.Getenv("SKEIN_TEST_RO_PROCSYS_NS"); ns != "" {
+		if err := os.WriteFile("/proc/sys/net/ipv4/conf/all/rp_filter", []byte("0"), 0o644); err == nil {
+			t.Fatal("/proc/sys is writable in the child: the test does not test anything")
+		}
+		k, err := kernel.NewNetlink("/var/run/netns/"+ns, kernel.InNamespace("/var/run/netns/"+ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := k.SetRPFilter("dummy0", 2); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	netnstest.RequireRoot(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skipf("unshare (util-linux) not found: %v", err)
+	}
+	ns := netnstest.New(t, "krpf")
+	ns.Run(t, "ip", "link", "add", "dummy0", "type", "veth", "peer", "name", "dummy1")
+	ns.Run(t, "sysctl", "-qw", "net.ipv4.conf.dummy0.rp_filter=1")
+	script := `mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys && exec "$0" -test.run '^TestRPFilterReadOnlyProcSys$' -test.v`
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, os.Args[0])
+	cmd.Env = append(os.Environ(), "SKEIN_TEST_RO_PROCSYS_NS="+ns.Name)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child with a read-only /proc/sys: %v\n%s", err, out)
+	}
+	if out := strings.TrimSpace(ns.Run(t, "cat", "/proc/sys/net/ipv4/conf/dummy0/rp_filter")); out != "2" {
+		t.Errorf("rp_filter %s after SetRPFilter with a read-only /proc/sys, want 2", out)
 	}
 }
