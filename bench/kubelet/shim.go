@@ -129,6 +129,16 @@ func Shim(specPath string) error {
 			}
 		}
 	}
+	// Container runtimes mount /proc/sys read-only unless the container is privileged; so does
+	// the lab, so that a component that writes sysctls fails here as it would on a cluster.
+	if !s.AllCaps {
+		if err := syscall.Mount("/proc/sys", "/proc/sys", "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind /proc/sys: %w", err)
+		}
+		if err := syscall.Mount("", "/proc/sys", "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("make /proc/sys read-only: %w", err)
+		}
+	}
 	if s.ReadOnlyRoot {
 		if err := syscall.Mount("", "/", "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""); err != nil {
 			return fmt.Errorf("make / read-only: %w", err)

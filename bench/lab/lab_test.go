@@ -252,10 +252,17 @@ func TestLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	procSysRO := false
 	for _, line := range strings.Split(string(mounts), "\n") {
 		if f := strings.Fields(line); len(f) > 5 && f[4] == "/" && !strings.HasPrefix(f[5], "ro") {
 			t.Errorf("container root is not read-only: %s", line)
 		}
+		if f := strings.Fields(line); len(f) > 5 && f[4] == "/proc/sys" && strings.HasPrefix(f[5], "ro") {
+			procSysRO = true
+		}
+	}
+	if !procSysRO {
+		t.Errorf("/proc/sys is not read-only in an unprivileged container:\n%s", mounts)
 	}
 	env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	for _, want := range []string{"MY_IP=" + a.Status.PodIP, "KUBERNETES_SERVICE_HOST=10.96.0.1", "HOSTNAME=" + a.Name} {
