@@ -1,7 +1,6 @@
 package k8sbin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,26 +31,20 @@ func HelmDir() (string, error) {
 	return filepath.Join(root, "helm", fmt.Sprintf("helm-%s_%s-%s", HelmVersion, runtime.GOOS, runtime.GOARCH)), nil
 }
 
+// helmEntry is the cache entry of the helm build.
+func helmEntry() (entry, error) {
+	d, err := HelmDir()
+	return entry{name: "helm", dir: d, stamp: helmStamp, binaries: []string{"helm"}}, err
+}
+
 // HelmReady reports whether a complete helm build for HelmVersion and this Go toolchain is in
 // the cache, and returns the path of the helm binary. It never builds.
 func HelmReady() (string, bool) {
-	d, err := HelmDir()
+	e, err := helmEntry()
 	if err != nil {
 		return "", false
 	}
-	helm := filepath.Join(d, "bin", "helm")
-	want, err := helmStamp()
-	if err != nil {
-		return helm, false
-	}
-	got, err := os.ReadFile(filepath.Join(d, "stamp.json"))
-	if err != nil || !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(want)) {
-		return helm, false
-	}
-	if fi, err := os.Stat(helm); err != nil || fi.Mode()&0o111 == 0 {
-		return helm, false
-	}
-	return helm, true
+	return filepath.Join(e.bin(), "helm"), e.ready()
 }
 
 func helmStamp() ([]byte, error) {
@@ -70,32 +63,17 @@ func helmStamp() ([]byte, error) {
 // path of the binary. Build output goes to log. Like Ensure, a failed or interrupted build
 // leaves no stamp.
 func EnsureHelm(ctx context.Context, log io.Writer) (string, error) {
-	if helm, ok := HelmReady(); ok {
+	e, err := helmEntry()
+	if err != nil {
+		return "", err
+	}
+	helm := filepath.Join(e.bin(), "helm")
+	if e.ready() {
 		fmt.Fprintf(log, "helm: up to date at %s\n", helm)
 		return helm, nil
 	}
-	dir, err := HelmDir()
-	if err != nil {
+	if err := e.ensure(func(bin string) error { return buildHelm(ctx, log, filepath.Join(e.dir, "src"), bin) }); err != nil {
 		return "", err
-	}
-	bin := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		return "", fmt.Errorf("create %s: %w", bin, err)
-	}
-	_ = os.Remove(filepath.Join(dir, "stamp.json"))
-	if err := buildHelm(ctx, log, filepath.Join(dir, "src"), bin); err != nil {
-		return "", err
-	}
-	st, err := helmStamp()
-	if err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "stamp.json"), append(st, '\n'), 0o644); err != nil {
-		return "", fmt.Errorf("write the helm stamp: %w", err)
-	}
-	helm, ok := HelmReady()
-	if !ok {
-		return "", errors.New("helm: build finished but the cache is incomplete")
 	}
 	fmt.Fprintf(log, "helm: built %s at %s\n", HelmVersion, helm)
 	return helm, nil

@@ -79,28 +79,20 @@ func BinDir() (string, error) {
 	return filepath.Join(d, "bin"), nil
 }
 
+// kubeEntry is the cache entry of the Kubernetes and etcd build.
+func kubeEntry() (entry, error) {
+	d, err := Dir()
+	return entry{name: "k8s binaries", dir: d, stamp: stamp, binaries: Binaries}, err
+}
+
 // Ready reports whether a complete build for these versions and this Go toolchain is in the
 // cache, and returns its bin directory. It never builds.
 func Ready() (string, bool) {
-	d, err := Dir()
+	e, err := kubeEntry()
 	if err != nil {
 		return "", false
 	}
-	bin := filepath.Join(d, "bin")
-	want, err := stamp()
-	if err != nil {
-		return bin, false
-	}
-	got, err := os.ReadFile(filepath.Join(d, "stamp.json"))
-	if err != nil || !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(want)) {
-		return bin, false
-	}
-	for _, b := range Binaries {
-		if fi, err := os.Stat(filepath.Join(bin, b)); err != nil || fi.Mode()&0o111 == 0 {
-			return bin, false
-		}
-	}
-	return bin, true
+	return e.bin(), e.ready()
 }
 
 // stamp describes a build; a cache entry is reused only when its stamp is identical.
@@ -121,38 +113,25 @@ func stamp() ([]byte, error) {
 // BinDir. Build output goes to log. A failed or interrupted build leaves no stamp, so the next
 // call starts again (Go's own build cache keeps the finished work).
 func Ensure(ctx context.Context, log io.Writer) (string, error) {
-	if bin, ok := Ready(); ok {
-		fmt.Fprintf(log, "k8s binaries: up to date in %s\n", bin)
-		return bin, nil
-	}
-	dir, err := Dir()
+	e, err := kubeEntry()
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		return "", err
+	if e.ready() {
+		fmt.Fprintf(log, "k8s binaries: up to date in %s\n", e.bin())
+		return e.bin(), nil
 	}
-	_ = os.Remove(filepath.Join(dir, "stamp.json"))
-
-	if err := buildKube(ctx, log, filepath.Join(dir, "src", "kubernetes"), bin); err != nil {
-		return "", err
-	}
-	if err := buildEtcd(ctx, log, filepath.Join(dir, "src", "etcd"), bin); err != nil {
-		return "", err
-	}
-	st, err := stamp()
+	err = e.ensure(func(bin string) error {
+		if err := buildKube(ctx, log, filepath.Join(e.dir, "src", "kubernetes"), bin); err != nil {
+			return err
+		}
+		return buildEtcd(ctx, log, filepath.Join(e.dir, "src", "etcd"), bin)
+	})
 	if err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "stamp.json"), append(st, '\n'), 0o644); err != nil {
-		return "", err
-	}
-	if _, ok := Ready(); !ok {
-		return "", errors.New("k8s binaries: build finished but the cache is incomplete")
-	}
-	fmt.Fprintf(log, "k8s binaries: built in %s\n", bin)
-	return bin, nil
+	fmt.Fprintf(log, "k8s binaries: built in %s\n", e.bin())
+	return e.bin(), nil
 }
 
 func buildKube(ctx context.Context, log io.Writer, src, bin string) error {
