@@ -353,6 +353,17 @@ func (e *env) gatewayNode(ctx context.Context, i int) string {
 // UDP and ICMP; the far side sees the remapped source. Then host network to a remote pod.
 func (e *env) matrix(ctx context.Context) {
 	var failed, passed int
+	// record counts and reports one cell of the matrix.
+	record := func(line string, err error, out, seen string) {
+		if err != nil {
+			failed++
+			e.t.Errorf("%s: %v: %s", line, err, out)
+			e.reportf("%s FAIL", line)
+			return
+		}
+		passed++
+		e.reportf("%s ok (seen as %s)", line, seen)
+	}
 	for _, dir := range [][2]int{{0, 1}, {1, 0}} {
 		s, d := dir[0], dir[1]
 		seenAs, srcExternalAtD := e.peerView(ctx, d) // how d sees s's pods and nodes
@@ -379,14 +390,7 @@ func (e *env) matrix(ctx context.Context) {
 						}
 					}
 					line := fmt.Sprintf("matrix: c%d %s (%s, %s) -> c%d %s as %s: %s", s, src.Name, src.Status.PodIP, where, d, dst.Name, target, proto)
-					if err != nil {
-						failed++
-						e.t.Errorf("%s: %v: %s", line, err, out)
-						e.reportf("%s FAIL", line)
-					} else {
-						passed++
-						e.reportf("%s ok (seen as %s)", line, wantSrc)
-					}
+					record(line, err, out, wantSrc)
 				}
 			}
 		}
@@ -406,14 +410,10 @@ func (e *env) matrix(ctx context.Context) {
 					}
 				}
 			}
-			if err != nil || seen == "" {
-				failed++
-				e.t.Errorf("%s: %v: %s", line, err, out)
-				e.reportf("%s FAIL", line)
-			} else {
-				passed++
-				e.reportf("%s ok (seen as %s)", line, seen)
+			if err == nil && seen == "" {
+				err = fmt.Errorf("no source address in the answer")
 			}
+			record(line, err, out, seen)
 		}
 	}
 	e.reportf("matrix: %d passed, %d failed", passed, failed)

@@ -2,7 +2,6 @@ package k8sbin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -48,15 +47,7 @@ func HelmReady() (string, bool) {
 }
 
 func helmStamp() ([]byte, error) {
-	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
-	if err != nil {
-		return nil, fmt.Errorf("run 'go env GOVERSION' (is Go on PATH?): %w", err)
-	}
-	return json.Marshal(map[string]any{
-		"helm":    HelmVersion,
-		"go":      strings.TrimSpace(string(goVersion)),
-		"command": helmCommand,
-	})
+	return stampOf(map[string]any{"helm": HelmVersion, "command": helmCommand})
 }
 
 // EnsureHelm builds helm into HelmDir unless a complete build is already there, and returns the

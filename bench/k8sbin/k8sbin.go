@@ -97,16 +97,17 @@ func Ready() (string, bool) {
 
 // stamp describes a build; a cache entry is reused only when its stamp is identical.
 func stamp() ([]byte, error) {
+	return stampOf(map[string]any{"kubernetes": KubernetesVersion, "etcd": EtcdVersion, "binaries": Binaries})
+}
+
+// stampOf is the JSON of fields plus the Go toolchain's version ("go").
+func stampOf(fields map[string]any) ([]byte, error) {
 	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
 	if err != nil {
 		return nil, fmt.Errorf("run 'go env GOVERSION' (is Go on PATH?): %w", err)
 	}
-	return json.Marshal(map[string]any{
-		"kubernetes": KubernetesVersion,
-		"etcd":       EtcdVersion,
-		"go":         strings.TrimSpace(string(goVersion)),
-		"binaries":   Binaries,
-	})
+	fields["go"] = strings.TrimSpace(string(goVersion))
+	return json.Marshal(fields)
 }
 
 // Ensure builds the binaries into BinDir unless a complete build is already there, and returns
