@@ -36,6 +36,8 @@ type Gateway struct {
 	log    *slog.Logger
 	dp     *dataplane.Dataplane
 	wg     *device.Device
+	out    *dataplane.Window // packets inside wireguard-go towards the tunnel
+	in     *dataplane.Window // and out of it
 	ns     *netstack.Stack
 	prober *netstack.Prober
 	http   *http.Server
@@ -89,7 +91,9 @@ func start(plan *gwconfig.Gateway, log *slog.Logger, standby bool) (_ *Gateway, 
 	}
 	g.dp.SetLocalHandler(g.ns)
 
-	g.wg = device.NewDevice(g.dp, conn.NewDefaultBind(), wgLogger(log))
+	g.out, g.in = dataplane.NewWindow(plan.Window, 0), dataplane.NewWindow(plan.Window, 0)
+	g.dp.SetWindows(g.out, g.in)
+	g.wg = device.NewDevice(g.dp, dataplane.NewPacedBind(conn.NewDefaultBind(), g.out, g.in), wgLogger(log))
 	if err := g.wg.IpcSet(plan.UAPI()); err != nil {
 		return nil, fmt.Errorf("wireguard: %w", err)
 	}
@@ -299,10 +303,13 @@ var (
 	descConnected = prometheus.NewDesc("skein_gateway_connection_state", "1 for the current connection state.", []string{"state"}, nil)
 	descHandshake = prometheus.NewDesc("skein_gateway_handshake_age_seconds", "Seconds since the last WireGuard handshake with the peer (absent before the first).", nil, nil)
 	descNAT       = prometheus.NewDesc("skein_gateway_nat_translated_total", "Packets whose addresses were translated, by direction.", []string{"direction"}, nil)
+	descWindow    = prometheus.NewDesc("skein_gateway_window_packets", "Packets inside wireguard-go by direction (bounded by --window / window).", []string{"direction"}, nil)
+	descWaits     = prometheus.NewDesc("skein_gateway_window_waits_total", "Times the gateway waited for wireguard-go to take more packets, by direction.", []string{"direction"}, nil)
+	descForgets   = prometheus.NewDesc("skein_gateway_window_forgets_total", "Waits that timed out and assumed the packets inside were dropped by wireguard-go, by direction.", []string{"direction"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRTT, descConnected, descHandshake, descNAT} {
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRTT, descConnected, descHandshake, descNAT, descWindow, descWaits, descForgets} {
 		ch <- d
 	}
 }
@@ -320,6 +327,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		passedUnmatched := counts[d][dataplane.NATUnmatched] - min(counts[d][dataplane.NATUnmatched], counts[d][dataplane.DropNATUnmatched])
 		translated := counts[d][dataplane.Forwarded] - min(counts[d][dataplane.Forwarded], passedUnmatched)
 		ch <- prometheus.MustNewConstMetric(descNAT, prometheus.CounterValue, float64(translated), d.String())
+	}
+	for d, w := range map[dataplane.Direction]*dataplane.Window{dataplane.ToTunnel: c.g.out, dataplane.FromTunnel: c.g.in} {
+		ws := w.Stats()
+		ch <- prometheus.MustNewConstMetric(descWindow, prometheus.GaugeValue, float64(ws.Inside), d.String())
+		ch <- prometheus.MustNewConstMetric(descWaits, prometheus.CounterValue, float64(ws.Waits), d.String())
+		ch <- prometheus.MustNewConstMetric(descForgets, prometheus.CounterValue, float64(ws.Forgets), d.String())
 	}
 	s := c.g.prober.Status()
 	if !s.LastReply.IsZero() {

@@ -62,7 +62,11 @@ type Dataplane struct {
 	queue  injectQueue
 	events chan tun.Event
 	closed atomic.Bool
+	done   chan struct{} // closed by Close
 	once   sync.Once
+	// out counts what Read hands to wireguard-go and waits for room before reading the
+	// socket; in counts out what wireguard-go writes (nil: no pacing).
+	out, in *Window
 
 	// Read side (one goroutine).
 	rmsgs  []Message
@@ -70,6 +74,11 @@ type Dataplane struct {
 	routs  []Message // ARP replies and ICMP errors back onto the overlay
 	ricmp  [][]byte
 	rtally tally
+	// rsegs is the most segments one datagram of the last socket batch was cut into (0: no
+	// superpackets). While superpackets flow, Read takes only as many datagrams from the
+	// socket as their segments fill wireguard-go's slots, so that segments need not wait
+	// (copied) in the queue, which would overflow and drop them.
+	rsegs int
 
 	// Write side.
 	wmu    sync.Mutex
@@ -99,6 +108,7 @@ func New(cfg Config, conn OverlayConn) (*Dataplane, error) {
 		conn:   conn,
 		batch:  b,
 		events: make(chan tun.Event, 4),
+		done:   make(chan struct{}),
 		rmsgs:  make([]Message, b),
 		rheads: make([][overlay.HeaderLen]byte, b),
 		routs:  make([]Message, 0, b),
@@ -145,6 +155,11 @@ func (d *Dataplane) Config() Config { return d.t.Load().cfg }
 // Counters returns a snapshot of the packet counters.
 func (d *Dataplane) Counters() Counts { return d.ctr.snapshot() }
 
+// SetWindows makes the dataplane pace wireguard-go (see Window): Read counts the packets it
+// returns into out and waits for room in it; Write counts its packets out of in. Call it
+// before wireguard-go starts; nil windows do nothing.
+func (d *Dataplane) SetWindows(out, in *Window) { d.out, d.in = out, in }
+
 // SetLocalHandler attaches the handler for the gateway's own addresses (nil detaches).
 func (d *Dataplane) SetLocalHandler(h LocalHandler) {
 	if h == nil {
@@ -175,6 +190,7 @@ func (d *Dataplane) Close() error {
 	var err error
 	d.once.Do(func() {
 		d.closed.Store(true)
+		close(d.done)
 		err = d.conn.Close()
 		close(d.events)
 	})
@@ -182,20 +198,32 @@ func (d *Dataplane) Close() error {
 }
 
 // Read fills bufs with packets for the tunnel: packets injected by the netstack and ICMP
-// errors first, then what local pods send over the overlay. Dropped datagrams leave a zero
-// size in their slot, which wireguard-go skips.
+// errors first, then what local pods send over the overlay, in the order they came.
+//
+// Datagrams are received into the last slots of bufs and their packets packed from the
+// first slot on: a packet already in its slot stays where it is, a TCP superpacket is cut
+// into the slots in front of it (its last segment in place), so one Read turns a few 64 KiB
+// datagrams into wireguard-go's full batch with one copy per segment. What does not fit
+// waits in the queue for the next Read.
 func (d *Dataplane) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	limit := min(len(bufs), len(sizes))
 	for {
 		if d.closed.Load() {
 			return 0, os.ErrClosed
 		}
+		d.out.Wait(d.done)
 		if n := d.queue.drain(bufs, sizes, offset); n > 0 {
+			d.out.Enter(n)
 			return n, nil
 		}
-		k := min(len(bufs), len(sizes), d.batch)
+		k := min(limit, d.batch)
+		if d.rsegs > 1 {
+			k = max(1, min(k, limit/d.rsegs))
+		}
+		base := limit - k
 		msgs := d.rmsgs[:k]
 		for i := range msgs {
-			msgs[i] = Message{Head: d.rheads[i][:], Body: bufs[i][offset:]}
+			msgs[i] = Message{Head: d.rheads[i][:], Body: bufs[base+i][offset:]}
 		}
 		got, err := d.conn.ReadBatch(msgs)
 		if err != nil {
@@ -206,44 +234,64 @@ func (d *Dataplane) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		}
 		t := d.t.Load()
 		now := time.Time{}
-		last := 0
-		limit := min(len(bufs), len(sizes))
-		// queued: an earlier superpacket of this batch spilled segments into the queue, so
-		// everything after it goes there too, keeping the order.
+		cur := 0 // the next free output slot
+		// queued: a packet of this batch did not fit and went to the queue, so everything
+		// after it goes there too, keeping the order.
 		queued := false
+		d.rsegs /= 2 // forget superpackets slowly: the next batch likely has them too
 		for i := range got {
+			src := base + i
+			replies := len(d.routs)
 			size, sp := d.toTunnel(t, &msgs[i], i, &now)
-			sizes[i] = 0
+			if len(d.routs) > replies && src >= cur {
+				// An ARP reply is written over its request, which must stay until
+				// flushOverlay: skip over its slot (zero sizes are skipped by wireguard-go).
+				for j := cur; j <= src; j++ {
+					sizes[j] = 0
+				}
+				cur = src + 1
+			}
 			if size == 0 {
 				continue
 			}
-			pkt := packet.IPv4(bufs[i][offset : offset+size])
+			pkt := packet.IPv4(bufs[src][offset : offset+size])
+			d.rsegs = max(d.rsegs, sp.n)
 			if queued {
-				d.queuePacket(pkt, sp)
+				d.queuePacket(pkt, sp, 0)
 				continue
 			}
-			if sp.n == 0 {
-				sizes[i], last = size, i+1
-				continue
+			// Free output slots: up to this datagram's own, or to the end for the last one.
+			avail := src + 1 - cur
+			if i == got-1 {
+				avail = limit - cur
 			}
-			// A superpacket: segments after the first go to the free slots after the batch
-			// when it is the batch's last datagram, else (and when slots run out) to the queue.
-			for k := 1; k < sp.n; k++ {
-				if j := i + k; i == got-1 && j < limit {
-					sizes[j] = writeSegment(bufs[j][offset:], pkt, sp, k)
-					last = j + 1
-				} else if !d.queue.pushSegment(pkt, sp, k) {
-					d.rtally[DropQueueFull]++
+			n := max(1, sp.n)
+			place := min(n, avail)
+			own := src - cur // index of the segment that lands in this datagram's slot
+			for j := range place {
+				if j == own {
+					continue
+				}
+				if sp.n == 0 {
+					sizes[cur+j] = copy(bufs[cur+j][offset:], pkt)
+				} else {
+					sizes[cur+j] = writeSegment(bufs[cur+j][offset:], pkt, sp, j)
 				}
 			}
-			sizes[i] = cutFirst(pkt, sp)
-			last = max(last, i+1)
-			queued = i < got-1
+			if place < n {
+				d.queuePacket(pkt, sp, place)
+				queued = true
+			}
+			if own < place {
+				sizes[src] = segmentInPlace(pkt, sp, own)
+			}
+			cur += place
 		}
 		d.flushOverlay(&d.rtally)
 		d.ctr.add(ToTunnel, &d.rtally)
-		if last > 0 {
-			return last, nil
+		if cur > 0 {
+			d.out.Enter(cur)
+			return cur, nil
 		}
 		if d.queue.pending.Load() > 0 {
 			continue
@@ -251,15 +299,16 @@ func (d *Dataplane) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 }
 
-// queuePacket moves a processed packet (cut first if it is a superpacket) into the queue.
-func (d *Dataplane) queuePacket(pkt packet.IPv4, sp split) {
+// queuePacket moves a processed packet, or the segments of a superpacket from segment from
+// on, into the queue.
+func (d *Dataplane) queuePacket(pkt packet.IPv4, sp split, from int) {
 	if sp.n == 0 {
-		if !d.queue.push(pkt) {
+		if !d.queue.push(pkt, true) {
 			d.rtally[DropQueueFull]++
 		}
 		return
 	}
-	for k := 0; k < sp.n; k++ {
+	for k := from; k < sp.n; k++ {
 		if !d.queue.pushSegment(pkt, sp, k) {
 			d.rtally[DropQueueFull]++
 		}
@@ -473,6 +522,7 @@ func (d *Dataplane) Write(bufs [][]byte, offset int) (int, error) {
 	if d.closed.Load() {
 		return 0, os.ErrClosed
 	}
+	d.in.Leave(len(bufs))
 	d.wmu.Lock()
 	defer d.wmu.Unlock()
 	if len(bufs) > len(d.wmsgs) {
@@ -556,7 +606,7 @@ func (d *Dataplane) icmpToTunnel(t *tables, orig packet.IPv4, typ, code uint8, r
 		return
 	}
 	n := buildICMPError(d.wicmp, t.tunnelIP, typ, code, rest, orig)
-	if !d.queue.push(d.wicmp[:n]) {
+	if !d.queue.push(d.wicmp[:n], false) {
 		tl[DropQueueFull]++
 		return
 	}
@@ -586,7 +636,7 @@ func (d *Dataplane) Inject(pkt []byte) error {
 		if len(ip) > t.tunnelMTU {
 			return fmt.Errorf("inject: %d-byte packet exceeds the tunnel MTU %d", len(ip), t.tunnelMTU)
 		}
-		if !d.queue.push(ip) {
+		if !d.queue.push(ip, false) {
 			d.ctr.inc(ToTunnel, DropQueueFull)
 			return errQueueFull
 		}
@@ -611,25 +661,31 @@ func (d *Dataplane) Inject(pkt []byte) error {
 
 var errQueueFull = errors.New("inject: queue into the tunnel is full")
 
-// injectQueue holds packets for the tunnel that did not come from the overlay socket, until
-// the reader picks them up. Slots are allocated on first use and reused.
+// injectQueue holds packets for the tunnel until the reader picks them up: packets the
+// gateway originates (netstack, ICMP errors), at most the capacity given to init, and what a
+// batch from the overlay socket did not fit into wireguard-go's slots, for which the queue
+// grows as needed (Read takes from the socket only when the queue is empty, so that is at
+// most one batch). Slots are allocated on first use and reused.
 type injectQueue struct {
 	pending    atomic.Int32 // size, readable without the lock
 	mu         sync.Mutex
 	slots      [][]byte
 	lens       []int
 	head, size int
+	capacity   int
 }
 
 func (q *injectQueue) init(n int) {
+	q.capacity = n
 	q.slots = make([][]byte, n)
 	q.lens = make([]int, n)
 }
 
-func (q *injectQueue) push(p []byte) bool {
+// push queues a copy of p, unless the queue holds its capacity already (spill: grows).
+func (q *injectQueue) push(p []byte, spill bool) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	i, buf, ok := q.next(len(p))
+	i, buf, ok := q.next(len(p), spill)
 	if ok {
 		q.commit(i, copy(buf, p))
 	}
@@ -637,10 +693,23 @@ func (q *injectQueue) push(p []byte) bool {
 }
 
 // next returns the free slot at the queue's tail, grown to hold need bytes, or false when the
-// queue is full. q.mu must be held.
-func (q *injectQueue) next(need int) (int, []byte, bool) {
-	if q.size == len(q.slots) {
+// queue is at its capacity and may not grow. q.mu must be held.
+func (q *injectQueue) next(need int, grow bool) (int, []byte, bool) {
+	if q.size >= q.capacity && !grow {
 		return 0, nil, false
+	}
+	if q.size == len(q.slots) {
+		// Grow the ring, oldest first in the new one.
+		n := 2 * len(q.slots)
+		slots, lens := make([][]byte, n), make([]int, n)
+		for k := range q.size {
+			j := (q.head + k) % len(q.slots)
+			slots[k], lens[k] = q.slots[j], q.lens[j]
+		}
+		for k := q.size; k < len(q.slots); k++ { // keep the free slots' buffers
+			slots[k] = q.slots[(q.head+k)%len(q.slots)]
+		}
+		q.slots, q.lens, q.head = slots, lens, 0
 	}
 	i := (q.head + q.size) % len(q.slots)
 	if cap(q.slots[i]) < need {
@@ -660,17 +729,11 @@ func (q *injectQueue) commit(i, n int) {
 func (q *injectQueue) pushSegment(ip packet.IPv4, s split, k int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	i, buf, ok := q.next(s.hdrLen + s.mss)
+	i, buf, ok := q.next(s.hdrLen+s.mss, true)
 	if !ok {
 		return false
 	}
-	if k == 0 {
-		// The first segment: cut a copy, so that ip keeps its headers for the others.
-		n := copy(buf, ip[:min(s.hdrLen+s.mss, len(ip))])
-		q.commit(i, cutFirst(packet.IPv4(buf[:n]), s))
-	} else {
-		q.commit(i, writeSegment(buf, ip, s, k))
-	}
+	q.commit(i, writeSegment(buf, ip, s, k))
 	return true
 }
 

@@ -18,6 +18,7 @@ type datagram struct {
 // dataplane sent from sent. ReadBatch scatters like the real socket does.
 type chanConn struct {
 	in     chan datagram
+	batch  int // BatchSize; 8 if 0
 	wake   chan struct{}
 	closed chan struct{}
 	once   sync.Once
@@ -78,7 +79,12 @@ func (c *chanConn) Wake() {
 	}
 }
 
-func (c *chanConn) BatchSize() int { return 8 }
+func (c *chanConn) BatchSize() int {
+	if c.batch == 0 {
+		return 8
+	}
+	return c.batch
+}
 
 func (c *chanConn) Close() error {
 	c.once.Do(func() { close(c.closed) })

@@ -58,6 +58,22 @@ func cutFirst(ip packet.IPv4, s split) int {
 	return n
 }
 
+// segmentInPlace turns superpacket ip into its segment k in place (the payload moved up
+// behind the headers) and returns its length. Call it after every other segment is written.
+func segmentInPlace(ip packet.IPv4, s split, k int) int {
+	if s.n == 0 {
+		return len(ip)
+	}
+	if k == 0 {
+		return cutFirst(ip, s)
+	}
+	start := s.hdrLen + k*s.mss
+	end := min(start+s.mss, len(ip))
+	n := s.hdrLen + copy(ip[s.hdrLen:], ip[start:end])
+	fixSegment(ip[:n], s, k)
+	return n
+}
+
 const (
 	tcpFlagPSH = 0x08
 	tcpFlagCWR = 0x80

@@ -111,3 +111,69 @@ func TestCompleteChecksums(t *testing.T) {
 		t.Fatalf("checksum not completed: %v", pt.Problem(got[0]))
 	}
 }
+
+// TestSuperpacketBursts feeds bursts of superpackets of several sizes, with small packets
+// between them, through a socket batch as large as wireguard-go's: every segment and packet
+// must come out once, in order, none dropped, whether the burst arrives before the dataplane
+// has seen superpackets (one batch holds them all and spills into the queue) or after (it
+// takes as many datagrams as fit).
+func TestSuperpacketBursts(t *testing.T) {
+	c := newChanConn()
+	c.in = make(chan datagram, 256)
+	c.batch = 128
+	dp, err := dataplane.New(baseConfig(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dp.Close() })
+	sizes := []int{64000, 1301, 30000, 65000 - 40, 2600, 13000}
+	type want struct {
+		data  []byte // a superpacket's payload, or nil for a small packet
+		small byte
+	}
+	for burst := range 3 {
+		var wants []want
+		for j := range 60 {
+			data := make([]byte, sizes[j%len(sizes)])
+			for i := range data {
+				data[i] = byte(i*13 + j + burst)
+			}
+			c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, superpacket(data)), from1}
+			wants = append(wants, want{data: data})
+			if j%3 == 2 {
+				small := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.9.9", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.71.9.9", 1, 2, []byte{byte(j)}, false)}.Build()
+				c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, small), from1}
+				wants = append(wants, want{small: byte(j)})
+			}
+		}
+		total := 0
+		for _, w := range wants {
+			total++
+			if w.data != nil {
+				total += (len(w.data)+1299)/1300 - 1
+			}
+		}
+		var got [][]byte
+		for len(got) < total {
+			got = append(got, readPackets(t, dp)...)
+		}
+		if len(got) != total {
+			t.Fatalf("burst %d: %d packets out, want %d", burst, len(got), total)
+		}
+		for _, w := range wants {
+			if w.data == nil {
+				if p := got[0]; ip4(p[16:20]) != "10.244.9.9" || p[len(p)-1] != w.small {
+					t.Fatalf("burst %d: small packet %d out of order", burst, w.small)
+				}
+				got = got[1:]
+				continue
+			}
+			n := (len(w.data) + 1299) / 1300
+			checkSegments(t, got[:n], w.data)
+			got = got[n:]
+		}
+		if cn := dp.Counters(); cn.Get(dataplane.ToTunnel, dataplane.DropQueueFull) != 0 {
+			t.Fatalf("burst %d: queue drops %v", burst, cn[dataplane.ToTunnel])
+		}
+	}
+}

@@ -41,6 +41,9 @@ type Options struct {
 	// ProfileDir, if set, receives a CPU profile of every skein gateway taken during the first
 	// run's single-stream TCP test (RUNG-gatewayN.pprof; read with go tool pprof).
 	ProfileDir string
+	// Hold builds the rungs, checks them and then, instead of measuring, keeps them up until
+	// ctx is done, for poking at by hand (ip netns exec ...); they are removed after.
+	Hold bool
 }
 
 // Metric is one figure over the runs.
@@ -222,6 +225,17 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 			continue
 		}
 		paths[i] = p
+	}
+	if o.Hold {
+		for i, p := range paths {
+			if p != nil {
+				fmt.Fprintf(o.Log, "bench: %s is up: ip netns exec %s iperf3 -s; ip netns exec %s iperf3 -c %s (namespaces: ip netns list | grep %s)\n",
+					rungs[i].Name(), p.Server, p.Client, p.Addr, o.Prefix)
+			}
+		}
+		fmt.Fprintln(o.Log, "bench: holding the rungs until interrupted (Ctrl-C removes them)")
+		<-ctx.Done()
+		return nil, ctx.Err()
 	}
 	for run := range o.Runs {
 		for i, r := range rungs {

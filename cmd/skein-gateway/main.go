@@ -22,6 +22,7 @@ import (
 	"github.com/skein-net/skein/appliance"
 	"github.com/skein-net/skein/control/gwconfig"
 	"github.com/skein-net/skein/control/gwwatch"
+	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/overlay"
 )
 
@@ -78,6 +79,7 @@ func main() {
 	retryPeriod := fs.Duration("lease-retry-period", 500*time.Millisecond, "in-cluster: how often replicas try to acquire or renew the Lease")
 	gcPercent := fs.Int("gc-percent", gwconfig.DefaultGCPercent, "in-cluster: the Go garbage collector's GOGC (-1: off, leaving GC to the memory limit)")
 	memLimit := fs.Int("memory-limit-mib", gwconfig.DefaultMemoryLimitMiB, "in-cluster: soft limit of the Go heap in MiB (0: none; the file's memoryLimitMiB in standalone mode)")
+	window := fs.Int("window", dataplane.DefaultWindow, "in-cluster: most packets wireguard-go may hold per direction (each holds a 64 KiB buffer; the file's window in standalone mode)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -87,6 +89,9 @@ func main() {
 	}
 	if fs.NArg() > 0 {
 		fail(2, "unexpected arguments %q (see --help)", fs.Args())
+	}
+	if *window < 1 || *window > gwconfig.MaxWindow {
+		fail(2, "--window %d: want 1-%d packets", *window, gwconfig.MaxWindow)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -158,6 +163,7 @@ func main() {
 				PodIP: ip, OverlayKind: kind, OverlayPort: uint16(*overlayPort), VNI: uint32(*vni), OverlayMTU: *overlayMTU, CompleteChecksums: *completeSums,
 				ListenPort: uint16(*listenPort), ProbeInterval: *probeInterval, ProbeFail: *probeFail,
 				HTTPListen: *httpListen, MemoryLimit: int64(*memLimit) << 20, GCPercent: *gcPercent,
+				Window: *window,
 			},
 		}, election, log)
 		if err != nil {

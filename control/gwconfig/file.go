@@ -61,6 +61,9 @@ type File struct {
 	// GCPercent is the garbage collector's GOGC (default 400): with the memory limit as the
 	// ceiling, collecting less often costs less CPU under load. -1 leaves GC to the limit alone.
 	GCPercent int `json:"gcPercent,omitempty"`
+	// Window is the most packets wireguard-go may hold in each direction (default 512). Each
+	// holds a 64 KiB buffer: more absorbs longer bursts, fewer bounds memory.
+	Window int `json:"window,omitempty"`
 }
 
 // RemoteConfig is the peer cluster's networks as it numbers them, and as this cluster sees them
@@ -120,6 +123,9 @@ const (
 	DefaultGCPercent      = 400
 )
 
+// MaxWindow bounds the window setting: 16384 packets hold 1 GiB of wireguard-go's buffers.
+const MaxWindow = 16384
+
 // LoadFile reads a config file; Resolve validates it.
 func LoadFile(path string) (*File, error) {
 	b, err := os.ReadFile(path)
@@ -155,6 +161,10 @@ func (c *File) Resolve() (*Gateway, error) {
 	if p.HTTPListen == "" {
 		p.HTTPListen = "127.0.0.1:9471"
 	}
+	if c.Window < 0 || c.Window > MaxWindow {
+		bad("window", "%d: want 1-%d packets (0: the default %d)", c.Window, MaxWindow, dataplane.DefaultWindow)
+	}
+	p.Window = c.Window
 
 	priv, err := readKey(c.PrivateKeyFile)
 	if err != nil {

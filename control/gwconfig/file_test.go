@@ -86,6 +86,9 @@ func TestResolve(t *testing.T) {
 	if p.Dataplane.Overlay.IP.String() != "10.80.0.1" || p.OverlayListen.String() != "192.168.77.2:4789" || p.Dataplane.Overlay.VNI != gwconfig.DefaultVNI {
 		t.Errorf("overlay %+v listen %v", p.Dataplane.Overlay, p.OverlayListen)
 	}
+	if p.Window != 0 {
+		t.Errorf("window %d, want 0 (the dataplane's default)", p.Window)
+	}
 	if pub := p.PrivateKey.Public().String(); pub == testPub || len(pub) != 44 {
 		t.Errorf("public key %q", pub)
 	}
@@ -119,6 +122,7 @@ func TestResolveErrors(t *testing.T) {
 		{"mac: 02:00:00:00:00:11", "mac: 02:00", "nodes[0].mac"},
 		{"podCIDRs: [10.244.1.0/24]", "podCIDRs: [10.244.1.0/33]", "nodes[0].podCIDRs[0]"},
 		{"mtu: 1340", "mtu: 100", "tunnel MTU 100"},
+		{"mtu: 1340", "mtu: 1340\nwindow: -1", "window: -1: want 1-16384 packets"},
 	}
 	for _, tc := range cases {
 		if !strings.Contains(goodServer, tc.from) {

@@ -72,6 +72,9 @@ type Gateway struct {
 	Pprof       bool
 	MemoryLimit int64 // bytes; 0 means none
 	GCPercent   int   // GOGC; 0 leaves the runtime's default, -1 turns it off
+	// Window is the most packets wireguard-go may hold per direction (dataplane.Window);
+	// 0 means dataplane.DefaultWindow.
+	Window int
 }
 
 // UAPI renders the whole WireGuard configuration in wireguard-go's UAPI "set" form.

@@ -62,6 +62,7 @@ type Local struct {
 	HTTPListen    string
 	MemoryLimit   int64
 	GCPercent     int
+	Window        int
 	// Resolve turns a host name of a GatewayClient's endpoint into an address.
 	Resolve func(host string) (netip.Addr, error)
 }
@@ -76,7 +77,7 @@ func notReady(format string, a ...any) error {
 
 // FromObjects translates the API objects into the gateway's configuration.
 func FromObjects(o Objects, l Local) (*Gateway, error) {
-	g := &Gateway{ProbeInterval: l.ProbeInterval, ProbeFail: l.ProbeFail, HTTPListen: l.HTTPListen, MemoryLimit: l.MemoryLimit, GCPercent: l.GCPercent}
+	g := &Gateway{ProbeInterval: l.ProbeInterval, ProbeFail: l.ProbeFail, HTTPListen: l.HTTPListen, MemoryLimit: l.MemoryLimit, GCPercent: l.GCPercent, Window: l.Window}
 	if g.ProbeInterval == 0 {
 		g.ProbeInterval = 2 * time.Second
 	}

@@ -38,6 +38,7 @@ Flags:
 	out := fs.String("out", "bench/results", "directory for the report files (DATE.md, DATE.json, DATE.svg)")
 	prefix := fs.String("prefix", "skb", "prefix of the namespaces the harness makes")
 	profile := fs.String("profile", "", "directory for CPU profiles of the skein gateways during the first single-stream test (go tool pprof -top FILE)")
+	hold := fs.Bool("hold", false, "build and check the rungs, then keep them up without measuring until interrupted (to inspect them by hand)")
 	_ = fs.Parse(os.Args[1:])
 	if os.Geteuid() != 0 {
 		fail("bench needs root (network namespaces)")
@@ -53,7 +54,7 @@ Flags:
 	if err := harness.Prepare(ctx, bin); err != nil {
 		fail(err.Error())
 	}
-	o := harness.Options{Quick: *quick, Runs: *runs, Duration: *duration, Prefix: *prefix, Log: os.Stderr, ProfileDir: *profile}
+	o := harness.Options{Quick: *quick, Runs: *runs, Duration: *duration, Prefix: *prefix, Log: os.Stderr, ProfileDir: *profile, Hold: *hold}
 	if *profile != "" {
 		if err := os.MkdirAll(*profile, 0o755); err != nil {
 			fail(err.Error())
@@ -64,6 +65,10 @@ Flags:
 	}
 	start := time.Now()
 	res, err := harness.Run(ctx, o, bin)
+	if *hold && ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "bench: rungs removed")
+		return
+	}
 	if err != nil {
 		fail(err.Error())
 	}

@@ -1,0 +1,183 @@
+package dataplane_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"golang.zx2c4.com/wireguard/conn"
+
+	"github.com/skein-net/skein/dataplane"
+	"github.com/skein-net/skein/dataplane/packet"
+	pt "github.com/skein-net/skein/dataplane/packet/packettest"
+)
+
+func TestWindow(t *testing.T) {
+	t.Run("room: no wait", func(t *testing.T) {
+		w := dataplane.NewWindow(8, time.Hour)
+		w.Enter(8)
+		w.Wait(nil) // exactly at the limit: room
+		if s := w.Stats(); s.Inside != 8 || s.Waits != 0 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+	t.Run("full: waits until half is free", func(t *testing.T) {
+		w := dataplane.NewWindow(8, time.Hour)
+		w.Enter(12)
+		returned := make(chan struct{})
+		go func() {
+			w.Wait(nil)
+			close(returned)
+		}()
+		for w.Stats().Waits == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		w.Leave(4) // 8 inside: not yet half free
+		select {
+		case <-returned:
+			t.Fatal("Wait returned with 8 of 8 inside")
+		case <-time.After(20 * time.Millisecond):
+		}
+		w.Leave(4) // 4 inside
+		<-returned
+		if s := w.Stats(); s.Inside != 4 || s.Waits != 1 || s.Forgets != 0 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+	t.Run("nothing leaves: forgets after max wait", func(t *testing.T) {
+		w := dataplane.NewWindow(8, 5*time.Millisecond)
+		w.Enter(100) // packets wireguard-go dropped
+		w.Wait(nil)
+		if s := w.Stats(); s.Inside != 0 || s.Forgets != 1 {
+			t.Fatalf("stats %+v", s)
+		}
+		// The forgotten packets were inside after all: their leaving must not widen the
+		// window beyond its limit.
+		w.Leave(100)
+		w.Enter(9)
+		if s := w.Stats(); s.Inside != 9 {
+			t.Fatalf("after forgotten packets left, inside %d, want 9", s.Inside)
+		}
+	})
+	t.Run("done releases", func(t *testing.T) {
+		w := dataplane.NewWindow(1, time.Hour)
+		w.Enter(5)
+		done := make(chan struct{})
+		close(done)
+		w.Wait(done)
+	})
+	t.Run("nil window", func(t *testing.T) {
+		var w *dataplane.Window
+		w.Enter(1)
+		w.Leave(1)
+		w.Wait(nil)
+		if w.Stats() != (dataplane.WindowStats{}) {
+			t.Fatal("nil window has stats")
+		}
+	})
+}
+
+// fakeBind is a conn.Bind whose receive function returns the datagrams in next.
+type fakeBind struct {
+	next [][]byte
+	sent int
+}
+
+func (b *fakeBind) Open(uint16) ([]conn.ReceiveFunc, uint16, error) {
+	return []conn.ReceiveFunc{func(packets [][]byte, sizes []int, _ []conn.Endpoint) (int, error) {
+		if len(b.next) == 0 {
+			return 0, errors.New("no more")
+		}
+		n := 0
+		for ; n < len(b.next) && n < len(packets); n++ {
+			sizes[n] = copy(packets[n], b.next[n])
+		}
+		b.next = b.next[n:]
+		return n, nil
+	}}, 51820, nil
+}
+func (b *fakeBind) Close() error                                { return nil }
+func (b *fakeBind) SetMark(uint32) error                        { return nil }
+func (b *fakeBind) Send(bufs [][]byte, _ conn.Endpoint) error   { b.sent += len(bufs); return nil }
+func (b *fakeBind) ParseEndpoint(string) (conn.Endpoint, error) { return nil, errors.New("no") }
+func (b *fakeBind) BatchSize() int                              { return 4 }
+
+func wgMessage(typ byte, size int) []byte {
+	m := make([]byte, size)
+	m[0] = typ
+	return m
+}
+
+func TestPacedBind(t *testing.T) {
+	out, in := dataplane.NewWindow(100, time.Hour), dataplane.NewWindow(100, time.Hour)
+	fb := &fakeBind{next: [][]byte{
+		wgMessage(4, 32+60), // a data packet
+		wgMessage(4, 32),    // a keepalive
+		wgMessage(1, 148),   // a handshake initiation
+		wgMessage(4, 32+1340),
+	}}
+	pb := dataplane.NewPacedBind(fb, out, in)
+	fns, port, err := pb.Open(0)
+	if err != nil || port != 51820 || len(fns) != 1 {
+		t.Fatalf("Open: %v %d %d", err, port, len(fns))
+	}
+	bufs := make([][]byte, 4)
+	for i := range bufs {
+		bufs[i] = make([]byte, 2048)
+	}
+	sizes := make([]int, 4)
+	if n, err := fns[0](bufs, sizes, make([]conn.Endpoint, 4)); n != 4 || err != nil {
+		t.Fatalf("receive: %d %v", n, err)
+	}
+	if s := in.Stats(); s.Inside != 2 {
+		t.Errorf("received 2 data packets, window counts %d", s.Inside)
+	}
+	out.Enter(3)
+	if err := pb.Send([][]byte{wgMessage(4, 100), wgMessage(4, 32), wgMessage(2, 92), wgMessage(4, 48)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.Stats(); s.Inside != 1 || fb.sent != 4 {
+		t.Errorf("sent 2 data packets of 3 inside: window counts %d inside, bind sent %d", s.Inside, fb.sent)
+	}
+	if err := pb.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDataplaneWindows: Read counts what it hands wireguard-go into the out window and waits
+// for room before reading its socket; Write counts packets out of the in window.
+func TestDataplaneWindows(t *testing.T) {
+	dp, c := newDP(t, baseConfig())
+	out, in := dataplane.NewWindow(2, time.Hour), dataplane.NewWindow(2, time.Hour)
+	dp.SetWindows(out, in)
+	data := make([]byte, 5000) // four segments
+	c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, superpacket(data)), from1}
+	if got := readPackets(t, dp); len(got) != 4 {
+		t.Fatalf("read %d packets, want 4", len(got))
+	}
+	if s := out.Stats(); s.Inside != 4 {
+		t.Fatalf("out window counts %d inside, want 4", s.Inside)
+	}
+	// The window is full (4 > 2): the next Read waits before it reads the socket, and reads
+	// once half the window is free.
+	small := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.71.2.7", 1, 2, []byte("x"), false)}.Build()
+	c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, small), from1}
+	go func() {
+		for out.Stats().Waits == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		out.Leave(4)
+	}()
+	if got := readPackets(t, dp); len(got) != 1 {
+		t.Fatalf("read %d packets, want 1", len(got))
+	}
+	if s := out.Stats(); s.Waits != 1 || s.Inside != 1 {
+		t.Fatalf("out window %+v, want one wait and 1 inside", s)
+	}
+	in.Enter(3)
+	reply := pt.IPv4{Src: "10.244.2.7", Dst: "10.72.1.5", Proto: 17, TTL: 64, Payload: pt.UDP("10.244.2.7", "10.72.1.5", 2, 1, []byte("y"), false)}.Build()
+	write(t, dp, reply, reply)
+	if s := in.Stats(); s.Inside != 1 {
+		t.Fatalf("in window counts %d inside after 2 of 3 were written, want 1", s.Inside)
+	}
+}
