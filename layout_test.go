@@ -47,6 +47,12 @@ func isKubernetes(path string) bool {
 	return strings.HasPrefix(path, "k8s.io/") || strings.HasPrefix(path, "sigs.k8s.io/")
 }
 
+// heavyKubernetes reports Kubernetes client packages that register every built-in kind.
+func heavyKubernetes(path string) bool {
+	return strings.HasPrefix(path, "sigs.k8s.io/controller-runtime") || strings.HasPrefix(path, "k8s.io/api/") ||
+		strings.HasPrefix(path, "k8s.io/client-go/kubernetes")
+}
+
 // checkLayout applies the dependency direction of DESIGN.md to a module's packages and returns
 // one line per violation:
 //
@@ -58,7 +64,10 @@ func isKubernetes(path string) bool {
 //	  - only cmd imports appliance, and nothing imports cmd (but a cmd/<name> folder's own packages);
 //	  - control and netstack do not depend on appliance, cmd or each other;
 //	  - product code does not import bench, except test-helper packages (named *test, such as
-//	    control/apitest), which may use bench's tooling.
+//	    control/apitest), which may use bench's tooling;
+//	  - the node agent (cmd/skein-agent) depends on neither controller-runtime nor client-go's
+//	    typed clients and scheme nor k8s.io/api: their registration of every built-in kind costs
+//	    more memory than the agent's 30 MiB budget allows (control/apiwatch reads the API instead).
 //
 // Test files may import gvisor.dev in dataplane (gVisor's header package checks our parsers),
 // but may not import appliance or cmd from outside them.
@@ -84,6 +93,13 @@ func checkLayout(pkgs []goPackage) []string {
 			}
 			if t := cmdTree(imp); t != "" && t != cmdTree(p.ImportPath) || imp == module+"/cmd" && p.ImportPath != module+"/cmd" {
 				report(p, "imports %s; nothing may import cmd", imp)
+			}
+		}
+		if p.ImportPath == module+"/cmd/skein-agent" {
+			for _, d := range p.Deps {
+				if heavyKubernetes(d) {
+					report(p, "depends on %s; the node agent must stay off controller-runtime, client-go/kubernetes and k8s.io/api (see control/apiwatch)", d)
+				}
 			}
 		}
 		switch {
@@ -168,6 +184,8 @@ func TestLayoutRulesCatch(t *testing.T) {
 		{"one command imports another", goPackage{ImportPath: m("cmd/skein-agent"), Imports: []string{m("cmd/skeinctl/internal/out")}}, "nothing may import cmd"},
 		{"control depends on netstack", goPackage{ImportPath: m("control"), Deps: []string{m("netstack")}}, "beside each other"},
 		{"product imports bench", goPackage{ImportPath: m("control"), Name: "control", Imports: []string{m("bench/k8sbin")}}, "must not depend on bench"},
+		{"agent pulls controller-runtime", goPackage{ImportPath: m("cmd/skein-agent"), Deps: []string{"sigs.k8s.io/controller-runtime/pkg/client"}}, "node agent must stay off"},
+		{"agent pulls core/v1", goPackage{ImportPath: m("cmd/skein-agent"), Deps: []string{"k8s.io/api/core/v1"}}, "node agent must stay off"},
 	}
 	for _, tc := range cases {
 		got := checkLayout([]goPackage{tc.pkg})

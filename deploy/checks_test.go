@@ -429,7 +429,7 @@ func renderGateway(u *unstructured.Unstructured, v chartValues, server bool) (*g
 	g := v.Peering.Networking.Gateway
 	var spec any = netv1alpha1.GatewayClientSpec{MTU: g.MTU, Endpoint: netv1alpha1.Endpoint{Addresses: []netv1alpha1.Address{"192.0.2.1"}, Port: g.Server.Service.Port, Protocol: "UDP"}}
 	if server {
-		spec = netv1alpha1.GatewayServerSpec{MTU: g.MTU, Endpoint: netv1alpha1.ServerEndpoint{Port: g.Server.Service.Port, ServiceType: corev1.ServiceType(g.Server.Service.Type)}}
+		spec = netv1alpha1.GatewayServerSpec{MTU: g.MTU, Endpoint: netv1alpha1.ServerEndpoint{Port: g.Server.Service.Port, ServiceType: netv1alpha1.ServiceType(g.Server.Service.Type)}}
 	}
 	d, err := gwtemplate.NewData("gw", "tenant", "remote-cluster", "gw-wg-key", "0000", spec)
 	if err != nil {

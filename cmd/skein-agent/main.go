@@ -18,12 +18,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/skein-net/skein/control/agentcfg"
 	"github.com/skein-net/skein/control/agentwatch"
@@ -75,9 +73,8 @@ func main() {
 		fail(2, "--log-level %q: want debug, info, warn or error", *logLevel)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	// controller-runtime's caches and client-go's reflectors log through these (watch errors,
+	// client-go's reflectors log through klog (watch errors,
 	// such as a missing RBAC rule, would otherwise go unseen).
-	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
 	klog.SetSlogLogger(log)
 	var inNS func(func() error) error
 	nsFd := 0

@@ -268,7 +268,7 @@ func createCmd(g *globals) *cobra.Command {
 			if err := checkServiceType("--service-type", serviceType); err != nil {
 				return err
 			}
-			st := corev1.ServiceType(serviceType)
+			st := netv1alpha1.ServiceType(serviceType)
 			gs := &netv1alpha1.GatewayServer{
 				TypeMeta:   typeMeta("GatewayServer"),
 				ObjectMeta: metav1.ObjectMeta{Name: args[0], Namespace: gwNamespace, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: remoteID}},

@@ -363,7 +363,7 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 		gs = &netv1alpha1.GatewayServer{
 			ObjectMeta: metav1.ObjectMeta{Name: srvName, Namespace: srvNS, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: l.id}},
 			Spec: netv1alpha1.GatewayServerSpec{
-				Endpoint: netv1alpha1.ServerEndpoint{Port: c.port, ServiceType: corev1.ServiceType(c.serviceType)}, MTU: c.mtu,
+				Endpoint: netv1alpha1.ServerEndpoint{Port: c.port, ServiceType: netv1alpha1.ServiceType(c.serviceType)}, MTU: c.mtu,
 				ServerTemplateRef: netv1alpha1.TemplateRef{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "WgGatewayServerTemplate", Name: "wireguard-server", Namespace: g.namespace},
 			},
 		}

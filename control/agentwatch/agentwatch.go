@@ -13,16 +13,12 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skein-net/skein/control/agentcfg"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
-	"github.com/skein-net/skein/control/kube"
+	"github.com/skein-net/skein/control/apiwatch"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/overlay"
 )
@@ -59,12 +55,13 @@ type Stats struct {
 // Agent reconciles one node.
 type Agent struct {
 	opts   Options
-	cache  cache.Cache
-	client client.Client
-	k      kernel.Kernel
-	snat   SNAT
-	poke   chan struct{}
-	drift  chan struct{}
+	client *apiwatch.Client
+	// Watch caches of InternalNodes, Configurations, GatewayServers and GatewayClients.
+	nodes, confs, servers, clients *apiwatch.Informer
+	k                              kernel.Kernel
+	snat                           SNAT
+	poke                           chan struct{}
+	drift                          chan struct{}
 
 	mu        sync.Mutex
 	stats     Stats
@@ -84,18 +81,26 @@ func New(cfg *rest.Config, opts Options, k kernel.Kernel, snat SNAT) (*Agent, er
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	s := kube.Scheme()
-	c, err := cache.New(cfg, cache.Options{Scheme: s, ByObject: map[client.Object]cache.ByObject{
-		&netv1alpha1.InternalNode{}: {Field: nil},
-	}})
+	c, err := apiwatch.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	direct, err := client.New(cfg, client.Options{Scheme: s})
-	if err != nil {
-		return nil, fmt.Errorf("agent: %w", err)
+	a := &Agent{opts: opts, client: c, k: k, snat: snat, poke: make(chan struct{}, 1), drift: make(chan struct{}, 1)}
+	for _, w := range []struct {
+		inf      **apiwatch.Informer
+		resource string
+		obj      runtime.Object
+	}{
+		{&a.nodes, "internalnodes", &netv1alpha1.InternalNode{}},
+		{&a.confs, "configurations", &netv1alpha1.Configuration{}},
+		{&a.servers, "gatewayservers", &netv1alpha1.GatewayServer{}},
+		{&a.clients, "gatewayclients", &netv1alpha1.GatewayClient{}},
+	} {
+		if *w.inf, err = c.Watch(w.resource, w.obj, a.wake); err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
 	}
-	return &Agent{opts: opts, cache: c, client: direct, k: k, snat: snat, poke: make(chan struct{}, 1), drift: make(chan struct{}, 1)}, nil
+	return a, nil
 }
 
 // Stats returns the counters.
@@ -117,9 +122,10 @@ func (a *Agent) wake() {
 
 // Run reconciles until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
-	kinds := []client.Object{&netv1alpha1.InternalNode{}, &netv1alpha1.Configuration{}, &netv1alpha1.GatewayServer{}, &netv1alpha1.GatewayClient{}}
-	errc, err := kube.StartCache(ctx, a.cache, kinds, a.wake)
-	if err != nil {
+	if err := apiwatch.Start(ctx, a.nodes, a.confs, a.servers, a.clients); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("agent: %w", err)
 	}
 	if a.opts.Monitor != nil {
@@ -141,8 +147,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case err := <-errc:
-			return err
 		case <-tick.C:
 			resync = true
 		case <-a.drift:
@@ -191,22 +195,20 @@ func (a *Agent) reconcile(ctx context.Context, resync bool) {
 
 func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, error) {
 	var ch kernel.Changes
-	o := agentcfg.Objects{InternalNode: &netv1alpha1.InternalNode{}}
-	if err := a.cache.Get(ctx, types.NamespacedName{Name: a.opts.Node.Name}, o.InternalNode); err != nil {
-		if apierrors.IsNotFound(err) {
-			return ch, 0, fmt.Errorf("%w: InternalNode %s (created by skein-controller)", errWaiting, a.opts.Node.Name)
-		}
-		return ch, 0, err
+	in := apiwatch.Get[netv1alpha1.InternalNode](a.nodes, a.opts.Node.Name)
+	if in == nil {
+		return ch, 0, fmt.Errorf("%w: InternalNode %s (created by skein-controller)", errWaiting, a.opts.Node.Name)
 	}
-	var confs netv1alpha1.ConfigurationList
-	var servers netv1alpha1.GatewayServerList
-	var clients netv1alpha1.GatewayClientList
-	for _, l := range []client.ObjectList{&confs, &servers, &clients} {
-		if err := a.cache.List(ctx, l); err != nil {
-			return ch, 0, err
-		}
+	o := agentcfg.Objects{InternalNode: in}
+	for _, c := range apiwatch.List[netv1alpha1.Configuration](a.confs) {
+		o.Configurations = append(o.Configurations, *c)
 	}
-	o.Configurations, o.Servers, o.Clients = confs.Items, servers.Items, clients.Items
+	for _, g := range apiwatch.List[netv1alpha1.GatewayServer](a.servers) {
+		o.Servers = append(o.Servers, *g)
+	}
+	for _, g := range apiwatch.List[netv1alpha1.GatewayClient](a.clients) {
+		o.Clients = append(o.Clients, *g)
+	}
 	plan, err := agentcfg.FromObjects(a.opts.Node, o)
 	if err != nil {
 		return ch, 0, err
@@ -248,16 +250,12 @@ func (a *Agent) publish(ctx context.Context, o kernel.Overlay) error {
 		return nil
 	}
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"vtep": vtep}})
-	in := &netv1alpha1.InternalNode{}
-	in.Name = a.opts.Node.Name
-	if err := a.client.Status().Patch(ctx, in, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	if err := a.client.PatchStatus(ctx, "internalnodes", a.opts.Node.Name, patch); err != nil {
 		return fmt.Errorf("publish VTEP in InternalNode %s: %w", a.opts.Node.Name, err)
 	}
 	if a.opts.PodName != "" && a.opts.PodNamespace != "" {
 		ann, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{MACAnnotation: string(vtep.MAC)}}})
-		pod := &corev1.Pod{}
-		pod.Namespace, pod.Name = a.opts.PodNamespace, a.opts.PodName
-		if err := a.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, ann)); err != nil {
+		if err := a.client.PatchPod(ctx, a.opts.PodNamespace, a.opts.PodName, ann); err != nil {
 			return fmt.Errorf("annotate pod %s/%s with the overlay MAC: %w", a.opts.PodNamespace, a.opts.PodName, err)
 		}
 	}

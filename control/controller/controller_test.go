@@ -205,7 +205,7 @@ func BenchmarkPeerings100(b *testing.B) {
 				b.Error(err)
 			}
 			if err := c.Create(ctx, &netv1alpha1.GatewayServer{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns, Labels: labels},
-				Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: corev1.ServiceTypeClusterIP},
+				Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: netv1alpha1.ServiceTypeClusterIP},
 					ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server", Namespace: "liqo"}}}); err != nil {
 				b.Error(err)
 			}

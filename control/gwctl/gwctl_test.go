@@ -93,7 +93,7 @@ func TestGatewayServer(t *testing.T) {
 	nodePort := int32(31820)
 	gs := &netv1alpha1.GatewayServer{
 		ObjectMeta: metav1.ObjectMeta{Name: "server", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b"}},
-		Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: corev1.ServiceTypeNodePort, NodePort: &nodePort},
+		Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: netv1alpha1.ServiceTypeNodePort, NodePort: &nodePort},
 			ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server"}},
 	}
 	if err := c.Create(ctx, gs); err != nil {
@@ -238,7 +238,7 @@ func TestLoadBalancerEndpoint(t *testing.T) {
 	lbIP := "203.0.113.7"
 	gs := &netv1alpha1.GatewayServer{
 		ObjectMeta: metav1.ObjectMeta{Name: "lb", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b"}},
-		Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: corev1.ServiceTypeLoadBalancer, LoadBalancerIP: &lbIP},
+		Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: netv1alpha1.ServiceTypeLoadBalancer, LoadBalancerIP: &lbIP},
 			ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server"}},
 	}
 	must(t, c.Create(ctx, gs))

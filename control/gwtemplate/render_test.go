@@ -30,7 +30,7 @@ func loadTemplate(t *testing.T, file string) runtime.RawExtension {
 func serverData(t *testing.T) gwtemplate.Data {
 	nodePort := int32(31820)
 	d, err := gwtemplate.NewData("server", "liqo-tenant-b", "35d83766-f466-46ef-b5b3-d253b6d465f1", "server-key", "0a1b2c",
-		netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: corev1.ServiceTypeNodePort, NodePort: &nodePort}})
+		netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: netv1alpha1.ServiceTypeNodePort, NodePort: &nodePort}})
 	if err != nil {
 		t.Fatal(err)
 	}

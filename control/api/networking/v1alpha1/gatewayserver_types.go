@@ -1,8 +1,19 @@
 package v1alpha1
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ServiceType is the type of a gateway Service, with core/v1's values. It is a type of this
+// package rather than core/v1's so that readers of these kinds (the node agent) need not link
+// k8s.io/api.
+type ServiceType string
+
+// The Service types a gateway server may have.
+const (
+	ServiceTypeNodePort     ServiceType = "NodePort"
+	ServiceTypeLoadBalancer ServiceType = "LoadBalancer"
+	ServiceTypeClusterIP    ServiceType = "ClusterIP"
 )
 
 // ServerEndpoint is how a gateway server is exposed to the peer cluster.
@@ -20,7 +31,7 @@ type ServerEndpoint struct {
 	// +kubebuilder:validation:Enum=NodePort;LoadBalancer;ClusterIP
 	// +kubebuilder:default=LoadBalancer
 	// +optional
-	ServiceType corev1.ServiceType `json:"serviceType,omitempty"`
+	ServiceType ServiceType `json:"serviceType,omitempty"`
 	// NodePort forces the node port of a NodePort or LoadBalancer Service (30000-32767);
 	// 0 or absent lets Kubernetes pick one.
 	// +kubebuilder:validation:XValidation:rule="self == 0 || (self >= 30000 && self <= 32767)",message="must be 0 (let Kubernetes choose) or a port in the node port range 30000-32767"
