@@ -44,7 +44,14 @@ type Gateway struct {
 	httpLn net.Listener
 
 	cancel   context.CancelFunc
+	stopped  chan struct{} // closed by Close
 	wgDone   sync.WaitGroup
+	// active: WireGuard is up (not a standby); reconnecting: a reconnect runs; lastRx: the
+	// peer's received bytes at the last lost probe (see reconnect.go).
+	active       atomic.Bool
+	reconnecting atomic.Bool
+	lastRx       atomic.Int64
+	reconnects   atomic.Uint64
 	once     sync.Once
 	observer atomic.Pointer[func(netstack.ProbeStatus)]
 	applyMu  sync.Mutex
@@ -64,7 +71,7 @@ func StartStandby(plan *gwconfig.Gateway, log *slog.Logger) (*Gateway, error) {
 }
 
 func start(plan *gwconfig.Gateway, log *slog.Logger, standby bool) (_ *Gateway, err error) {
-	g := &Gateway{plan: plan, log: log}
+	g := &Gateway{plan: plan, log: log, stopped: make(chan struct{})}
 	// The environment (GOMEMLIMIT, GOGC) wins over the configuration.
 	if plan.MemoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(plan.MemoryLimit)
@@ -89,7 +96,7 @@ func start(plan *gwconfig.Gateway, log *slog.Logger, standby bool) (_ *Gateway, 
 	if g.ns, err = netstack.New(plan.Dataplane.Local, mtu, g.dp.Inject); err != nil {
 		return nil, err
 	}
-	g.dp.SetLocalHandler(g.ns)
+	g.dp.SetLocalHandler(localTap{g})
 
 	g.out, g.in = dataplane.NewWindow(plan.Window, 0), dataplane.NewWindow(plan.Window, 0)
 	g.dp.SetWindows(g.out, g.in)
@@ -101,12 +108,13 @@ func start(plan *gwconfig.Gateway, log *slog.Logger, standby bool) (_ *Gateway, 
 		if err := g.wg.Up(); err != nil {
 			return nil, fmt.Errorf("wireguard: listen on UDP port %d: %w", plan.ListenPort, err)
 		}
+		g.active.Store(true)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	g.prober = g.ns.NewProber(netstack.ProbeConfig{Local: plan.TunnelIP, Peer: plan.PeerTunnelIP, Interval: plan.ProbeInterval,
-		FailAfter: plan.ProbeFail, OnLoss: g.rehandshake})
+		FailAfter: plan.ProbeFail, OnLoss: g.afterLostProbe})
 	if standby {
 		g.prober.Pause()
 	}
@@ -161,9 +169,11 @@ func (g *Gateway) SetActive(active bool) error {
 		if err := g.wg.Up(); err != nil {
 			return fmt.Errorf("wireguard: listen on UDP port %d: %w", g.plan.ListenPort, err)
 		}
+		g.active.Store(true)
 		g.prober.Resume()
 		return nil
 	}
+	g.active.Store(false)
 	g.prober.Pause()
 	return g.wg.Down()
 }
@@ -239,9 +249,12 @@ func (g *Gateway) lastHandshake() time.Time {
 	return time.Unix(sec, nsec)
 }
 
-// Close stops everything and releases the sockets.
+// Close stops everything and releases the sockets. An active gateway first says goodbye to
+// its peer, which then reconnects at once (to this gateway's successor).
 func (g *Gateway) Close() {
 	g.once.Do(func() {
+		g.sayGoodbye()
+		close(g.stopped)
 		if g.cancel != nil {
 			g.cancel()
 		}
@@ -305,11 +318,12 @@ var (
 	descNAT       = prometheus.NewDesc("skein_gateway_nat_translated_total", "Packets whose addresses were translated, by direction.", []string{"direction"}, nil)
 	descWindow    = prometheus.NewDesc("skein_gateway_window_packets", "Packets inside wireguard-go by direction (bounded by --window / window).", []string{"direction"}, nil)
 	descWaits     = prometheus.NewDesc("skein_gateway_window_waits_total", "Times the gateway waited for wireguard-go to take more packets, by direction.", []string{"direction"}, nil)
+	descReconnect = prometheus.NewDesc("skein_gateway_reconnects_total", "Times this client reset its WireGuard peer to reach a new active replica of the peer gateway (after its goodbye or a silent lost probe).", nil, nil)
 	descForgets   = prometheus.NewDesc("skein_gateway_window_forgets_total", "Waits that timed out and assumed the packets inside were dropped by wireguard-go, by direction.", []string{"direction"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRTT, descConnected, descHandshake, descNAT, descWindow, descWaits, descForgets} {
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descRTT, descConnected, descHandshake, descNAT, descWindow, descWaits, descForgets, descReconnect} {
 		ch <- d
 	}
 }
@@ -334,6 +348,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descWaits, prometheus.CounterValue, float64(ws.Waits), d.String())
 		ch <- prometheus.MustNewConstMetric(descForgets, prometheus.CounterValue, float64(ws.Forgets), d.String())
 	}
+	ch <- prometheus.MustNewConstMetric(descReconnect, prometheus.CounterValue, float64(c.g.Reconnects()))
 	s := c.g.prober.Status()
 	if !s.LastReply.IsZero() {
 		ch <- prometheus.MustNewConstMetric(descRTT, prometheus.GaugeValue, s.RTT.Seconds())

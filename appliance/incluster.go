@@ -233,8 +233,19 @@ func (ic *InCluster) Active() bool {
 	return ic.active
 }
 
-// Close stops watching and the gateway, releasing the Lease at once.
+// Close stops watching and the gateway, releasing the Lease at once. An active replica says
+// goodbye to the peer and stops answering first, so that the peer reconnects at once and its
+// handshakes reach the successor rather than this replica.
 func (ic *InCluster) Close() {
+	ic.mu.Lock()
+	gw, active := ic.gw, ic.active
+	ic.mu.Unlock()
+	if gw != nil && active {
+		gw.sayGoodbye()
+		if err := gw.SetActive(false); err != nil {
+			ic.log.Warn("stopping: bring WireGuard down", "err", err)
+		}
+	}
 	ic.cancel()
 	<-ic.done
 	ic.mu.Lock()

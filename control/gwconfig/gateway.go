@@ -96,6 +96,16 @@ func (g *Gateway) peerUAPI(b *strings.Builder) {
 	}
 }
 
+// PeerResetUAPI renders the removal and re-creation of the peer alone: wireguard-go forgets
+// its sessions and its handshake rate limit (one initiation per 5 s), so a handshake can start
+// at once. The device's key and port stay as they are.
+func (g *Gateway) PeerResetUAPI() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "public_key=%s\nremove=true\n", hex.EncodeToString(g.PeerPublicKey[:]))
+	g.peerUAPI(&b)
+	return b.String()
+}
+
 // UAPIUpdate renders what changes from old to g, so that an established session survives
 // changes that do not concern it: a new peer key replaces the peer, anything else updates it
 // in place. It returns "" when nothing changes.

@@ -1,0 +1,156 @@
+package appliance
+
+import (
+	"bytes"
+	"time"
+
+	"golang.zx2c4.com/wireguard/device"
+
+	"github.com/skein-net/skein/dataplane/packet"
+)
+
+// Failover of the peer's active replica, seen from this gateway.
+//
+// The peer's replicas share the WireGuard key but not the sessions: after a takeover, what
+// this gateway encrypts for the old replica's session is dropped by the new one, and only a
+// new handshake helps. wireguard-go starts one by itself only after 15 s without an answer
+// and then at most one per 5 s. A client (the side that knows where to reach the peer)
+// therefore reconnects at once: it removes and re-adds the peer, which forgets the sessions
+// and the rate limit, and starts a handshake, again with growing pauses until one completes.
+// It does so
+//   - when the peer says goodbye: an active replica that stops gracefully sends an ICMP echo
+//     request with a goodbye payload from its tunnel address, through the tunnel, before it
+//     gives up its Lease;
+//   - when a probe is lost and nothing at all came from the peer since the probe before
+//     (a probe lost under load, with the session carrying data, is no reason to start over).
+// A server cannot start a handshake (it learns the client's address from the client); a
+// client's new replica starts one itself, as it has no session.
+
+// goodbyeMagic starts the payload of a goodbye echo request.
+var goodbyeMagic = []byte("skein: goodbye, reconnect")
+
+// goodbyeSends is how many goodbyes go out, a millisecond apart: one lost is no loss.
+const goodbyeSends = 3
+
+// reconnectFor bounds the reconnect attempts; then wireguard-go's own timers carry on.
+const reconnectFor = 15 * time.Second
+
+// sayGoodbye tells the peer gateway that this replica stops: a handful of echo requests with
+// the goodbye payload, injected into the tunnel from the tunnel address. Only an active
+// gateway with a session sends them; it does not wait for anything.
+func (g *Gateway) sayGoodbye() {
+	if g.wg == nil || !g.active.Load() || g.lastHandshake().IsZero() {
+		return
+	}
+	g.applyMu.Lock()
+	src, dst := g.plan.TunnelIP, g.plan.PeerTunnelIP
+	g.applyMu.Unlock()
+	const icmpHeader = 8
+	pkt := make([]byte, packet.IPv4MinHeaderLen+icmpHeader+len(goodbyeMagic))
+	packet.PutIPv4(pkt, packet.IPv4Fields{TTL: 64, Protocol: packet.ProtoICMP, Src: src.As4(), Dst: dst.As4()}, len(pkt))
+	icmp := pkt[packet.IPv4MinHeaderLen:]
+	icmp[0] = packet.ICMPEcho
+	copy(icmp[icmpHeader:], goodbyeMagic)
+	c := packet.Checksum(icmp)
+	icmp[2], icmp[3] = byte(c>>8), byte(c)
+	for i := range goodbyeSends {
+		if i > 0 {
+			time.Sleep(time.Millisecond)
+		}
+		if err := g.dp.Inject(pkt); err != nil {
+			g.log.Debug("goodbye to the peer", "err", err)
+			return
+		}
+	}
+	// Give wireguard-go a moment to encrypt and send them before the caller stops it.
+	time.Sleep(20 * time.Millisecond)
+	g.log.Info("said goodbye to the peer gateway")
+}
+
+// isGoodbye reports whether pkt, addressed to this gateway, is the peer's goodbye.
+func (g *Gateway) isGoodbye(pkt []byte) bool {
+	ip, err := packet.ParseIPv4(pkt)
+	if err != nil || ip.Protocol() != packet.ProtoICMP {
+		return false
+	}
+	g.applyMu.Lock()
+	peer := g.plan.PeerTunnelIP
+	g.applyMu.Unlock()
+	l4 := ip.Payload()
+	return ip.Src() == peer.As4() && len(l4) >= 8+len(goodbyeMagic) && l4[0] == packet.ICMPEcho &&
+		bytes.Equal(l4[8:8+len(goodbyeMagic)], goodbyeMagic)
+}
+
+// localTap sits between the dataplane and the netstack: it spots the peer's goodbye, then
+// hands every packet on.
+type localTap struct{ g *Gateway }
+
+func (t localTap) DeliverLocal(pkt []byte) bool {
+	if t.g.isGoodbye(pkt) {
+		t.g.log.Info("the peer gateway said goodbye (its active replica stops)")
+		t.g.reconnect("goodbye")
+	}
+	return t.g.ns.DeliverLocal(pkt)
+}
+
+// afterLostProbe runs after every unanswered probe: a client whose peer has sent nothing
+// since the probe before reconnects; otherwise a plain handshake attempt (rate limited by
+// wireguard-go) is all.
+func (g *Gateway) afterLostProbe(lost int) {
+	rx := g.ipcInts("rx_bytes")["rx_bytes"]
+	silent := rx == g.lastRx.Swap(rx)
+	if silent && g.isClient() {
+		g.reconnect("probe lost, nothing received from the peer")
+		return
+	}
+	g.rehandshake(lost)
+}
+
+func (g *Gateway) isClient() bool {
+	g.applyMu.Lock()
+	defer g.applyMu.Unlock()
+	return g.plan.PeerEndpoint.IsValid()
+}
+
+// reconnect (a client only) resets the peer and starts handshakes until one completes, with
+// pauses of 200 ms doubling up to 2 s, for at most reconnectFor. One runs at a time.
+func (g *Gateway) reconnect(why string) {
+	if !g.isClient() || !g.active.Load() || !g.reconnecting.CompareAndSwap(false, true) {
+		return
+	}
+	g.reconnects.Add(1)
+	g.wgDone.Add(1)
+	go func() {
+		defer g.wgDone.Done()
+		defer g.reconnecting.Store(false)
+		start := time.Now()
+		pause := 200 * time.Millisecond
+		for attempt := 1; time.Since(start) < reconnectFor; attempt++ {
+			g.applyMu.Lock()
+			err := g.wg.IpcSet(g.plan.PeerResetUAPI())
+			key := device.NoisePublicKey(g.plan.PeerPublicKey)
+			g.applyMu.Unlock()
+			if err != nil {
+				g.log.Error("reconnect: reset the peer", "err", err)
+				return
+			}
+			if peer := g.wg.LookupPeer(key); peer != nil {
+				_ = peer.SendHandshakeInitiation(false)
+			}
+			select {
+			case <-g.stopped:
+				return
+			case <-time.After(pause):
+			}
+			if hs := g.lastHandshake(); hs.After(start) {
+				g.log.Info("reconnected to the peer gateway", "why", why, "attempts", attempt, "took", time.Since(start).Round(time.Millisecond))
+				return
+			}
+			pause = min(2*pause, 2*time.Second)
+		}
+		g.log.Warn("reconnect: no handshake yet; wireguard-go's timers carry on", "why", why, "for", reconnectFor)
+	}()
+}
+
+// Reconnects counts the reconnects this gateway started.
+func (g *Gateway) Reconnects() uint64 { return g.reconnects.Load() }
