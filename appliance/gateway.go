@@ -43,18 +43,18 @@ type Gateway struct {
 	http   *http.Server
 	httpLn net.Listener
 
-	cancel   context.CancelFunc
-	stopped  chan struct{} // closed by Close
-	wgDone   sync.WaitGroup
+	cancel  context.CancelFunc
+	stopped chan struct{} // closed by Close
+	wgDone  sync.WaitGroup
 	// active: WireGuard is up (not a standby); reconnecting: a reconnect runs; lastRx: the
 	// peer's received bytes at the last lost probe (see reconnect.go).
 	active       atomic.Bool
 	reconnecting atomic.Bool
 	lastRx       atomic.Int64
 	reconnects   atomic.Uint64
-	once     sync.Once
-	observer atomic.Pointer[func(netstack.ProbeStatus)]
-	applyMu  sync.Mutex
+	once         sync.Once
+	observer     atomic.Pointer[func(netstack.ProbeStatus)]
+	applyMu      sync.Mutex
 }
 
 // Start opens the sockets and starts everything. The process needs no privileges: two UDP
