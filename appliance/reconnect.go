@@ -2,9 +2,8 @@ package appliance
 
 import (
 	"bytes"
+	"context"
 	"time"
-
-	"golang.zx2c4.com/wireguard/device"
 
 	"github.com/skein-net/skein/dataplane/packet"
 )
@@ -16,8 +15,8 @@ import (
 // new handshake helps. wireguard-go starts one by itself only after 15 s without an answer
 // and then at most one per 5 s. A client (the side that knows where to reach the peer)
 // therefore reconnects at once: it removes and re-adds the peer, which forgets the sessions
-// and the rate limit, and starts a handshake, again with growing pauses until one completes.
-// It does so
+// and the rate limit, and pings the peer's tunnel address, which starts a handshake; it
+// starts over until a ping is answered. It does so
 //   - when the peer says goodbye: an active replica that stops gracefully sends an ICMP echo
 //     request with a goodbye payload from its tunnel address, through the tunnel, before it
 //     gives up its Lease;
@@ -62,8 +61,9 @@ func (g *Gateway) sayGoodbye() {
 			return
 		}
 	}
-	// Give wireguard-go a moment to encrypt and send them before the caller stops it.
-	time.Sleep(20 * time.Millisecond)
+	// Give wireguard-go a moment to encrypt and send them before the caller stops it (the
+	// peer holds off goodbyeHold before it reconnects).
+	time.Sleep(5 * time.Millisecond)
 	g.log.Info("said goodbye to the peer gateway")
 }
 
@@ -88,7 +88,7 @@ type localTap struct{ g *Gateway }
 func (t localTap) DeliverLocal(pkt []byte) bool {
 	if t.g.isGoodbye(pkt) {
 		t.g.log.Info("the peer gateway said goodbye (its active replica stops)")
-		t.g.reconnect("goodbye")
+		t.g.reconnect(whyGoodbye)
 	}
 	return t.g.ns.DeliverLocal(pkt)
 }
@@ -112,8 +112,14 @@ func (g *Gateway) isClient() bool {
 	return g.plan.PeerEndpoint.IsValid()
 }
 
-// reconnect (a client only) resets the peer and starts handshakes until one completes, with
-// pauses of 200 ms doubling up to 2 s, for at most reconnectFor. One runs at a time.
+// reconnect (a client only) resets the peer and pings the peer gateway's tunnel address,
+// which starts a handshake; it starts over after every unanswered ping until one is answered,
+// for at most reconnectFor. Success is a ping answered, not a handshake: the replica that is
+// leaving may still complete one before it falls silent. After a goodbye the first attempt
+// waits goodbyeHold, so that the leaving replica is silent by then. One runs at a time. The
+// ping's timeout is three round trips to the peer (the last probe's), at least 250 ms and at
+// most 2 s: short, since the successor becomes reachable at a moment nobody announces, and
+// long enough for a handshake and a ping.
 func (g *Gateway) reconnect(why string) {
 	if !g.isClient() || !g.active.Load() || !g.reconnecting.CompareAndSwap(false, true) {
 		return
@@ -124,33 +130,57 @@ func (g *Gateway) reconnect(why string) {
 		defer g.wgDone.Done()
 		defer g.reconnecting.Store(false)
 		start := time.Now()
-		pause := 200 * time.Millisecond
-		for attempt := 1; time.Since(start) < reconnectFor; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), reconnectFor)
+		defer cancel()
+		go func() {
+			select {
+			case <-g.stopped:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if why == whyGoodbye {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(goodbyeHold):
+			}
+		}
+		timeout := min(max(3*g.prober.Status().RTT, 250*time.Millisecond), 2*time.Second)
+		for attempt := 1; ctx.Err() == nil; attempt++ {
 			g.applyMu.Lock()
 			err := g.wg.IpcSet(g.plan.PeerResetUAPI())
-			key := device.NoisePublicKey(g.plan.PeerPublicKey)
+			src, dst := g.plan.TunnelIP, g.plan.PeerTunnelIP
 			g.applyMu.Unlock()
 			if err != nil {
 				g.log.Error("reconnect: reset the peer", "err", err)
 				return
 			}
-			if peer := g.wg.LookupPeer(key); peer != nil {
-				_ = peer.SendHandshakeInitiation(false)
-			}
-			select {
-			case <-g.stopped:
-				return
-			case <-time.After(pause):
-			}
-			if hs := g.lastHandshake(); hs.After(start) {
+			sent := time.Now()
+			if _, err := g.ns.Ping(ctx, src, dst, reconnectSeq+uint16(attempt), timeout); err == nil {
 				g.log.Info("reconnected to the peer gateway", "why", why, "attempts", attempt, "took", time.Since(start).Round(time.Millisecond))
 				return
 			}
-			pause = min(2*pause, 2*time.Second)
+			// Unreachable at once (port closed): wait out the rest of the timeout anyway.
+			select {
+			case <-ctx.Done():
+			case <-time.After(timeout - time.Since(sent)):
+			}
 		}
-		g.log.Warn("reconnect: no handshake yet; wireguard-go's timers carry on", "why", why, "for", reconnectFor)
+		if ctx.Err() != nil && time.Since(start) >= reconnectFor {
+			g.log.Warn("reconnect: the peer gateway does not answer yet; wireguard-go's timers carry on", "why", why, "for", reconnectFor)
+		}
 	}()
 }
+
+// whyGoodbye is the reason reconnect gets after a goodbye.
+const whyGoodbye = "goodbye"
+
+// goodbyeHold is how long a client waits after a goodbye before its first attempt.
+const goodbyeHold = 100 * time.Millisecond
+
+// reconnectSeq starts the sequence numbers of the reconnect pings (the prober counts from 1).
+const reconnectSeq = 0xc000
 
 // Reconnects counts the reconnects this gateway started.
 func (g *Gateway) Reconnects() uint64 { return g.reconnects.Load() }

@@ -121,6 +121,7 @@ var metricOrder = []struct{ key, title, unit string }{
 	{"rr-p50", "RR p50", "us"},
 	{"rr-p99", "RR p99", "us"},
 	{"cpu-per-gb", "CPU per GB", "s"},
+	{"gateway-rss-idle", "gateway RSS idle, connected", "MiB"},
 	{"gateway-rss", "gateway peak RSS, up to 10 streams", "MiB"},
 	{"gateway-rss-32", "gateway peak RSS, 32 streams", "MiB"},
 }
@@ -247,12 +248,12 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 			if run == 0 && o.ProfileDir != "" {
 				profile = filepath.Join(o.ProfileDir, r.Name())
 			}
-			m, err := measure(ctx, env, paths[i], o, profile)
+			m, err := measure(ctx, env, paths[i], o, profile, run == 0)
 			if err != nil && ctx.Err() == nil {
 				// One retry: a single failed tool run (such as iperf3's control connection
 				// reset under a UDP flood) should not drop the rung; a second one does.
 				fmt.Fprintf(o.Log, "bench: %s: %v; measuring again\n", r.Name(), err)
-				m, err = measure(ctx, env, paths[i], o, "")
+				m, err = measure(ctx, env, paths[i], o, "", run == 0)
 			}
 			if err != nil {
 				results[i].Error = err.Error()
@@ -312,13 +313,16 @@ func cpuSeconds(pid int) float64 {
 	return (u + st) / 100 // USER_HZ is 100 on Linux
 }
 
-func peakRSSMiB(pid int) float64 {
+func peakRSSMiB(pid int) float64 { return statusMiB(pid, "VmHWM:") }
+
+// statusMiB reads a memory field (VmHWM:, VmRSS:) of /proc/PID/status in MiB.
+func statusMiB(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(l, field); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 			return kb / 1024
 		}
@@ -368,7 +372,8 @@ func iperf(ctx context.Context, p *Path, args ...string) (*iperfResult, float64,
 }
 
 // measure takes every figure of one run of a rung.
-func measure(ctx context.Context, e *Env, p *Path, o Options, profile string) (map[string]float64, error) {
+// first is the rung's first measurement: the gateways' idle RSS is taken then.
+func measure(ctx context.Context, e *Env, p *Path, o Options, profile string, first bool) (map[string]float64, error) {
 	srv, err := p.Server.start(e.Log, "iperf3", "-s", "-p", "5201")
 	if err != nil {
 		return nil, err
@@ -382,6 +387,12 @@ func measure(ctx context.Context, e *Env, p *Path, o Options, profile string) (m
 	time.Sleep(300 * time.Millisecond) // the servers bind
 	secs := strconv.Itoa(int(o.Duration.Seconds()))
 	m := map[string]float64{}
+	if first && len(p.Gateways) > 0 {
+		// Connected (the rung's check passed) and nothing measured yet.
+		for _, g := range p.Gateways {
+			m["gateway-rss-idle"] = max(m["gateway-rss-idle"], statusMiB(g.Process.Pid, "VmRSS:"))
+		}
+	}
 
 	procs := []int{srv.Process.Pid}
 	for _, g := range p.Gateways {
