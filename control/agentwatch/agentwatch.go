@@ -249,15 +249,16 @@ func (a *Agent) publish(ctx context.Context, o kernel.Overlay) error {
 	if same {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"vtep": vtep}})
-	if err := a.client.PatchStatus(ctx, "internalnodes", a.opts.Node.Name, patch); err != nil {
-		return fmt.Errorf("publish VTEP in InternalNode %s: %w", a.opts.Node.Name, err)
-	}
+	// The pod's annotation first: whoever sees the VTEP in the InternalNode sees it too.
 	if a.opts.PodName != "" && a.opts.PodNamespace != "" {
 		ann, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{MACAnnotation: string(vtep.MAC)}}})
 		if err := a.client.PatchPod(ctx, a.opts.PodNamespace, a.opts.PodName, ann); err != nil {
 			return fmt.Errorf("annotate pod %s/%s with the overlay MAC: %w", a.opts.PodNamespace, a.opts.PodName, err)
 		}
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"vtep": vtep}})
+	if err := a.client.PatchStatus(ctx, "internalnodes", a.opts.Node.Name, patch); err != nil {
+		return fmt.Errorf("publish VTEP in InternalNode %s: %w", a.opts.Node.Name, err)
 	}
 	a.mu.Lock()
 	a.published = key
