@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,15 +22,16 @@ import (
 // Leave where they come out. Wait blocks the feeding edge while more than the limit are
 // inside. Packets wireguard-go drops on the way (no session yet, failed authentication) never
 // leave; when a Wait finds no room for MaxWait the window assumes that is what happened and
-// forgets them. Enter and Wait are for the one goroutine that feeds a direction; Leave, Stats
-// from any.
+// forgets them. All methods may be called from any goroutine (wireguard-go reads IPv4 and
+// IPv6 with a goroutine each, both feeding the inbound window).
 type Window struct {
 	limit   int64
 	maxWait time.Duration
 	inside  atomic.Int64
-	waiting atomic.Bool
-	room    chan struct{}
-	timer   *time.Timer // the feeding goroutine's
+	waiters atomic.Int32
+
+	mu   sync.Mutex
+	room chan struct{} // closed (and replaced) when half the window frees up with waiters
 
 	waits, forgets atomic.Uint64
 }
@@ -50,9 +52,7 @@ func NewWindow(limit int, maxWait time.Duration) *Window {
 	if maxWait <= 0 {
 		maxWait = DefaultWindowWait
 	}
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &Window{limit: int64(limit), maxWait: maxWait, room: make(chan struct{}, 1), timer: t}
+	return &Window{limit: int64(limit), maxWait: maxWait, room: make(chan struct{})}
 }
 
 // Enter counts n packets handed to wireguard-go. A nil Window counts nothing.
@@ -66,18 +66,22 @@ func (w *Window) Enter(n int) {
 	}
 }
 
-// Leave counts n packets out of wireguard-go and wakes a waiting feeder once half the
+// Leave counts n packets out of wireguard-go and wakes the waiting feeders once half the
 // window is free.
 func (w *Window) Leave(n int) {
 	if w == nil || n == 0 {
 		return
 	}
-	if v := w.inside.Add(-int64(n)); v <= w.limit/2 && w.waiting.Load() {
-		select {
-		case w.room <- struct{}{}:
-		default:
-		}
+	if v := w.inside.Add(-int64(n)); v <= w.limit/2 && w.waiters.Load() > 0 {
+		w.wakeAll()
 	}
+}
+
+func (w *Window) wakeAll() {
+	w.mu.Lock()
+	close(w.room)
+	w.room = make(chan struct{})
+	w.mu.Unlock()
 }
 
 // Wait returns at once while the window has room; else when half of it is free, after
@@ -87,20 +91,24 @@ func (w *Window) Wait(done <-chan struct{}) {
 		return
 	}
 	w.waits.Add(1)
-	w.waiting.Store(true)
-	defer w.waiting.Store(false)
-	select { // a stale wake-up from an earlier wait
-	case <-w.room:
-	default:
-	}
-	w.timer.Reset(w.maxWait)
-	defer w.timer.Stop()
-	for w.inside.Load() > w.limit/2 {
+	w.waiters.Add(1)
+	defer w.waiters.Add(-1)
+	timer := time.NewTimer(w.maxWait)
+	defer timer.Stop()
+	for {
+		// Take the channel before looking: a Leave after the look closes this one.
+		w.mu.Lock()
+		room := w.room
+		w.mu.Unlock()
+		if w.inside.Load() <= w.limit/2 {
+			return
+		}
 		select {
-		case <-w.room:
-		case <-w.timer.C:
+		case <-room:
+		case <-timer.C:
 			w.forgets.Add(1)
 			w.inside.Store(0)
+			w.wakeAll() // other waiters too
 			return
 		case <-done:
 			return

@@ -2,6 +2,7 @@ package dataplane_test
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +58,29 @@ func TestWindow(t *testing.T) {
 		w.Enter(9)
 		if s := w.Stats(); s.Inside != 9 {
 			t.Fatalf("after forgotten packets left, inside %d, want 9", s.Inside)
+		}
+	})
+	t.Run("two feeders wait together", func(t *testing.T) {
+		// wireguard-go's IPv4 and IPv6 receive goroutines both feed the inbound window.
+		w := dataplane.NewWindow(8, time.Hour)
+		w.Enter(20)
+		var returned sync.WaitGroup
+		for range 2 {
+			returned.Go(func() { w.Wait(nil) })
+		}
+		for w.Stats().Waits < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		w.Leave(16)
+		returned.Wait() // both wake
+		f := dataplane.NewWindow(8, 5*time.Millisecond)
+		f.Enter(20)
+		for range 2 {
+			returned.Go(func() { f.Wait(nil) })
+		}
+		returned.Wait() // both return after the wait runs out, nothing leaving
+		if s := f.Stats(); s.Inside != 0 || s.Forgets == 0 {
+			t.Fatalf("stats %+v", s)
 		}
 	})
 	t.Run("done releases", func(t *testing.T) {
