@@ -35,8 +35,8 @@ const goodbyeSends = 3
 const reconnectFor = 15 * time.Second
 
 // sayGoodbye tells the peer gateway that this replica stops: a handful of echo requests with
-// the goodbye payload, injected into the tunnel from the tunnel address. Only an active
-// gateway with a session sends them; it does not wait for anything.
+// the goodbye payload, injected into the tunnel from the tunnel address, then a few
+// milliseconds for wireguard-go to send them. Only an active gateway with a session says it.
 func (g *Gateway) sayGoodbye() {
 	if g.wg == nil || !g.active.Load() || g.lastHandshake().IsZero() {
 		return
