@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,10 +136,15 @@ func (w *Window) Stats() WindowStats {
 // the data packets leaving towards the peer out of Out (the dataplane counts them into it in
 // Read); each receive function waits for room in In before it reads and counts the data
 // packets it returns into it (the dataplane counts them out in Write).
+//
+// Only packets from where the gateway last sent to (the peer's endpoint) count into In:
+// anybody can send transport messages to the gateway's public port, wireguard-go drops them
+// unauthenticated, and counted they would hold the window shut until it forgets them.
 type PacedBind struct {
 	conn.Bind
 	Out, In *Window
 	done    chan struct{}
+	peer    atomic.Pointer[netip.AddrPort] // the last Send's destination
 }
 
 // NewPacedBind wraps b.
@@ -159,7 +165,9 @@ func (p *PacedBind) Open(port uint16) ([]conn.ReceiveFunc, uint16, error) {
 		wrapped[i] = func(packets [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
 			p.In.Wait(done)
 			n, err := fn(packets, sizes, eps)
-			p.In.Enter(countData(packets[:n], sizes[:n]))
+			if peer := p.peer.Load(); peer != nil {
+				p.In.Enter(countData(packets[:n], sizes[:n], eps[:n], *peer))
+			}
 			return n, err
 		}
 	}
@@ -177,6 +185,11 @@ func (p *PacedBind) Close() error {
 
 // Send sends through the wrapped Bind and counts the data packets out of Out, sent or not.
 func (p *PacedBind) Send(bufs [][]byte, ep conn.Endpoint) error {
+	if to := endpointOf(ep); to.IsValid() {
+		if cur := p.peer.Load(); cur == nil || *cur != to {
+			p.peer.Store(&to)
+		}
+	}
 	err := p.Bind.Send(bufs, ep)
 	n := 0
 	for _, b := range bufs {
@@ -200,14 +213,36 @@ func isData(b []byte, size int) bool {
 	return size > wgKeepaliveLen && b[0] == wgTransportType && b[1]|b[2]|b[3] == 0
 }
 
-func countData(packets [][]byte, sizes []int) int {
+// countData counts the data messages among packets that came from peer.
+func countData(packets [][]byte, sizes []int, eps []conn.Endpoint, peer netip.AddrPort) int {
 	n := 0
 	for i, b := range packets {
-		if isData(b, sizes[i]) {
+		if isData(b, sizes[i]) && samePeer(endpointOf(eps[i]), peer) {
 			n++
 		}
 	}
 	return n
+}
+
+// endpointOf is where ep points: address and port for wireguard-go's own endpoint type, the
+// address alone (port 0) for others.
+func endpointOf(ep conn.Endpoint) netip.AddrPort {
+	switch e := ep.(type) {
+	case nil:
+		return netip.AddrPort{}
+	case *conn.StdNetEndpoint:
+		return e.AddrPort
+	default:
+		return netip.AddrPortFrom(e.DstIP(), 0)
+	}
+}
+
+// samePeer compares endpoints, by address alone where a port is unknown.
+func samePeer(a, b netip.AddrPort) bool {
+	if a.Port() == 0 || b.Port() == 0 {
+		return a.Addr().Unmap() == b.Addr().Unmap()
+	}
+	return a.Addr().Unmap() == b.Addr().Unmap() && a.Port() == b.Port()
 }
 
 var _ conn.Bind = (*PacedBind)(nil)

@@ -2,6 +2,7 @@ package dataplane_test
 
 import (
 	"errors"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -103,18 +104,24 @@ func TestWindow(t *testing.T) {
 
 // fakeBind is a conn.Bind whose receive function returns the datagrams in next.
 type fakeBind struct {
-	next [][]byte
+	next []received
 	sent int
 }
 
+type received struct {
+	b    []byte
+	from netip.AddrPort
+}
+
 func (b *fakeBind) Open(uint16) ([]conn.ReceiveFunc, uint16, error) {
-	return []conn.ReceiveFunc{func(packets [][]byte, sizes []int, _ []conn.Endpoint) (int, error) {
+	return []conn.ReceiveFunc{func(packets [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
 		if len(b.next) == 0 {
 			return 0, errors.New("no more")
 		}
 		n := 0
 		for ; n < len(b.next) && n < len(packets); n++ {
-			sizes[n] = copy(packets[n], b.next[n])
+			sizes[n] = copy(packets[n], b.next[n].b)
+			eps[n] = &conn.StdNetEndpoint{AddrPort: b.next[n].from}
 		}
 		b.next = b.next[n:]
 		return n, nil
@@ -134,12 +141,9 @@ func wgMessage(typ byte, size int) []byte {
 
 func TestPacedBind(t *testing.T) {
 	out, in := dataplane.NewWindow(100, time.Hour), dataplane.NewWindow(100, time.Hour)
-	fb := &fakeBind{next: [][]byte{
-		wgMessage(4, 32+60), // a data packet
-		wgMessage(4, 32),    // a keepalive
-		wgMessage(1, 148),   // a handshake initiation
-		wgMessage(4, 32+1340),
-	}}
+	peer := netip.MustParseAddrPort("192.0.2.1:51820")
+	other := netip.MustParseAddrPort("198.51.100.9:40000")
+	fb := &fakeBind{}
 	pb := dataplane.NewPacedBind(fb, out, in)
 	fns, port, err := pb.Open(0)
 	if err != nil || port != 51820 || len(fns) != 1 {
@@ -149,19 +153,34 @@ func TestPacedBind(t *testing.T) {
 	for i := range bufs {
 		bufs[i] = make([]byte, 2048)
 	}
-	sizes := make([]int, 4)
-	if n, err := fns[0](bufs, sizes, make([]conn.Endpoint, 4)); n != 4 || err != nil {
-		t.Fatalf("receive: %d %v", n, err)
+	receive := func(batch ...received) {
+		t.Helper()
+		fb.next = batch
+		if n, err := fns[0](bufs, make([]int, 4), make([]conn.Endpoint, 4)); n != len(batch) || err != nil {
+			t.Fatalf("receive: %d %v", n, err)
+		}
 	}
-	if s := in.Stats(); s.Inside != 2 {
-		t.Errorf("received 2 data packets, window counts %d", s.Inside)
+	// Before the gateway sent anything, nobody is the peer: nothing counts.
+	receive(received{wgMessage(4, 32+60), peer})
+	if s := in.Stats(); s.Inside != 0 {
+		t.Errorf("counted %d before knowing the peer", s.Inside)
 	}
+
 	out.Enter(3)
-	if err := pb.Send([][]byte{wgMessage(4, 100), wgMessage(4, 32), wgMessage(2, 92), wgMessage(4, 48)}, nil); err != nil {
+	if err := pb.Send([][]byte{wgMessage(4, 100), wgMessage(4, 32), wgMessage(2, 92), wgMessage(4, 48)}, &conn.StdNetEndpoint{AddrPort: peer}); err != nil {
 		t.Fatal(err)
 	}
 	if s := out.Stats(); s.Inside != 1 || fb.sent != 4 {
 		t.Errorf("sent 2 data packets of 3 inside: window counts %d inside, bind sent %d", s.Inside, fb.sent)
+	}
+	receive(
+		received{wgMessage(4, 32+60), peer},    // a data packet
+		received{wgMessage(4, 32), peer},       // a keepalive
+		received{wgMessage(1, 148), peer},      // a handshake initiation
+		received{wgMessage(4, 32+1340), other}, // from somebody else: wireguard-go drops it
+	)
+	if s := in.Stats(); s.Inside != 1 {
+		t.Errorf("received 1 data packet from the peer, window counts %d", s.Inside)
 	}
 	if err := pb.Close(); err != nil {
 		t.Fatal(err)
