@@ -1,7 +1,7 @@
 // Command bench runs skein's benchmark ladder (bench/harness) on this machine and writes the
 // report: a markdown table (also printed), a JSON file and an SVG chart. Run it as root.
 //
-//	bench [--quick] [--runs 3] [--duration 4s] [--rungs veth,wireguard-go,kernel-nat,skein,skein-nonat] [--out bench/results]
+//	bench [--quick] [--runs 3] [--duration 4s] [--rungs veth,wireguard-go,kernel-nat,skein,skein-nonat] [--out bench/results] [--profile DIR] [--hold]
 package main
 
 import (
