@@ -300,18 +300,14 @@ func (d *Dataplane) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 }
 
 // queuePacket moves a processed packet, or the segments of a superpacket from segment from
-// on, into the queue.
+// on, into the queue, which grows for them.
 func (d *Dataplane) queuePacket(pkt packet.IPv4, sp split, from int) {
 	if sp.n == 0 {
-		if !d.queue.push(pkt, true) {
-			d.rtally[DropQueueFull]++
-		}
+		d.queue.spill(pkt)
 		return
 	}
 	for k := from; k < sp.n; k++ {
-		if !d.queue.pushSegment(pkt, sp, k) {
-			d.rtally[DropQueueFull]++
-		}
+		d.queue.spillSegment(pkt, sp, k)
 	}
 }
 
@@ -606,7 +602,7 @@ func (d *Dataplane) icmpToTunnel(t *tables, orig packet.IPv4, typ, code uint8, r
 		return
 	}
 	n := buildICMPError(d.wicmp, t.tunnelIP, typ, code, rest, orig)
-	if !d.queue.push(d.wicmp[:n], false) {
+	if !d.queue.push(d.wicmp[:n]) {
 		tl[DropQueueFull]++
 		return
 	}
@@ -636,7 +632,7 @@ func (d *Dataplane) Inject(pkt []byte) error {
 		if len(ip) > t.tunnelMTU {
 			return fmt.Errorf("inject: %d-byte packet exceeds the tunnel MTU %d", len(ip), t.tunnelMTU)
 		}
-		if !d.queue.push(ip, false) {
+		if !d.queue.push(ip) {
 			d.ctr.inc(ToTunnel, DropQueueFull)
 			return errQueueFull
 		}
@@ -681,15 +677,23 @@ func (q *injectQueue) init(n int) {
 	q.lens = make([]int, n)
 }
 
-// push queues a copy of p, unless the queue holds its capacity already (spill: grows).
-func (q *injectQueue) push(p []byte, spill bool) bool {
+// push queues a copy of p unless the queue holds its capacity already.
+func (q *injectQueue) push(p []byte) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	i, buf, ok := q.next(len(p), spill)
+	i, buf, ok := q.next(len(p), false)
 	if ok {
 		q.commit(i, copy(buf, p))
 	}
 	return ok
+}
+
+// spill queues a copy of p, growing the queue if need be.
+func (q *injectQueue) spill(p []byte) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	i, buf, _ := q.next(len(p), true)
+	q.commit(i, copy(buf, p))
 }
 
 // next returns the free slot at the queue's tail, grown to hold need bytes, or false when the
@@ -725,16 +729,13 @@ func (q *injectQueue) commit(i, n int) {
 	q.pending.Store(int32(q.size))
 }
 
-// pushSegment builds segment k of superpacket ip directly in a queue slot.
-func (q *injectQueue) pushSegment(ip packet.IPv4, s split, k int) bool {
+// spillSegment builds segment k of superpacket ip directly in a queue slot, growing the
+// queue if need be.
+func (q *injectQueue) spillSegment(ip packet.IPv4, s split, k int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	i, buf, ok := q.next(s.hdrLen+s.mss, true)
-	if !ok {
-		return false
-	}
+	i, buf, _ := q.next(s.hdrLen+s.mss, true)
 	q.commit(i, writeSegment(buf, ip, s, k))
-	return true
 }
 
 // drain moves queued packets into bufs at offset; it returns how many.
