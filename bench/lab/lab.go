@@ -171,10 +171,16 @@ func Load(stateDir string) (*Lab, error) {
 	return &l, json.Unmarshal(data, &l)
 }
 
+// stateEnv names, in the environment of every process the lab spawns, the lab's state dir:
+// Down finds by it what a namespace scan misses (a process between nsenter's start and its
+// entry into the namespace).
+const stateEnv = "SKEIN_LAB_STATE"
+
 // spawn starts a long-running process in network namespace ns, detached from the caller (own
 // session), under the lab's supervisor (lab supervise) which restarts it when it exits, its
-// output appended to logPath. nsenter changes only the network namespace.
-func spawn(labBinary, ns, logPath string, args ...string) error {
+// output appended to logPath, tagged with the lab's state dir (stateEnv). nsenter changes
+// only the network namespace.
+func spawn(labBinary, stateDir, ns, logPath string, args ...string) error {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -182,6 +188,7 @@ func spawn(labBinary, ns, logPath string, args ...string) error {
 	defer f.Close()
 	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--", labBinary, "supervise", "--"}, args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), stateEnv+"="+stateDir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s in %s: %w", args[0], ns, err)
@@ -237,13 +244,13 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 	bin := func(b string) string { return filepath.Join(cfg.K8sBin, b) }
 	log := func(b string) string { return filepath.Join(logs, cl.Name+"-"+b+".log") }
 	ns := cl.ControlPlane.Name
-	if err := spawn(cfg.LabBinary, ns, log("etcd"), bin("etcd"), "--name", cl.Name, "--data-dir", filepath.Join(dir, "etcd"),
+	if err := spawn(cfg.LabBinary, stateDir, ns, log("etcd"), bin("etcd"), "--name", cl.Name, "--data-dir", filepath.Join(dir, "etcd"),
 		"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
 		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
 		"--initial-cluster", cl.Name+"=http://127.0.0.1:2380", "--unsafe-no-fsync", "--log-level", "warn"); err != nil {
 		return ClusterState{}, err
 	}
-	if err := spawn(cfg.LabBinary, ns, log("kube-apiserver"), bin("kube-apiserver"),
+	if err := spawn(cfg.LabBinary, stateDir, ns, log("kube-apiserver"), bin("kube-apiserver"),
 		"--etcd-servers", "http://127.0.0.1:2379", "--bind-address", "0.0.0.0", "--secure-port", "6443",
 		"--advertise-address", cp, "--service-cluster-ip-range", ServiceCIDR.String(),
 		"--client-ca-file", p.path("ca.crt"), "--tls-cert-file", p.path("apiserver.crt"), "--tls-private-key-file", p.path("apiserver.key"),
@@ -253,7 +260,7 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		"--allow-privileged", "--profiling=false", "--v", "1"); err != nil {
 		return ClusterState{}, err
 	}
-	if err := spawn(cfg.LabBinary, ns, log("kube-controller-manager"), bin("kube-controller-manager"),
+	if err := spawn(cfg.LabBinary, stateDir, ns, log("kube-controller-manager"), bin("kube-controller-manager"),
 		"--kubeconfig", kcfg["controller-manager"], "--authentication-kubeconfig", kcfg["controller-manager"],
 		"--authorization-kubeconfig", kcfg["controller-manager"], "--bind-address", "127.0.0.1",
 		"--use-service-account-credentials", "--service-account-private-key-file", p.path("sa.key"),
@@ -262,7 +269,7 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		"--leader-elect=false", "--profiling=false", "--v", "1"); err != nil {
 		return ClusterState{}, err
 	}
-	if err := spawn(cfg.LabBinary, ns, log("kube-scheduler"), bin("kube-scheduler"),
+	if err := spawn(cfg.LabBinary, stateDir, ns, log("kube-scheduler"), bin("kube-scheduler"),
 		"--kubeconfig", kcfg["scheduler"], "--authentication-kubeconfig", kcfg["scheduler"],
 		"--authorization-kubeconfig", kcfg["scheduler"], "--bind-address", "127.0.0.1",
 		"--leader-elect=false", "--profiling=false", "--v", "1"); err != nil {
@@ -270,13 +277,13 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 	}
 	for _, n := range cl.Nodes {
 		name := nodeName(n)
-		if err := spawn(cfg.LabBinary, n.Name, log(name+"-kubelet"), cfg.LabBinary, "kubelet",
+		if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-kubelet"), cfg.LabBinary, "kubelet",
 			"--node-name", name, "--node-ip", n.Addr.String(), "--kubeconfig", kcfg["kubelet-"+name],
 			"--state-dir", filepath.Join(stateDir, name), "--node-netns", n.Name, "--netns-prefix", n.Name+"-p",
 			"--bin-dir", cfg.BinDir, "--cluster-cidr", PodCIDR.String(), "--api-server", APIServerService.String()); err != nil {
 			return ClusterState{}, err
 		}
-		if err := spawn(cfg.LabBinary, n.Name, log(name+"-kube-proxy"), bin("kube-proxy"),
+		if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-kube-proxy"), bin("kube-proxy"),
 			"--kubeconfig", kcfg["kube-proxy"], "--hostname-override", name, "--proxy-mode", "nftables",
 			"--cluster-cidr", PodCIDR.String(), "--conntrack-max-per-core", "0",
 			"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256", "--v", "1"); err != nil {

@@ -7,12 +7,16 @@
 package lab
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Options size the lab.
@@ -214,8 +218,29 @@ func Down(prefix string) error {
 			errs = append(errs, err)
 		}
 	}
+	// A process spawned as the namespaces were scanned may have entered one after the scan and
+	// outlive its name: find it by its tag. Twice, for a supervisor that restarts its child.
+	for range 2 {
+		killTagged(DefaultStateDir(prefix))
+	}
 	if err := os.RemoveAll(DefaultStateDir(prefix)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// killTagged kills every process whose environment says it belongs to the lab in stateDir.
+func killTagged(stateDir string) {
+	tag := []byte(stateEnv + "=" + stateDir + "\x00")
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err == nil && bytes.Contains(env, tag) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
