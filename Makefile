@@ -23,9 +23,8 @@ help: ## List the targets and what they do.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Compile every package (and the pinned wireguard-go/gVisor), the commands and the lab's into ./bin.
+build: ## Compile every package, the commands and the lab's into ./bin.
 	go build ./...
-	go build -tags pin ./...
 	@mkdir -p $(BIN_DIR)
 	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./cmd/... ./bench/cmd/lab ./bench/cmd/lab-probe 2>/dev/null || true); \
 	if [ -n "$$cmds" ]; then go build -o $(BIN_DIR)/ $$cmds; fi
@@ -60,7 +59,6 @@ generate: ## Regenerate deepcopy code and the CRDs under deploy/crds from the AP
 .PHONY: lint
 lint: ## go vet and staticcheck.
 	go vet ./...
-	go vet -tags pin ./...
 	$(STATICCHECK) ./...
 
 # Files that `make generate` and `go mod tidy` own: verify regenerates them in a scratch copy of

@@ -29,6 +29,20 @@ func under(path, dir string) bool {
 	return path == p || strings.HasPrefix(path, p+"/")
 }
 
+// controlBinary returns which binary's folder of control/ path is in (controller, gateway or
+// agent), or "".
+func controlBinary(path string) string {
+	for _, b := range []string{"controller", "gateway", "agent"} {
+		if under(path, "control/"+b) {
+			if b == "gateway" && under(path, "control/gateway/config") {
+				return ""
+			}
+			return b
+		}
+	}
+	return ""
+}
+
 // cmdTree returns "cmd/<name>" for a package under cmd/<name>, or "" if path is not under one.
 func cmdTree(path string) string {
 	rest, ok := strings.CutPrefix(path, module+"/cmd/")
@@ -63,11 +77,16 @@ func heavyKubernetes(path string) bool {
 //	  - only netstack imports gvisor.dev (or wireguard-go's gVisor-based tun/netstack);
 //	  - only cmd imports appliance, and nothing imports cmd (but a cmd/<name> folder's own packages);
 //	  - control and netstack do not depend on appliance, cmd or each other;
-//	  - product code does not import bench, except test-helper packages (named *test, such as
-//	    control/apitest), which may use bench's tooling;
+//	  - product code does not import bench, and neither does internal/;
+//	  - only tests and bench import internal/ (test infrastructure: k8sbin, apitest, netnstest,
+//	    golden); internal/ packages may import each other;
+//	  - control/ is grouped by binary: control/controller, control/gateway and control/agent do not
+//	    depend on one another, except that anything may use the leaf control/gateway/config (the
+//	    WireGuard key type and the key Secret's field names);
 //	  - the node agent (cmd/skein-agent) depends on neither controller-runtime nor client-go's
 //	    typed clients and scheme nor k8s.io/api: their registration of every built-in kind costs
-//	    more memory than the agent's 30 MiB budget allows (control/apiwatch reads the API instead).
+//	    more memory than the agent's 30 MiB budget allows (control/agent/apiclient reads the API
+//	    instead).
 //
 // Test files may import gvisor.dev in dataplane (gVisor's header package checks our parsers),
 // but may not import appliance or cmd from outside them.
@@ -82,8 +101,11 @@ func checkLayout(pkgs []goPackage) []string {
 			if isGvisor(imp) && !under(p.ImportPath, "netstack") {
 				report(p, "imports %s; only netstack may import gVisor", imp)
 			}
-			if under(imp, "bench") && !under(p.ImportPath, "bench") && !strings.HasSuffix(p.Name, "test") {
-				report(p, "imports %s; product code must not depend on bench", imp)
+			if under(imp, "bench") && !under(p.ImportPath, "bench") {
+				report(p, "imports %s; product code and internal/ must not depend on bench", imp)
+			}
+			if under(imp, "internal") && !under(p.ImportPath, "internal") && !under(p.ImportPath, "bench") {
+				report(p, "imports %s; only tests and bench may import internal/ (test infrastructure)", imp)
 			}
 		}
 		allImports := slices.Concat(p.Imports, p.TestImports, p.XTestImports)
@@ -95,10 +117,17 @@ func checkLayout(pkgs []goPackage) []string {
 				report(p, "imports %s; nothing may import cmd", imp)
 			}
 		}
+		if b := controlBinary(p.ImportPath); b != "" {
+			for _, d := range p.Deps {
+				if o := controlBinary(d); o != "" && o != b && !under(d, "control/gateway/config") {
+					report(p, "depends on %s; control/controller, control/gateway and control/agent serve different binaries and share only control/gateway/config, api, kube and identity", d)
+				}
+			}
+		}
 		if p.ImportPath == module+"/cmd/skein-agent" {
 			for _, d := range p.Deps {
 				if heavyKubernetes(d) {
-					report(p, "depends on %s; the node agent must stay off controller-runtime, client-go/kubernetes and k8s.io/api (see control/apiwatch)", d)
+					report(p, "depends on %s; the node agent must stay off controller-runtime, client-go/kubernetes and k8s.io/api (see control/agent/apiclient)", d)
 				}
 			}
 		}
@@ -128,9 +157,9 @@ func checkLayout(pkgs []goPackage) []string {
 	return bad
 }
 
-func goList(t *testing.T, tags string) []goPackage {
+func goList(t *testing.T) []goPackage {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-tags", tags, "-json", "./...")
+	cmd := exec.Command("go", "list", "-json", "./...")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -151,17 +180,14 @@ func goList(t *testing.T, tags string) []goPackage {
 	return pkgs
 }
 
-// TestLayout applies the rules to the real module, with and without the "pin" build tag (the
-// files that keep the pinned wireguard-go and gVisor in go.mod).
+// TestLayout applies the rules to the real module.
 func TestLayout(t *testing.T) {
-	for _, tags := range []string{"", "pin"} {
-		pkgs := goList(t, tags)
-		if len(pkgs) < 8 {
-			t.Fatalf("go list found %d packages; is the test running at the module root?", len(pkgs))
-		}
-		for _, v := range checkLayout(pkgs) {
-			t.Errorf("tags %q: %s", tags, v)
-		}
+	pkgs := goList(t)
+	if len(pkgs) < 8 {
+		t.Fatalf("go list found %d packages; is the test running at the module root?", len(pkgs))
+	}
+	for _, v := range checkLayout(pkgs) {
+		t.Error(v)
 	}
 }
 
@@ -176,14 +202,19 @@ func TestLayoutRulesCatch(t *testing.T) {
 		{"dataplane imports client-go", goPackage{ImportPath: m("dataplane/nat"), Imports: []string{"k8s.io/client-go/rest"}, Deps: []string{"k8s.io/client-go/rest"}}, "free of k8s.io"},
 		{"dataplane pulls gVisor transitively", goPackage{ImportPath: m("dataplane"), Imports: []string{"example.com/x"}, Deps: []string{"example.com/x", "gvisor.dev/gvisor/pkg/buffer"}}, "free of k8s.io and gvisor.dev"},
 		{"dataplane imports control", goPackage{ImportPath: m("dataplane"), Imports: []string{m("control")}, Deps: []string{m("control")}}, "no other skein folder"},
-		{"control imports gVisor", goPackage{ImportPath: m("control/ipam"), Imports: []string{"gvisor.dev/gvisor/pkg/tcpip"}}, "only netstack may import gVisor"},
+		{"control imports gVisor", goPackage{ImportPath: m("control/controller/ipam"), Imports: []string{"gvisor.dev/gvisor/pkg/tcpip"}}, "only netstack may import gVisor"},
 		{"appliance imports wireguard's netstack", goPackage{ImportPath: m("appliance"), Imports: []string{"golang.zx2c4.com/wireguard/tun/netstack"}}, "only netstack may import gVisor"},
 		{"control imports appliance", goPackage{ImportPath: m("control"), Imports: []string{m("appliance")}}, "only cmd may import appliance"},
 		{"bench test imports appliance", goPackage{ImportPath: m("bench/scenario"), XTestImports: []string{m("appliance")}}, "only cmd may import appliance"},
 		{"appliance imports cmd", goPackage{ImportPath: m("appliance"), Imports: []string{m("cmd/skeinctl")}}, "nothing may import cmd"},
 		{"one command imports another", goPackage{ImportPath: m("cmd/skein-agent"), Imports: []string{m("cmd/skeinctl/internal/out")}}, "nothing may import cmd"},
 		{"control depends on netstack", goPackage{ImportPath: m("control"), Deps: []string{m("netstack")}}, "beside each other"},
-		{"product imports bench", goPackage{ImportPath: m("control"), Name: "control", Imports: []string{m("bench/k8sbin")}}, "must not depend on bench"},
+		{"product imports bench", goPackage{ImportPath: m("control"), Name: "control", Imports: []string{m("bench/harness")}}, "must not depend on bench"},
+		{"internal imports bench", goPackage{ImportPath: m("internal/apitest"), Name: "apitest", Imports: []string{m("bench/lab")}}, "must not depend on bench"},
+		{"product imports internal", goPackage{ImportPath: m("control/controller"), Imports: []string{m("internal/apitest")}}, "only tests and bench may import internal/"},
+		{"command imports internal", goPackage{ImportPath: m("cmd/skeinctl"), Imports: []string{m("internal/k8sbin")}}, "only tests and bench may import internal/"},
+		{"controller depends on the gateway", goPackage{ImportPath: m("control/controller"), Deps: []string{m("control/gateway")}}, "serve different binaries"},
+		{"agent depends on the controller", goPackage{ImportPath: m("control/agent"), Deps: []string{m("control/controller/ipam")}}, "serve different binaries"},
 		{"agent pulls controller-runtime", goPackage{ImportPath: m("cmd/skein-agent"), Deps: []string{"sigs.k8s.io/controller-runtime/pkg/client"}}, "node agent must stay off"},
 		{"agent pulls core/v1", goPackage{ImportPath: m("cmd/skein-agent"), Deps: []string{"k8s.io/api/core/v1"}}, "node agent must stay off"},
 	}
@@ -199,7 +230,9 @@ func TestLayoutRulesCatch(t *testing.T) {
 		{ImportPath: m("appliance"), Imports: []string{m("netstack"), m("control"), m("dataplane")}},
 		{ImportPath: m("netstack"), Imports: []string{"gvisor.dev/gvisor/pkg/tcpip/stack", m("dataplane")}, Deps: []string{m("dataplane")}},
 		{ImportPath: m("dataplane"), Imports: []string{"golang.zx2c4.com/wireguard/tun"}, TestImports: []string{"gvisor.dev/gvisor/pkg/tcpip/header"}},
-		{ImportPath: m("control/apitest"), Name: "apitest", Imports: []string{m("bench/k8sbin")}},
+		{ImportPath: m("internal/apitest"), Name: "apitest", Imports: []string{m("internal/k8sbin")}},
+		{ImportPath: m("control/controller"), Imports: []string{m("control/gateway/config")}, Deps: []string{m("control/gateway/config")}, XTestImports: []string{m("internal/apitest")}},
+		{ImportPath: m("bench/e2e"), Imports: []string{m("internal/k8sbin")}},
 		{ImportPath: m("control/translate"), Imports: []string{m("dataplane")}, Deps: []string{m("dataplane")}},
 	}
 	if got := checkLayout(allowed); len(got) != 0 {

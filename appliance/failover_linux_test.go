@@ -18,12 +18,12 @@ import (
 
 	"github.com/skein-net/skein/appliance"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
-	"github.com/skein-net/skein/control/apitest"
-	"github.com/skein-net/skein/control/gwconfig"
-	"github.com/skein-net/skein/control/gwwatch"
+	"github.com/skein-net/skein/control/gateway"
+	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/dataplane/packet"
+	"github.com/skein-net/skein/internal/apitest"
 )
 
 // TestFailover runs two replicas of an in-cluster gateway client (the real binary, against a
@@ -42,12 +42,12 @@ func TestFailover(t *testing.T) {
 	kubeconfig := env.KubeconfigFile(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	serverKey, _ := gwconfig.GenerateKey()
-	clientKey, _ := gwconfig.GenerateKey()
+	serverKey, _ := config.GenerateKey()
+	clientKey, _ := config.GenerateKey()
 	serverIP := netip.MustParseAddr("10.80.0.1")
-	server, err := appliance.Start(&gwconfig.Gateway{
+	server, err := appliance.Start(&config.Gateway{
 		Dataplane: dataplane.Config{
-			Overlay:     overlay.Config{Kind: overlay.VXLAN, VNI: gwconfig.DefaultVNI, MAC: gwconfig.MACFor(serverIP), IP: serverIP},
+			Overlay:     overlay.Config{Kind: overlay.VXLAN, VNI: gateway.DefaultVNI, MAC: gateway.MACFor(serverIP), IP: serverIP},
 			OverlayPort: 47893,
 			TunnelIP:    netip.MustParseAddr("169.254.100.1"),
 			Remote:      []netip.Prefix{netip.MustParsePrefix("169.254.100.2/32")},
@@ -76,7 +76,7 @@ func TestFailover(t *testing.T) {
 	must(t, c.Create(ctx, gc))
 	gc.Status = netv1alpha1.GatewayClientStatus{InternalEndpoint: &netv1alpha1.InternalEndpoint{IP: &overlayIP}, SecretRef: &netv1alpha1.ObjectRef{Name: "gw-key"}}
 	must(t, c.Status().Update(ctx, gc))
-	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-key", Namespace: ns}, Data: map[string][]byte{gwconfig.SecretPrivateKey: []byte(clientKey.String())}}))
+	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-key", Namespace: ns}, Data: map[string][]byte{config.SecretPrivateKey: []byte(clientKey.String())}}))
 	must(t, c.Create(ctx, &netv1alpha1.PublicKey{
 		ObjectMeta: metav1.ObjectMeta{Name: "cluster-b", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b", netv1alpha1.GatewayResourceLabel: "true"}},
 		Spec:       netv1alpha1.PublicKeySpec{PublicKey: serverKey.Public().String()}}))
@@ -160,7 +160,7 @@ func waitActive(t *testing.T, c client.Client, ns, not string, replicas map[stri
 					continue
 				}
 				pod := &corev1.Pod{}
-				if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pod); err == nil && pod.Labels[gwwatch.ActiveLabel] == "true" {
+				if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pod); err == nil && pod.Labels[gateway.ActiveLabel] == "true" {
 					if gc.Status.InternalEndpoint.Node == nil || *gc.Status.InternalEndpoint.Node != "node-"+name {
 						t.Errorf("active node %v, want node-%s", gc.Status.InternalEndpoint.Node, name)
 					}

@@ -23,7 +23,7 @@ import (
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
 
-	"github.com/skein-net/skein/control/gwconfig"
+	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/udp"
 	"github.com/skein-net/skein/netstack"
@@ -32,7 +32,7 @@ import (
 // Gateway is a running gateway: wireguard-go on the dataplane, the netstack for its own
 // addresses, the prober, and the HTTP endpoints.
 type Gateway struct {
-	plan   *gwconfig.Gateway
+	plan   *config.Gateway
 	log    *slog.Logger
 	dp     *dataplane.Dataplane
 	wg     *device.Device
@@ -60,17 +60,17 @@ type Gateway struct {
 // Start opens the sockets and starts everything. The process needs no privileges: two UDP
 // sockets (WireGuard and overlay, neither on a privileged port unless configured so) and a
 // TCP listener for HTTP.
-func Start(plan *gwconfig.Gateway, log *slog.Logger) (*Gateway, error) {
+func Start(plan *config.Gateway, log *slog.Logger) (*Gateway, error) {
 	return start(plan, log, false)
 }
 
 // StartStandby starts a gateway whose WireGuard side stays down (no handshakes, no traffic,
 // no probes answered) until SetActive(true): a standby replica.
-func StartStandby(plan *gwconfig.Gateway, log *slog.Logger) (*Gateway, error) {
+func StartStandby(plan *config.Gateway, log *slog.Logger) (*Gateway, error) {
 	return start(plan, log, true)
 }
 
-func start(plan *gwconfig.Gateway, log *slog.Logger, standby bool) (_ *Gateway, err error) {
+func start(plan *config.Gateway, log *slog.Logger, standby bool) (_ *Gateway, err error) {
 	g := &Gateway{plan: plan, log: log, stopped: make(chan struct{})}
 	// The environment (GOMEMLIMIT, GOGC) wins over the configuration.
 	if plan.MemoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
@@ -185,7 +185,7 @@ func (g *Gateway) WireGuardPort() int { return g.listenPort() }
 // Reconfig, WireGuard through the UAPI changes only, so established sessions and flows survive
 // changes that do not concern them. The gateway's own addresses and sockets cannot change
 // while it runs; such a change is refused with an error saying a restart is needed.
-func (g *Gateway) Apply(next *gwconfig.Gateway) error {
+func (g *Gateway) Apply(next *config.Gateway) error {
 	g.applyMu.Lock()
 	defer g.applyMu.Unlock()
 	cur := g.plan

@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
-	"github.com/skein-net/skein/control/gwconfig"
-	"github.com/skein-net/skein/control/gwwatch"
+	"github.com/skein-net/skein/control/gateway"
+	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/netstack"
 )
@@ -23,11 +23,11 @@ import (
 // configuration, applies later ones live, and reports the connection in its Connection object.
 type InCluster struct {
 	log     *slog.Logger
-	watcher *gwwatch.Watcher
+	watcher *gateway.Watcher
 	cancel  context.CancelFunc
 	done    chan struct{}
 
-	election *gwwatch.Election
+	election *gateway.Election
 
 	mu      sync.Mutex
 	gw      *Gateway
@@ -40,12 +40,12 @@ type InCluster struct {
 // With an election, replicas share the gateway's Lease: the holder is active (WireGuard up,
 // pod labelled for the Service, VTEP published for the node agents, Connection reported); the
 // others are standbys with their WireGuard side down, ready to take over.
-func StartInCluster(cfg *rest.Config, opts gwwatch.Options, election *gwwatch.Election, log *slog.Logger) (*InCluster, error) {
+func StartInCluster(cfg *rest.Config, opts gateway.Options, election *gateway.Election, log *slog.Logger) (*InCluster, error) {
 	if opts.Log == nil {
 		opts.Log = log
 	}
 	ic := &InCluster{log: log, done: make(chan struct{}), election: election, active: election == nil}
-	w, err := gwwatch.New(cfg, opts, ic.apply)
+	w, err := gateway.New(cfg, opts, ic.apply)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func StartInCluster(cfg *rest.Config, opts gwwatch.Options, election *gwwatch.El
 		elected.Add(1)
 		go func() {
 			defer elected.Done()
-			if err := gwwatch.RunElection(ctx, cfg, opts.Namespace, opts.Name, *election, ic.becomeActive, ic.becomeStandby); err != nil {
+			if err := gateway.RunElection(ctx, cfg, opts.Namespace, opts.Name, *election, ic.becomeActive, ic.becomeStandby); err != nil {
 				log.Error("leader election", "err", err)
 			}
 		}()
@@ -139,7 +139,7 @@ func (ic *InCluster) activate(gw *Gateway) {
 }
 
 // apply starts the gateway or reconfigures it.
-func (ic *InCluster) apply(g *gwconfig.Gateway) error {
+func (ic *InCluster) apply(g *config.Gateway) error {
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
 	if ic.gw != nil {

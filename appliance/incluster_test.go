@@ -15,12 +15,12 @@ import (
 
 	"github.com/skein-net/skein/appliance"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
-	"github.com/skein-net/skein/control/apitest"
-	"github.com/skein-net/skein/control/gwconfig"
-	"github.com/skein-net/skein/control/gwwatch"
+	"github.com/skein-net/skein/control/gateway"
+	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/dataplane/packet"
+	"github.com/skein-net/skein/internal/apitest"
 )
 
 // TestInCluster runs a gateway client configured from API objects on a real API server
@@ -34,15 +34,15 @@ func TestInCluster(t *testing.T) {
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	serverKey, _ := gwconfig.GenerateKey()
-	clientKey, _ := gwconfig.GenerateKey()
+	serverKey, _ := config.GenerateKey()
+	clientKey, _ := config.GenerateKey()
 	nodeMAC := packet.MAC{0x02, 0, 0, 0, 0, 0x31}
 
 	// The peer: a standalone gateway server on 127.0.0.2.
 	serverIP := netip.MustParseAddr("10.80.0.1")
-	server, err := appliance.Start(&gwconfig.Gateway{
+	server, err := appliance.Start(&config.Gateway{
 		Dataplane: dataplane.Config{
-			Overlay:     overlay.Config{Kind: overlay.VXLAN, VNI: gwconfig.DefaultVNI, MAC: gwconfig.MACFor(serverIP), IP: serverIP},
+			Overlay:     overlay.Config{Kind: overlay.VXLAN, VNI: gateway.DefaultVNI, MAC: gateway.MACFor(serverIP), IP: serverIP},
 			OverlayPort: 47891,
 			TunnelIP:    netip.MustParseAddr("169.254.100.1"),
 			Remote:      []netip.Prefix{netip.MustParsePrefix("169.254.100.2/32")},
@@ -81,9 +81,9 @@ func TestInCluster(t *testing.T) {
 		},
 	}
 	must(t, c.Create(ctx, gc))
-	ic, err := appliance.StartInCluster(env.Config, gwwatch.Options{
+	ic, err := appliance.StartInCluster(env.Config, gateway.Options{
 		Namespace: ns, Name: "gw",
-		Local: gwconfig.Local{PodIP: netip.MustParseAddr("127.0.0.3"), OverlayPort: 47891, ProbeInterval: 200 * time.Millisecond, ProbeFail: 3, HTTPListen: "off"},
+		Local: gateway.Local{PodIP: netip.MustParseAddr("127.0.0.3"), OverlayPort: 47891, ProbeInterval: 200 * time.Millisecond, ProbeFail: 3, HTTPListen: "off"},
 	}, nil, log)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func TestInCluster(t *testing.T) {
 	}
 	must(t, c.Status().Update(ctx, gc))
 	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-key", Namespace: ns},
-		Data: map[string][]byte{gwconfig.SecretPrivateKey: []byte(clientKey.String()), gwconfig.SecretPublicKey: []byte(clientKey.Public().String())}}))
+		Data: map[string][]byte{config.SecretPrivateKey: []byte(clientKey.String()), config.SecretPublicKey: []byte(clientKey.Public().String())}}))
 	must(t, c.Create(ctx, &netv1alpha1.PublicKey{
 		ObjectMeta: metav1.ObjectMeta{Name: "cluster-b", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b", netv1alpha1.GatewayResourceLabel: "true"}},
 		Spec:       netv1alpha1.PublicKeySpec{PublicKey: serverKey.Public().String()},

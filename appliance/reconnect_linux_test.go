@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/skein-net/skein/appliance"
-	"github.com/skein-net/skein/control/gwconfig"
+	"github.com/skein-net/skein/control/gateway"
+	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/dataplane/packet"
@@ -24,20 +25,20 @@ import (
 // goodbye can explain a prompt reconnect (wireguard-go alone waits 15 s).
 func TestReconnect(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	serverKey, _ := gwconfig.GenerateKey()
-	clientKey, _ := gwconfig.GenerateKey()
+	serverKey, _ := config.GenerateKey()
+	clientKey, _ := config.GenerateKey()
 	const wgPort = 47931
 	tunnelS, tunnelC := netip.MustParseAddr("169.254.100.1"), netip.MustParseAddr("169.254.100.2")
-	plan := func(server bool, probe time.Duration) *gwconfig.Gateway {
+	plan := func(server bool, probe time.Duration) *config.Gateway {
 		ip, listen, peer, local, tun, peerTun := "10.80.0.1", "127.0.0.2:47932", clientKey.Public(), serverKey, tunnelS, tunnelC
-		g := &gwconfig.Gateway{ListenPort: wgPort}
+		g := &config.Gateway{ListenPort: wgPort}
 		if !server {
 			ip, listen, peer, local, tun, peerTun = "10.80.0.2", "127.0.0.3:47932", serverKey.Public(), clientKey, tunnelC, tunnelS
-			g = &gwconfig.Gateway{PeerEndpoint: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), wgPort)}
+			g = &config.Gateway{PeerEndpoint: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), wgPort)}
 		}
 		overlayIP := netip.MustParseAddr(ip)
 		g.Dataplane = dataplane.Config{
-			Overlay:     overlay.Config{Kind: overlay.VXLAN, VNI: gwconfig.DefaultVNI, MAC: gwconfig.MACFor(overlayIP), IP: overlayIP},
+			Overlay:     overlay.Config{Kind: overlay.VXLAN, VNI: gateway.DefaultVNI, MAC: gateway.MACFor(overlayIP), IP: overlayIP},
 			OverlayPort: 47932,
 			TunnelIP:    tun,
 			Remote:      []netip.Prefix{netip.PrefixFrom(peerTun, 32)},

@@ -3,7 +3,7 @@
 // kube-apiserver, and an install whose RBAC runs the real components), and its copies of the
 // CRDs, gateway templates and gateway roles kept equal to their sources.
 //
-// helm comes from skein's cache (bench/k8sbin.EnsureHelm, built by `make k8s-binaries`); the
+// helm comes from skein's cache (internal/k8sbin.EnsureHelm, built by `make k8s-binaries`); the
 // tests that need it skip, saying so, when it is not built yet.
 package deploy
 
@@ -29,8 +29,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/skein-net/skein/bench/k8sbin"
-	"github.com/skein-net/skein/control/apitest"
+	"github.com/skein-net/skein/internal/apitest"
+	"github.com/skein-net/skein/internal/k8sbin"
 )
 
 const (

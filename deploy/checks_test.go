@@ -26,10 +26,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
-	"github.com/skein-net/skein/control/apitest"
-	"github.com/skein-net/skein/control/gwctl"
-	"github.com/skein-net/skein/control/gwtemplate"
+	"github.com/skein-net/skein/control/controller"
+	"github.com/skein-net/skein/control/controller/render"
 	"github.com/skein-net/skein/control/identity"
+	"github.com/skein-net/skein/internal/apitest"
 )
 
 // imageValues are a component's image values.
@@ -417,7 +417,7 @@ func checkAgent(v chartValues, objs []*unstructured.Unstructured) []string {
 
 // renderGateway renders a chart-rendered gateway template the way skein-controller does, for a
 // gateway named gw created with the peering values (what skeinctl creates with the same flags).
-func renderGateway(u *unstructured.Unstructured, v chartValues, server bool) (*gwtemplate.Rendered, error) {
+func renderGateway(u *unstructured.Unstructured, v chartValues, server bool) (*render.Rendered, error) {
 	raw, ok, _ := unstructured.NestedMap(u.Object, "spec", "template")
 	if !ok {
 		return nil, fmt.Errorf("%s %s has no spec.template", u.GetKind(), u.GetName())
@@ -431,11 +431,11 @@ func renderGateway(u *unstructured.Unstructured, v chartValues, server bool) (*g
 	if server {
 		spec = netv1alpha1.GatewayServerSpec{MTU: g.MTU, Endpoint: netv1alpha1.ServerEndpoint{Port: g.Server.Service.Port, ServiceType: netv1alpha1.ServiceType(g.Server.Service.Type)}}
 	}
-	d, err := gwtemplate.NewData("gw", "tenant", "remote-cluster", "gw-wg-key", "0000", spec)
+	d, err := render.NewData("gw", "tenant", "remote-cluster", "gw-wg-key", "0000", spec)
 	if err != nil {
 		return nil, err
 	}
-	return gwtemplate.Render(runtime.RawExtension{Raw: b}, d)
+	return render.Render(runtime.RawExtension{Raw: b}, d)
 }
 
 func checkGatewayTemplates(v chartValues, ns string, objs []*unstructured.Unstructured) []string {
@@ -580,7 +580,7 @@ func checkRBAC(objs []*unstructured.Unstructured) []string {
 		}
 	}
 	sort.Strings(names)
-	if want := []string{gwctl.GatewayClusterRole, gwctl.GatewayNodesClusterRole}; !slices.Equal(names, want) {
+	if want := []string{controller.GatewayClusterRole, controller.GatewayNodesClusterRole}; !slices.Equal(names, want) {
 		bad("deploy/rbac defines %v, skein-controller binds %v", names, want)
 	}
 	bindable := []string{}

@@ -32,13 +32,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/skein-net/skein/control/agentcfg"
-	"github.com/skein-net/skein/control/agentwatch"
+	"github.com/skein-net/skein/control/agent"
+	"github.com/skein-net/skein/control/agent/plan"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
-	"github.com/skein-net/skein/control/apitest"
-	"github.com/skein-net/skein/control/gwctl"
+	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/dataplane/kernel"
+	"github.com/skein-net/skein/internal/apitest"
 )
 
 // syncBuffer is a bytes.Buffer safe for concurrent writers.
@@ -294,7 +294,7 @@ func TestChartInstall(t *testing.T) {
 	must(c.Get(ctx, client.ObjectKey{Namespace: gwNS, Name: "server"}, rb))
 	crb := &rbacv1.ClusterRoleBinding{}
 	must(c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + gwNS + "-server"}, crb))
-	if rb.RoleRef.Name != gwctl.GatewayClusterRole || crb.RoleRef.Name != gwctl.GatewayNodesClusterRole {
+	if rb.RoleRef.Name != controller.GatewayClusterRole || crb.RoleRef.Name != controller.GatewayNodesClusterRole {
 		t.Errorf("gateway bindings to %s and %s", rb.RoleRef.Name, crb.RoleRef.Name)
 	}
 
@@ -322,8 +322,8 @@ func TestChartInstall(t *testing.T) {
 		Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "agent", Image: "skein-agent"}}}}
 	must(c.Create(ctx, agentPod))
 	var agentLog syncBuffer
-	a, err := agentwatch.New(agentCfg, agentwatch.Options{
-		Node:         agentcfg.Node{Name: node.Name, IP: netip.MustParseAddr("192.168.77.1"), PodCIDRs: network.PodCIDRs, InternalCIDR: network.InternalCIDR},
+	a, err := agent.New(agentCfg, agent.Options{
+		Node:         plan.Node{Name: node.Name, IP: netip.MustParseAddr("192.168.77.1"), PodCIDRs: network.PodCIDRs, InternalCIDR: network.InternalCIDR},
 		PodNamespace: ns, PodName: agentPod.Name, Resync: time.Second,
 		Log: slog.New(slog.NewTextHandler(&agentLog, nil)),
 	}, kernel.NewFake(), nil)
@@ -349,7 +349,7 @@ func TestChartInstall(t *testing.T) {
 		return c.Get(ctx, client.ObjectKey{Name: node.Name}, in) == nil && in.Status.VTEP != nil && in.Status.VTEP.IP == "192.168.77.1"
 	}, agentLogs)
 	eventually(t, "the agent annotates its pod", func() bool {
-		return c.Get(ctx, client.ObjectKeyFromObject(agentPod), agentPod) == nil && agentPod.Annotations[agentwatch.MACAnnotation] == string(in.Status.VTEP.MAC)
+		return c.Get(ctx, client.ObjectKeyFromObject(agentPod), agentPod) == nil && agentPod.Annotations[agent.MACAnnotation] == string(in.Status.VTEP.MAC)
 	}, agentLogs)
 
 	// Least privilege: what each account may not do (and what a gateway may).
@@ -425,8 +425,8 @@ func TestChartInstall(t *testing.T) {
 	if got := getID(); got != idA {
 		t.Errorf("after uninstall: id %q, want %q kept", got, idA)
 	}
-	if err := c.Get(ctx, client.ObjectKey{Name: gwctl.GatewayClusterRole}, &rbacv1.ClusterRole{}); !apierrors.IsNotFound(err) {
-		t.Errorf("ClusterRole %s after uninstall: %v", gwctl.GatewayClusterRole, err)
+	if err := c.Get(ctx, client.ObjectKey{Name: controller.GatewayClusterRole}, &rbacv1.ClusterRole{}); !apierrors.IsNotFound(err) {
+		t.Errorf("ClusterRole %s after uninstall: %v", controller.GatewayClusterRole, err)
 	}
 	if out, err := install(); err != nil {
 		t.Fatalf("reinstall: %v\n%s", err, out)

@@ -23,11 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/skein-net/skein/bench/k8sbin"
 	"github.com/skein-net/skein/bench/lab"
 	"github.com/skein-net/skein/bench/lab/labtest"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/kube"
+	"github.com/skein-net/skein/internal/k8sbin"
 )
 
 // env is the running lab with skein installed.

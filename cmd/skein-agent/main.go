@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/skein-net/skein/control/agentcfg"
-	"github.com/skein-net/skein/control/agentwatch"
+	"github.com/skein-net/skein/control/agent"
+	"github.com/skein-net/skein/control/agent/plan"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/overlay"
 )
@@ -143,8 +143,8 @@ func main() {
 	if err != nil {
 		fail(1, "reaching the API server: %v", err)
 	}
-	a, err := agentwatch.New(restCfg, agentwatch.Options{
-		Node: agentcfg.Node{Name: *nodeName, IP: ip, InternalCIDR: ic, PodCIDRs: pods, Device: *device, Kind: kind,
+	a, err := agent.New(restCfg, agent.Options{
+		Node: plan.Node{Name: *nodeName, IP: ip, InternalCIDR: ic, PodCIDRs: pods, Device: *device, Kind: kind,
 			VNI: uint32(*vni), Port: uint16(*port), MTU: *mtu, RulePriority: *priority},
 		PodNamespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"),
 		Resync: *resync, Log: log,
@@ -187,20 +187,20 @@ func underlayMTU(ip netip.Addr) (int, error) {
 	return 0, fmt.Errorf("no interface holds the node IP %v", ip)
 }
 
-func serveMetrics(addr string, a *agentwatch.Agent, log *slog.Logger) {
+func serveMetrics(addr string, a *agent.Agent, log *slog.Logger) {
 	reg := prometheus.NewRegistry()
-	gauge := func(name, help string, f func(agentwatch.Stats) float64) {
+	gauge := func(name, help string, f func(agent.Stats) float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(a.Stats()) }))
 	}
-	counter := func(name, help string, f func(agentwatch.Stats) float64) {
+	counter := func(name, help string, f func(agent.Stats) float64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(a.Stats()) }))
 	}
-	gauge("skein_agent_peerings_programmed", "Peerings whose gateway is programmed on this node.", func(s agentwatch.Stats) float64 { return float64(s.Programmed) })
-	counter("skein_agent_reconciles_total", "Reconciles run.", func(s agentwatch.Stats) float64 { return float64(s.Reconciles) })
-	counter("skein_agent_kernel_changes_total", "Kernel objects added, changed or removed.", func(s agentwatch.Stats) float64 { return float64(s.Changes) })
-	counter("skein_agent_drift_repairs_total", "Resyncs that found and repaired drift.", func(s agentwatch.Stats) float64 { return float64(s.DriftRepairs) })
-	counter("skein_agent_reconcile_errors_total", "Reconciles that failed.", func(s agentwatch.Stats) float64 { return float64(s.Errors) })
-	gauge("skein_agent_reconcile_latency_seconds", "Time from the last API event to the kernel being reconciled.", func(s agentwatch.Stats) float64 { return s.LastLatency.Seconds() })
+	gauge("skein_agent_peerings_programmed", "Peerings whose gateway is programmed on this node.", func(s agent.Stats) float64 { return float64(s.Programmed) })
+	counter("skein_agent_reconciles_total", "Reconciles run.", func(s agent.Stats) float64 { return float64(s.Reconciles) })
+	counter("skein_agent_kernel_changes_total", "Kernel objects added, changed or removed.", func(s agent.Stats) float64 { return float64(s.Changes) })
+	counter("skein_agent_drift_repairs_total", "Resyncs that found and repaired drift.", func(s agent.Stats) float64 { return float64(s.DriftRepairs) })
+	counter("skein_agent_reconcile_errors_total", "Reconciles that failed.", func(s agent.Stats) float64 { return float64(s.Errors) })
+	gauge("skein_agent_reconcile_latency_seconds", "Time from the last API event to the kernel being reconciled.", func(s agent.Stats) float64 { return s.LastLatency.Seconds() })
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })

@@ -20,8 +20,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/skein-net/skein/appliance"
-	"github.com/skein-net/skein/control/gwconfig"
-	"github.com/skein-net/skein/control/gwwatch"
+	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/overlay"
 )
@@ -64,7 +63,7 @@ func main() {
 	podIP := fs.String("pod-ip", os.Getenv("POD_IP"), "in-cluster: the pod's IP, where the overlay socket binds (default $POD_IP)")
 	overlayKind := fs.String("overlay-kind", "vxlan", "in-cluster: vxlan or geneve, as the nodes' overlay devices")
 	overlayPort := fs.Uint("overlay-port", 0, "in-cluster: UDP port of the overlay (default 4789 for vxlan, 6081 for geneve)")
-	vni := fs.Uint("vni", gwconfig.DefaultVNI, "in-cluster: VNI of the overlay")
+	vni := fs.Uint("vni", gateway.DefaultVNI, "in-cluster: VNI of the overlay")
 	completeSums := fs.Bool("complete-checksums", true, "in-cluster: recompute inner TCP/UDP checksums from the nodes, so their overlay devices may keep TX offload (TSO) on")
 	overlayMTU := fs.Int("overlay-mtu", 0, "in-cluster: MTU of the nodes' overlay devices (default 1450)")
 	listenPort := fs.Uint("listen-port", 0, "in-cluster server: WireGuard UDP port (default: the GatewayServer's endpoint port)")
@@ -77,8 +76,8 @@ func main() {
 	leaseDuration := fs.Duration("lease-duration", 6*time.Second, "in-cluster: how long a dead active replica holds the Lease before a standby takes over")
 	renewDeadline := fs.Duration("lease-renew-deadline", 4*time.Second, "in-cluster: how long the active replica keeps trying to renew before it steps down")
 	retryPeriod := fs.Duration("lease-retry-period", 500*time.Millisecond, "in-cluster: how often replicas try to acquire or renew the Lease")
-	gcPercent := fs.Int("gc-percent", gwconfig.DefaultGCPercent, "in-cluster: the Go garbage collector's GOGC (-1: off, leaving GC to the memory limit)")
-	memLimit := fs.Int("memory-limit-mib", gwconfig.DefaultMemoryLimitMiB, "in-cluster: soft limit of the Go heap in MiB (0: none; the file's memoryLimitMiB in standalone mode)")
+	gcPercent := fs.Int("gc-percent", gateway.DefaultGCPercent, "in-cluster: the Go garbage collector's GOGC (-1: off, leaving GC to the memory limit)")
+	memLimit := fs.Int("memory-limit-mib", gateway.DefaultMemoryLimitMiB, "in-cluster: soft limit of the Go heap in MiB (0: none; the file's memoryLimitMiB in standalone mode)")
 	window := fs.Int("window", dataplane.DefaultWindow, "in-cluster: most packets wireguard-go may hold per direction (each holds a 64 KiB buffer; the file's window in standalone mode)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -90,8 +89,8 @@ func main() {
 	if fs.NArg() > 0 {
 		fail(2, "unexpected arguments %q (see --help)", fs.Args())
 	}
-	if *window < 1 || *window > gwconfig.MaxWindow {
-		fail(2, "--window %d: want 1-%d packets", *window, gwconfig.MaxWindow)
+	if *window < 1 || *window > gateway.MaxWindow {
+		fail(2, "--window %d: want 1-%d packets", *window, gateway.MaxWindow)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -109,7 +108,7 @@ func main() {
 	case *configPath != "" && *mode != "":
 		fail(2, "--config (standalone) and --mode (in-cluster) exclude each other")
 	case *configPath != "":
-		cfg, err := gwconfig.LoadFile(*configPath)
+		cfg, err := gateway.LoadFile(*configPath)
 		if err != nil {
 			fail(1, "%v", err)
 		}
@@ -150,16 +149,16 @@ func main() {
 		if err != nil {
 			fail(1, "reaching the API server: %v", err)
 		}
-		var election *gwwatch.Election
+		var election *gateway.Election
 		if *podName != "" {
 			if !(*leaseDuration > *renewDeadline && *renewDeadline > *retryPeriod && *retryPeriod > 0) {
 				fail(2, "lease timings: want --lease-duration > --lease-renew-deadline > --lease-retry-period > 0")
 			}
-			election = &gwwatch.Election{PodName: *podName, NodeName: *nodeName, LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod}
+			election = &gateway.Election{PodName: *podName, NodeName: *nodeName, LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod}
 		}
-		ic, err := appliance.StartInCluster(restCfg, gwwatch.Options{
+		ic, err := appliance.StartInCluster(restCfg, gateway.Options{
 			Namespace: *namespace, Name: *name, Server: *mode == "server", WatchPods: *watchPods,
-			Local: gwconfig.Local{
+			Local: gateway.Local{
 				PodIP: ip, OverlayKind: kind, OverlayPort: uint16(*overlayPort), VNI: uint32(*vni), OverlayMTU: *overlayMTU, CompleteChecksums: *completeSums,
 				ListenPort: uint16(*listenPort), ProbeInterval: *probeInterval, ProbeFail: *probeFail,
 				HTTPListen: *httpListen, MemoryLimit: int64(*memLimit) << 20, GCPercent: *gcPercent,

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/control/identity"
-	"github.com/skein-net/skein/control/keyctl"
 	"github.com/skein-net/skein/control/kube"
 )
 
@@ -213,7 +213,7 @@ GatewayClient, labelled with this cluster's id. Apply it in the peer cluster.`,
 			if err := cl.Get(ctx, client.ObjectKey{Namespace: sns, Name: ref.Name}, s); err != nil {
 				return fmt.Errorf("secret %s/%s: %w", sns, ref.Name, err)
 			}
-			pk, err := keyctl.ForPeer(s, id, "")
+			pk, err := gateway.PeerPublicKey(s, id, "")
 			if err != nil {
 				return err
 			}

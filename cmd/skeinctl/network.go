@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/control/identity"
-	"github.com/skein-net/skein/control/keyctl"
 )
 
 // side is one cluster of a peering as skeinctl works on it.
@@ -545,7 +545,7 @@ func gatewaySecret(ctx context.Context, s *side, ns string, ref func() *netv1alp
 // applyPublicKey creates or updates, in s, the PublicKey of the peer's gateway whose key pair
 // is secret.
 func applyPublicKey(ctx context.Context, s *side, secret *corev1.Secret, peerID, ns string) error {
-	pk, err := keyctl.ForPeer(secret, peerID, ns)
+	pk, err := gateway.PeerPublicKey(secret, peerID, ns)
 	if err != nil {
 		return fmt.Errorf("(%s) %w", s.label, err)
 	}

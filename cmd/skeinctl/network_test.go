@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
-	"github.com/skein-net/skein/control/apitest"
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/identity"
+	"github.com/skein-net/skein/internal/apitest"
 )
 
 // cluster starts an API server with skein "installed": the identity ConfigMaps and the

@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
-	"github.com/skein-net/skein/control/apitest"
-	"github.com/skein-net/skein/control/gwconfig"
+	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/control/identity"
+	"github.com/skein-net/skein/internal/apitest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -153,7 +153,7 @@ func TestGenerateGolden(t *testing.T) {
 	gc.Status.SecretRef = &netv1alpha1.ObjectRef{Name: "client-wg-key"}
 	must(t, c.Status().Update(ctx, gc))
 	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "client-wg-key", Namespace: "default"},
-		Data: map[string][]byte{gwconfig.SecretPublicKey: []byte("GExyYe7RJ3Lo5nQVa6K2Tp9zobXCvWmJawsLxu7hn10=")}}))
+		Data: map[string][]byte{config.SecretPublicKey: []byte("GExyYe7RJ3Lo5nQVa6K2Tp9zobXCvWmJawsLxu7hn10=")}}))
 	kc := env.KubeconfigFile(t)
 	out, err := run(t, "--kubeconfig", kc, "generate", "configuration")
 	if err != nil {

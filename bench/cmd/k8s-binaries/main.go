@@ -15,7 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/skein-net/skein/bench/k8sbin"
+	"github.com/skein-net/skein/internal/k8sbin"
 )
 
 func main() {

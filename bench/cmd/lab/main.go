@@ -17,9 +17,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/skein-net/skein/bench/k8sbin"
 	"github.com/skein-net/skein/bench/kubelet"
 	"github.com/skein-net/skein/bench/lab"
+	"github.com/skein-net/skein/internal/k8sbin"
 )
 
 const usage = `lab: real Kubernetes clusters in network namespaces (run as root).

@@ -8,8 +8,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/skein-net/skein/bench/k8sbin"
 	"github.com/skein-net/skein/bench/lab"
+	"github.com/skein-net/skein/internal/k8sbin"
 )
 
 // Need skips the test when SKEIN_SKIP_NETNS is set and fails it without root or without the

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
-	"github.com/skein-net/skein/control/apitest"
+	"github.com/skein-net/skein/internal/apitest"
 )
 
 var env *apitest.Env

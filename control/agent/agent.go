@@ -1,0 +1,267 @@
+// Package agent is skein-agent's loop: it watches the node's InternalNode, every
+// Configuration and every gateway, computes the node's desired state (control/agent/plan),
+// reconciles the kernel to it (dataplane/kernel), publishes the node's VTEP in its
+// InternalNode, and repairs drift with a periodic resync.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+
+	"github.com/skein-net/skein/control/agent/apiclient"
+	"github.com/skein-net/skein/control/agent/plan"
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/dataplane/kernel"
+	"github.com/skein-net/skein/dataplane/overlay"
+)
+
+var errWaiting = errors.New("not there yet")
+
+// MACAnnotation is the annotation of the agent's pod holding its overlay device's MAC.
+const MACAnnotation = "net.liqo.io/vxlan.mac"
+
+// SNAT programs (non-nil) or removes (nil) the host-network SNAT.
+type SNAT func(*kernel.HostSNAT) error
+
+// Options configure the agent.
+type Options struct {
+	Node plan.Node
+	// PodNamespace and PodName name the agent's own pod when it runs as one; it is annotated
+	// with the overlay device's MAC (MACAnnotation), as Liqo-Route does.
+	PodNamespace, PodName string
+	// Resync reconciles this often without events, repairing drift (default 10 s).
+	Resync time.Duration
+	// Monitor, if set, subscribes to kernel changes (kernel.Monitor) and calls changed for
+	// each, so drift is repaired at once; it must return once subscribed.
+	Monitor func(changed func(), done <-chan struct{}) error
+	Log     *slog.Logger
+}
+
+// Stats are the agent's counters, for metrics.
+type Stats struct {
+	Reconciles, Changes, DriftRepairs, Errors uint64
+	Programmed                                int // peers programmed
+	LastLatency                               time.Duration
+}
+
+// Agent reconciles one node.
+type Agent struct {
+	opts   Options
+	client *apiclient.Client
+	// Watch caches of InternalNodes, Configurations, GatewayServers and GatewayClients.
+	nodes, confs, servers, clients *apiclient.Informer
+	k                              kernel.Kernel
+	snat                           SNAT
+	poke                           chan struct{}
+	drift                          chan struct{}
+
+	mu        sync.Mutex
+	stats     Stats
+	lastErr   string
+	published string // VTEP last written
+	lastEvent time.Time
+}
+
+// New prepares an agent on kernel k; snat may be nil (no host-network SNAT).
+func New(cfg *rest.Config, opts Options, k kernel.Kernel, snat SNAT) (*Agent, error) {
+	if opts.Node.Name == "" || !opts.Node.IP.Is4() {
+		return nil, errors.New("agent: the node's name and IPv4 address are required")
+	}
+	if opts.Resync == 0 {
+		opts.Resync = 10 * time.Second
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	c, err := apiclient.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a := &Agent{opts: opts, client: c, k: k, snat: snat, poke: make(chan struct{}, 1), drift: make(chan struct{}, 1)}
+	for _, w := range []struct {
+		inf      **apiclient.Informer
+		resource string
+		obj      runtime.Object
+	}{
+		{&a.nodes, "internalnodes", &netv1alpha1.InternalNode{}},
+		{&a.confs, "configurations", &netv1alpha1.Configuration{}},
+		{&a.servers, "gatewayservers", &netv1alpha1.GatewayServer{}},
+		{&a.clients, "gatewayclients", &netv1alpha1.GatewayClient{}},
+	} {
+		if *w.inf, err = c.Watch(w.resource, w.obj, a.wake); err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+	}
+	return a, nil
+}
+
+// Stats returns the counters.
+func (a *Agent) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stats
+}
+
+func (a *Agent) wake() {
+	a.mu.Lock()
+	a.lastEvent = time.Now()
+	a.mu.Unlock()
+	select {
+	case a.poke <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconciles until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := apiclient.Start(ctx, a.nodes, a.confs, a.servers, a.clients); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("agent: %w", err)
+	}
+	if a.opts.Monitor != nil {
+		err := a.opts.Monitor(func() {
+			select {
+			case a.drift <- struct{}{}:
+			default:
+			}
+		}, ctx.Done())
+		if err != nil {
+			a.opts.Log.Warn("kernel monitoring unavailable; drift is repaired on resync only", "err", err)
+		}
+	}
+	tick := time.NewTicker(a.opts.Resync)
+	defer tick.Stop()
+	a.wake()
+	for {
+		resync := false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			resync = true
+		case <-a.drift:
+			resync = true // a kernel change: what it changes is drift
+		case <-a.poke:
+		}
+		a.reconcile(ctx, resync)
+	}
+}
+
+// reconcile computes and applies the node's state once.
+func (a *Agent) reconcile(ctx context.Context, resync bool) {
+	start := time.Now()
+	ch, peers, err := a.apply(ctx)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats.Reconciles++
+	a.stats.Changes += uint64(ch.Total())
+	if resync && ch.Total() > 0 {
+		a.stats.DriftRepairs++
+		a.opts.Log.Warn("repaired drift in the kernel", "changes", ch.Total())
+	}
+	if !a.lastEvent.IsZero() && !resync {
+		a.stats.LastLatency = time.Since(a.lastEvent)
+	} else {
+		a.stats.LastLatency = time.Since(start)
+	}
+	a.stats.Programmed = peers
+	msg := ""
+	if err != nil {
+		a.stats.Errors++
+		msg = err.Error()
+	}
+	if msg != a.lastErr {
+		switch {
+		case errors.Is(err, errWaiting) || errors.Is(err, plan.ErrNoOverlayIP):
+			a.opts.Log.Info("waiting", "for", msg)
+		case err != nil:
+			a.opts.Log.Error("reconcile", "err", msg)
+		default:
+			a.opts.Log.Info("node programmed", "peers", peers)
+		}
+		a.lastErr = msg
+	}
+}
+
+func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, error) {
+	var ch kernel.Changes
+	in := apiclient.Get[netv1alpha1.InternalNode](a.nodes, a.opts.Node.Name)
+	if in == nil {
+		return ch, 0, fmt.Errorf("%w: InternalNode %s (created by skein-controller)", errWaiting, a.opts.Node.Name)
+	}
+	o := plan.Objects{InternalNode: in}
+	for _, c := range apiclient.List[netv1alpha1.Configuration](a.confs) {
+		o.Configurations = append(o.Configurations, *c)
+	}
+	for _, g := range apiclient.List[netv1alpha1.GatewayServer](a.servers) {
+		o.Servers = append(o.Servers, *g)
+	}
+	for _, g := range apiclient.List[netv1alpha1.GatewayClient](a.clients) {
+		o.Clients = append(o.Clients, *g)
+	}
+	plan, err := plan.FromObjects(a.opts.Node, o)
+	if err != nil {
+		return ch, 0, err
+	}
+	if len(plan.Kernel.Peers) == 0 {
+		// No active peering: nothing of ours belongs on the node.
+		if l, _ := a.k.Link(plan.Kernel.Overlay.Name); l != nil {
+			ch.Links++
+		}
+		err := kernel.Cleanup(a.k, plan.Kernel.Overlay.Name)
+		if a.snat != nil {
+			err = errors.Join(err, a.snat(nil))
+		}
+		return ch, 0, err
+	}
+	if ch, err = kernel.Reconcile(a.k, plan.Kernel); err != nil {
+		return ch, 0, err
+	}
+	if a.snat != nil {
+		if err := a.snat(plan.SNAT); err != nil {
+			return ch, len(plan.Kernel.Peers), err
+		}
+	}
+	return ch, len(plan.Kernel.Peers), a.publish(ctx, plan.Kernel.Overlay)
+}
+
+// publish writes the node's VTEP (underlay IP, device MAC) into its InternalNode's status.
+func (a *Agent) publish(ctx context.Context, o kernel.Overlay) error {
+	l, err := a.k.Link(o.Name)
+	if err != nil || l == nil {
+		return fmt.Errorf("reading %s to publish the VTEP: %v", o.Name, err)
+	}
+	vtep := netv1alpha1.VTEP{IP: netv1alpha1.IP(o.Local.String()), MAC: netv1alpha1.MAC(overlay.MACString(l.MAC))}
+	key := string(vtep.IP) + " " + string(vtep.MAC)
+	a.mu.Lock()
+	same := a.published == key
+	a.mu.Unlock()
+	if same {
+		return nil
+	}
+	// The pod's annotation first: whoever sees the VTEP in the InternalNode sees it too.
+	if a.opts.PodName != "" && a.opts.PodNamespace != "" {
+		ann, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{MACAnnotation: string(vtep.MAC)}}})
+		if err := a.client.PatchPod(ctx, a.opts.PodNamespace, a.opts.PodName, ann); err != nil {
+			return fmt.Errorf("annotate pod %s/%s with the overlay MAC: %w", a.opts.PodNamespace, a.opts.PodName, err)
+		}
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"vtep": vtep}})
+	if err := a.client.PatchStatus(ctx, "internalnodes", a.opts.Node.Name, patch); err != nil {
+		return fmt.Errorf("publish VTEP in InternalNode %s: %w", a.opts.Node.Name, err)
+	}
+	a.mu.Lock()
+	a.published = key
+	a.mu.Unlock()
+	return nil
+}

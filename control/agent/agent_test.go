@@ -1,0 +1,178 @@
+package agent_test
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/skein-net/skein/control/agent"
+	"github.com/skein-net/skein/control/agent/plan"
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/dataplane/kernel"
+	"github.com/skein-net/skein/internal/apitest"
+)
+
+func ipp(s string) *netv1alpha1.IP { v := netv1alpha1.IP(s); return &v }
+
+// TestAgentReacts runs the agent against a real API server with a fake kernel: it programs a
+// peering once its InternalNode, Configuration and gateway status are complete, publishes its
+// VTEP, follows a gateway failover and a remapping, repairs drift on resync, and removes
+// everything when the last peering goes.
+func TestAgentReacts(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "agent")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nodeName := ns + "-n1"
+	f := kernel.NewFake()
+	var snatMu sync.Mutex
+	var snats []*kernel.HostSNAT
+	lastSNAT := func() *kernel.HostSNAT {
+		snatMu.Lock()
+		defer snatMu.Unlock()
+		if len(snats) == 0 {
+			return nil
+		}
+		return snats[len(snats)-1]
+	}
+	a, err := agent.New(env.Config, agent.Options{
+		Node:         plan.Node{Name: nodeName, IP: netip.MustParseAddr("192.168.77.1"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
+		PodNamespace: ns, PodName: "agent-n1",
+		Resync: 300 * time.Millisecond,
+		Log:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}, f, func(s *kernel.HostSNAT) error {
+		snatMu.Lock()
+		defer snatMu.Unlock()
+		snats = append(snats, s)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	// wait until the fake kernel's recorded commands contain every wanted line.
+	var history strings.Builder
+	wait := func(what string, want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			history.WriteString(f.Script())
+			all := true
+			for _, w := range want {
+				all = all && strings.Contains(history.String(), w)
+			}
+			if all {
+				history.Reset()
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: commands so far:\n%s\nwant lines containing %q", what, history.String(), want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	must(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-n1", Namespace: ns},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "skein-agent"}}}}))
+	in := &netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: nodeName},
+		Spec: netv1alpha1.InternalNodeSpec{OverlayIP: ipp("10.80.0.11"), ExternalIP: ipp("10.70.0.11")}}
+	must(t, c.Create(ctx, in))
+	t.Cleanup(func() { c.Delete(context.Background(), in) })
+	labels := map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b"}
+	conf := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns, Labels: labels},
+		Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}
+	must(t, c.Create(ctx, conf))
+	conf.Status.Remote = &netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.71.0.0/16", External: "10.72.0.0/16"}}
+	must(t, c.Status().Update(ctx, conf))
+	gs := &netv1alpha1.GatewayServer{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: ns, Labels: labels},
+		Spec: netv1alpha1.GatewayServerSpec{ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server"}}}
+	must(t, c.Create(ctx, gs))
+	time.Sleep(500 * time.Millisecond)
+	if a.Stats().Programmed != 0 {
+		t.Fatal("programmed a peering whose gateway has no active replica")
+	}
+	gs.Status.InternalEndpoint = &netv1alpha1.InternalEndpoint{IP: ipp("10.80.0.1"), VTEP: &netv1alpha1.VTEP{IP: "10.244.1.20", MAC: "02:5b:00:00:00:01"}}
+	must(t, c.Status().Update(ctx, gs))
+	wait("first peering",
+		"ip link add liqo.vxlan type vxlan id 18952 dstport 4789 local 192.168.77.1 nolearning",
+		"bridge fdb replace 02:5b:00:00:00:01 dev liqo.vxlan dst 10.244.1.20",
+		"ip neigh replace 10.80.0.1 lladdr 02:5b:00:00:00:01 dev liqo.vxlan nud permanent",
+		"ip route add 10.71.0.0/16 via 10.80.0.1 dev liqo.vxlan onlink table 18952",
+		"ip rule add to 10.72.0.0/16 lookup 18952 priority 1900")
+	if s := lastSNAT(); s == nil || s.ExternalIP.String() != "10.70.0.11" {
+		t.Errorf("host SNAT %+v", s)
+	}
+	// The VTEP is published.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		must(t, c.Get(ctx, client.ObjectKeyFromObject(in), in))
+		if v := in.Status.VTEP; v != nil && v.IP == "192.168.77.1" && string(v.MAC) == "02:5a:"+string(v.MAC)[6:] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("VTEP not published: %+v", in.Status.VTEP)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	pod := &corev1.Pod{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "agent-n1"}, pod))
+	if got := pod.Annotations[agent.MACAnnotation]; got != string(in.Status.VTEP.MAC) {
+		t.Errorf("pod annotation %s = %q, want the device MAC %s", agent.MACAnnotation, got, in.Status.VTEP.MAC)
+	}
+
+	// Failover: the active replica moves.
+	must(t, c.Get(ctx, client.ObjectKeyFromObject(gs), gs))
+	gs.Status.InternalEndpoint.VTEP.IP = "10.244.2.30"
+	moved := time.Now()
+	must(t, c.Status().Update(ctx, gs))
+	wait("failover", "bridge fdb replace 02:5b:00:00:00:01 dev liqo.vxlan dst 10.244.2.30")
+	t.Logf("failover: FDB repointed %v after the status update", time.Since(moved).Round(time.Millisecond))
+
+	// Remap.
+	must(t, c.Get(ctx, client.ObjectKeyFromObject(conf), conf))
+	conf.Status.Remote.CIDR.Pod = "10.73.0.0/16"
+	must(t, c.Status().Update(ctx, conf))
+	wait("remap", "ip route del 10.71.0.0/16", "ip route add 10.73.0.0/16 via 10.80.0.1 dev liqo.vxlan onlink table 18952")
+
+	// The node's overlay address changes in its InternalNode.
+	must(t, c.Get(ctx, client.ObjectKeyFromObject(in), in))
+	in.Spec.OverlayIP = ipp("10.80.0.12")
+	must(t, c.Update(ctx, in))
+	wait("overlay address change", "ip addr add 10.80.0.12/16 dev liqo.vxlan", "ip addr del 10.80.0.11/16 dev liqo.vxlan")
+
+	// Drift: a route removed behind the agent's back comes back on resync.
+	must(t, f.DelRoute("liqo.vxlan", kernel.Route{Dst: netip.MustParsePrefix("10.73.0.0/16"), Via: netip.MustParseAddr("10.80.0.1")}))
+	wait("drift repair", "ip route add 10.73.0.0/16 via 10.80.0.1 dev liqo.vxlan onlink table 18952")
+	if a.Stats().DriftRepairs == 0 {
+		t.Error("drift repair not counted")
+	}
+
+	// The last peering goes: everything is removed.
+	must(t, c.Delete(ctx, gs))
+	wait("cleanup", "ip link del liqo.vxlan")
+	if lastSNAT() != nil {
+		t.Error("host SNAT not removed")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,168 @@
+// Package plan translates the API objects a node agent reads (its InternalNode, every
+// Configuration, every GatewayServer and GatewayClient) into what it programs on its node
+// (kernel.Desired and the host-network SNAT). It is a pure function of its inputs.
+package plan
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/dataplane/kernel"
+	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/packet"
+)
+
+// Node is what the agent knows of its node from flags and the environment.
+type Node struct {
+	Name string
+	// IP is the node's underlay address (the overlay device's local address, its VTEP).
+	IP netip.Addr
+	// InternalCIDR is the cluster's internal CIDR (overlay addresses), for the prefix length of
+	// the device's address. Default 10.80.0.0/16.
+	InternalCIDR netip.Prefix
+	// PodCIDRs are the cluster's pod CIDRs: host-network SNAT never touches them.
+	PodCIDRs []netip.Prefix
+	// Overlay device settings.
+	Device       string // default liqo.vxlan
+	Kind         overlay.Kind
+	VNI          uint32
+	Port         uint16
+	MTU          int // of the device; default 1450
+	RulePriority int
+}
+
+// Objects are the API objects the agent reads.
+type Objects struct {
+	InternalNode   *netv1alpha1.InternalNode
+	Configurations []netv1alpha1.Configuration
+	Servers        []netv1alpha1.GatewayServer
+	Clients        []netv1alpha1.GatewayClient
+}
+
+// Plan is what the agent programs.
+type Plan struct {
+	Kernel kernel.Desired
+	// SNAT is the host-network SNAT; nil when there is nothing to SNAT (no peer, or no
+	// external address assigned to the node yet).
+	SNAT *kernel.HostSNAT
+	// Waiting lists peerings not programmed yet and why (for logs and conditions).
+	Waiting []string
+}
+
+// NodeMAC is the overlay device MAC of the node with underlay address ip: locally
+// administered, stable, and distinct from gateway MACs (which start 02:5b).
+func NodeMAC(ip netip.Addr) packet.MAC {
+	h := sha256.Sum256(ip.AsSlice())
+	return packet.MAC{0x02, 0x5a, h[0], h[1], h[2], h[3]}
+}
+
+// ErrNoOverlayIP means the controller has not assigned the node's overlay address yet.
+var ErrNoOverlayIP = errors.New("the node's InternalNode has no spec.overlayIP yet")
+
+// FromObjects computes the plan. Peerings whose gateway has not published an active VTEP, or
+// whose Configuration is not mapped yet, are left out and listed in Waiting.
+func FromObjects(n Node, o Objects) (*Plan, error) {
+	if o.InternalNode == nil || o.InternalNode.Spec.OverlayIP == nil {
+		return nil, ErrNoOverlayIP
+	}
+	ip, err := netip.ParseAddr(string(*o.InternalNode.Spec.OverlayIP))
+	if err != nil {
+		return nil, fmt.Errorf("internalnode %s: spec.overlayIP %q: %w", o.InternalNode.Name, *o.InternalNode.Spec.OverlayIP, err)
+	}
+	internal := n.InternalCIDR
+	if !internal.IsValid() {
+		internal = netip.MustParsePrefix("10.80.0.0/16")
+	}
+	dev := n.Device
+	if dev == "" {
+		dev = "liqo.vxlan"
+	}
+	kind := n.Kind
+	if kind == 0 {
+		kind = overlay.VXLAN
+	}
+	port := n.Port
+	if port == 0 {
+		port = kind.DefaultPort()
+	}
+	mtu := n.MTU
+	if mtu == 0 {
+		mtu = 1500 - overlay.Overhead
+	}
+	vni := n.VNI
+	if vni == 0 {
+		vni = 18952
+	}
+	p := &Plan{Kernel: kernel.Desired{
+		Overlay: kernel.Overlay{Name: dev, Kind: kind, VNI: vni, Port: port, Local: n.IP, Address: netip.PrefixFrom(ip, internal.Bits()), MTU: mtu,
+			MAC: NodeMAC(n.IP)},
+		RulePriority: n.RulePriority,
+	}}
+
+	// Remote CIDRs as seen here, by remote cluster id.
+	remote := map[string][]netip.Prefix{}
+	for _, c := range o.Configurations {
+		id := c.Labels[netv1alpha1.RemoteClusterIDLabel]
+		if id == "" {
+			continue
+		}
+		if c.Status.Remote == nil {
+			p.Waiting = append(p.Waiting, fmt.Sprintf("configuration %s/%s: not mapped yet", c.Namespace, c.Name))
+			continue
+		}
+		for _, s := range []netv1alpha1.CIDR{c.Status.Remote.CIDR.Pod, c.Status.Remote.CIDR.External} {
+			if pr, err := netip.ParsePrefix(string(s)); err == nil && pr.Addr().Is4() {
+				remote[id] = append(remote[id], pr.Masked())
+			}
+		}
+	}
+
+	type gw struct {
+		id, ref string
+		ie      *netv1alpha1.InternalEndpoint
+	}
+	var gws []gw
+	for _, s := range o.Servers {
+		gws = append(gws, gw{s.Labels[netv1alpha1.RemoteClusterIDLabel], "gatewayserver " + s.Namespace + "/" + s.Name, s.Status.InternalEndpoint})
+	}
+	for _, c := range o.Clients {
+		gws = append(gws, gw{c.Labels[netv1alpha1.RemoteClusterIDLabel], "gatewayclient " + c.Namespace + "/" + c.Name, c.Status.InternalEndpoint})
+	}
+	sort.Slice(gws, func(i, j int) bool { return gws[i].ref < gws[j].ref })
+	var snatRemote []netip.Prefix
+	for _, g := range gws {
+		routes := remote[g.id]
+		switch {
+		case g.id == "":
+			p.Waiting = append(p.Waiting, g.ref+": no "+netv1alpha1.RemoteClusterIDLabel+" label")
+			continue
+		case len(routes) == 0:
+			p.Waiting = append(p.Waiting, g.ref+": no mapped Configuration for cluster "+g.id)
+			continue
+		case g.ie == nil || g.ie.IP == nil || g.ie.VTEP == nil:
+			p.Waiting = append(p.Waiting, g.ref+": no active replica published yet")
+			continue
+		}
+		oip, err1 := netip.ParseAddr(string(*g.ie.IP))
+		vtep, err2 := netip.ParseAddr(string(g.ie.VTEP.IP))
+		mac, err3 := overlay.ParseMAC(string(g.ie.VTEP.MAC))
+		if err := errors.Join(err1, err2, err3); err != nil {
+			p.Waiting = append(p.Waiting, fmt.Sprintf("%s: status.internalEndpoint does not parse: %v", g.ref, err))
+			continue
+		}
+		p.Kernel.Peers = append(p.Kernel.Peers, kernel.Peer{OverlayIP: oip, MAC: mac, VTEP: vtep, Routes: routes})
+		snatRemote = append(snatRemote, routes...)
+	}
+	if ext := o.InternalNode.Spec.ExternalIP; ext != nil && len(snatRemote) > 0 {
+		if e, err := netip.ParseAddr(string(*ext)); err == nil {
+			slices.SortFunc(snatRemote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+			p.SNAT = &kernel.HostSNAT{ExternalIP: e, PodCIDRs: n.PodCIDRs, Remote: slices.Compact(snatRemote)}
+		}
+	}
+	return p, nil
+}

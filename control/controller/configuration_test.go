@@ -1,0 +1,252 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/controller"
+	"github.com/skein-net/skein/control/controller/ipam"
+	"github.com/skein-net/skein/control/identity"
+	"github.com/skein-net/skein/internal/apitest"
+)
+
+var local = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/12"),
+	netip.MustParsePrefix("10.70.0.0/16"), netip.MustParsePrefix("10.80.0.0/16")}
+
+// start runs the Configuration reconciler in a manager until the returned stop is called.
+func startConfigurations(t *testing.T, env *apitest.Env) (stop func()) {
+	return startConfigurationsTB(t, env)
+}
+
+func startConfigurationsTB(t testing.TB, env *apitest.Env) (stop func()) {
+	t.Helper()
+	skip := true // a restarted controller registers its name again in this process
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: crconfig.Controller{SkipNameValidation: &skip}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := ipam.New(ipam.DefaultPools, local)
+	r := &controller.ConfigurationReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), IPAM: a}
+	if err := r.Restore(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func conf(ns, name, id, pod, ext string) *netv1alpha1.Configuration {
+	return &netv1alpha1.Configuration{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: id}},
+		Spec:       netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: netv1alpha1.CIDR(pod), External: netv1alpha1.CIDR(ext)}}},
+	}
+}
+
+// waitStatus waits until every named Configuration has a Ready condition and returns them.
+func waitStatus(t *testing.T, c client.Client, ns string, names ...string) map[string]*netv1alpha1.Configuration {
+	t.Helper()
+	out := map[string]*netv1alpha1.Configuration{}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range names {
+		for {
+			cf := &netv1alpha1.Configuration{}
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: n}, cf); err == nil && meta.FindStatusCondition(cf.Status.Conditions, "Ready") != nil {
+				out[n] = cf
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("configuration %s got no Ready condition", n)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return out
+}
+
+func TestIPAM(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "ipam")
+	ctx := context.Background()
+
+	id, err := identity.EnsureClusterID(ctx, c, ns)
+	if err != nil || len(id) != 36 {
+		t.Fatalf("cluster id %q %v", id, err)
+	}
+	if again, _ := identity.EnsureClusterID(ctx, c, ns); again != id {
+		t.Errorf("cluster id changed: %s -> %s", id, again)
+	}
+
+	stop := startConfigurations(t, env)
+	for i, name := range []string{"b", "c", "d"} {
+		if err := c.Create(ctx, conf(ns, name, "cluster-"+name, "10.244.0.0/16", fmt.Sprintf("10.%d.0.0/16", 60+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Create(ctx, conf(ns, "far", "cluster-far", "172.30.0.0/16", "172.31.0.0/16")); err != nil {
+		t.Fatal(err)
+	}
+	got := waitStatus(t, c, ns, "b", "c", "d", "far")
+	pods := map[netv1alpha1.CIDR]string{}
+	for _, n := range []string{"b", "c", "d"} {
+		cf := got[n]
+		cond := meta.FindStatusCondition(cf.Status.Conditions, "Ready")
+		if cf.Status.Remote == nil || cond.Status != metav1.ConditionTrue || cond.Reason != "Remapped" {
+			t.Fatalf("%s: status %+v", n, cf.Status)
+		}
+		p := cf.Status.Remote.CIDR.Pod
+		if other, dup := pods[p]; dup || p == "10.244.0.0/16" {
+			t.Errorf("%s got pod CIDR %s (also %q)", n, p, other)
+		}
+		pods[p] = n
+	}
+	if far := got["far"]; far.Status.Remote.CIDR.Pod != "172.30.0.0/16" || meta.FindStatusCondition(far.Status.Conditions, "Ready").Reason != "NoRemapNeeded" {
+		t.Errorf("disjoint peer: %+v", far.Status)
+	}
+
+	// Restart: nothing moves.
+	stop()
+	stop = startConfigurations(t, env)
+	if err := c.Create(ctx, conf(ns, "e", "cluster-e", "10.244.0.0/16", "10.63.0.0/16")); err != nil {
+		t.Fatal(err)
+	}
+	after := waitStatus(t, c, ns, "b", "c", "d", "e")
+	for _, n := range []string{"b", "c", "d"} {
+		if after[n].Status.Remote.CIDR != got[n].Status.Remote.CIDR {
+			t.Errorf("%s moved across a restart: %+v -> %+v", n, got[n].Status.Remote.CIDR, after[n].Status.Remote.CIDR)
+		}
+	}
+	if _, dup := pods[after["e"].Status.Remote.CIDR.Pod]; dup {
+		t.Errorf("e got a prefix already given out: %s", after["e"].Status.Remote.CIDR.Pod)
+	}
+
+	// Errors are conditions.
+	bad := conf(ns, "dup", "cluster-b", "10.245.0.0/16", "10.64.0.0/16")
+	if err := c.Create(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	d := waitStatus(t, c, ns, "dup")["dup"]
+	if cond := meta.FindStatusCondition(d.Status.Conditions, "Ready"); cond.Status != metav1.ConditionFalse || cond.Reason != "DuplicateClusterID" {
+		t.Errorf("duplicate: %+v", cond)
+	}
+
+	// Deleting frees the prefix.
+	freed := after["e"].Status.Remote.CIDR.Pod
+	if err := c.Delete(ctx, after["e"]); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "e"}, &netv1alpha1.Configuration{})
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("configuration e not deleted (finalizer)")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := c.Create(ctx, conf(ns, "f", "cluster-f", "10.244.0.0/16", "10.65.0.0/16")); err != nil {
+		t.Fatal(err)
+	}
+	if f := waitStatus(t, c, ns, "f")["f"]; f.Status.Remote.CIDR.Pod != freed {
+		t.Errorf("freed %s not reused: f got %s", freed, f.Status.Remote.CIDR.Pod)
+	}
+	stop()
+}
+
+// TestConcurrent creates 50 Configurations at once, all on 10.244.0.0/16: all prefixes differ.
+func TestConcurrent(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "conc")
+	stop := startConfigurations(t, env)
+	defer stop()
+	var wg sync.WaitGroup
+	var names []string
+	began := time.Now()
+	for i := range 50 {
+		name := fmt.Sprintf("p%02d", i)
+		names = append(names, name)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.Create(context.Background(), conf(ns, name, "cluster-"+name, "10.244.0.0/16", "10.70.0.0/16")); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	got := waitStatus(t, c, ns, names...)
+	t.Logf("50 Configurations mapped in %v", time.Since(began).Round(time.Millisecond))
+	seen := map[netv1alpha1.CIDR]string{}
+	for n, cf := range got {
+		for _, p := range []netv1alpha1.CIDR{cf.Status.Remote.CIDR.Pod, cf.Status.Remote.CIDR.External} {
+			if other, dup := seen[p]; dup {
+				t.Errorf("%s and %s both got %s", n, other, p)
+			}
+			seen[p] = n
+		}
+	}
+}
+
+// BenchmarkConfigurations100 creates 100 Configurations at once, all on 10.244.0.0/16, and
+// measures the time until every one has its status.
+func BenchmarkConfigurations100(b *testing.B) {
+	env := apitest.Start(b)
+	stop := startConfigurationsTB(b, env)
+	defer stop()
+	for i := range b.N {
+		ns := env.Namespace(b, fmt.Sprintf("bench%d", i))
+		began := time.Now()
+		var wg sync.WaitGroup
+		var names []string
+		for j := range 100 {
+			name := fmt.Sprintf("p%03d", j)
+			names = append(names, name)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := env.Client.Create(context.Background(), conf(ns, name, fmt.Sprintf("c%d-%s", i, name), "10.244.0.0/24", "10.70.0.0/24")); err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		for _, n := range names {
+			for {
+				cf := &netv1alpha1.Configuration{}
+				if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: n}, cf); err == nil && cf.Status.Remote != nil {
+					break
+				}
+				if time.Since(began) > time.Minute {
+					b.Fatalf("%s not mapped within a minute", n)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		b.ReportMetric(time.Since(began).Seconds(), "s/100-configurations")
+	}
+}

@@ -1,0 +1,404 @@
+// The gateway reconciler reconciles GatewayServers and GatewayClients: it renders the referenced
+// template into the gateway's Deployment (and, for a server, its Service), ServiceAccount and
+// RoleBinding, generates the WireGuard key pair once into a Secret, assigns the gateway's
+// overlay address, and fills the status (secretRef, internalEndpoint.ip, and for a server the
+// endpoint the peer connects to). Everything it creates is removed with the gateway.
+
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/controller/render"
+	"github.com/skein-net/skein/control/gateway/config"
+)
+
+const (
+	gatewayFinalizer = "networking.liqo.io/gateway-resources"
+	// GatewayClusterRole is the ClusterRole (shipped by the chart) bound to every gateway's
+	// ServiceAccount in its namespace: read its objects, write its status, Connection and Lease.
+	GatewayClusterRole = "skein-gateway"
+	// GatewayNodesClusterRole is bound cluster-wide: read Nodes, InternalNodes and Pods.
+	GatewayNodesClusterRole = "skein-gateway-nodes"
+)
+
+// GatewayReconciler handles one kind of gateway.
+type GatewayReconciler struct {
+	Client  client.Client
+	Overlay *OverlayAddresses
+	// Server selects GatewayServers (true) or GatewayClients.
+	Server bool
+	// Events, if set, receives a warning for every failed reconcile.
+	Events events.EventRecorder
+}
+
+// SetupWithManager registers the reconciler, watching what it creates.
+func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).Owns(&appsv1.Deployment{}).Owns(&corev1.Secret{})
+	if r.Server {
+		// The active pod's node decides a NodePort server's endpoint.
+		byPod := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if gw := o.GetLabels()["networking.liqo.io/gateway"]; gw != "" {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: gw}}}
+			}
+			return nil
+		})
+		return b.For(&netv1alpha1.GatewayServer{}).Owns(&corev1.Service{}).Watches(&corev1.Pod{}, byPod).Named("gatewayserver").Complete(r)
+	}
+	return b.For(&netv1alpha1.GatewayClient{}).Named("gatewayclient").Complete(r)
+}
+
+// gateway abstracts over the two kinds.
+type gatewayObject struct {
+	obj       client.Object
+	spec      any
+	ref       netv1alpha1.TemplateRef
+	status    *netv1alpha1.InternalEndpoint
+	secretRef **netv1alpha1.ObjectRef
+	conds     *[]metav1.Condition
+	kind      string
+	server    *netv1alpha1.GatewayServer
+}
+
+func (r *GatewayReconciler) get(ctx context.Context, key types.NamespacedName) (*gatewayObject, error) {
+	if r.Server {
+		g := &netv1alpha1.GatewayServer{}
+		if err := r.Client.Get(ctx, key, g); err != nil {
+			return nil, err
+		}
+		if g.Status.InternalEndpoint == nil {
+			g.Status.InternalEndpoint = &netv1alpha1.InternalEndpoint{}
+		}
+		return &gatewayObject{obj: g, spec: g.Spec, ref: g.Spec.ServerTemplateRef, status: g.Status.InternalEndpoint, secretRef: &g.Status.SecretRef,
+			conds: &g.Status.Conditions, kind: "GatewayServer", server: g}, nil
+	}
+	g := &netv1alpha1.GatewayClient{}
+	if err := r.Client.Get(ctx, key, g); err != nil {
+		return nil, err
+	}
+	if g.Status.InternalEndpoint == nil {
+		g.Status.InternalEndpoint = &netv1alpha1.InternalEndpoint{}
+	}
+	return &gatewayObject{obj: g, spec: g.Spec, ref: g.Spec.ClientTemplateRef, status: g.Status.InternalEndpoint, secretRef: &g.Status.SecretRef,
+		conds: &g.Status.Conditions, kind: "GatewayClient"}, nil
+}
+
+// Reconcile brings one gateway's resources and status in line.
+func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	g, err := r.get(ctx, req.NamespacedName)
+	if err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	obj := g.obj
+	key := GatewayKey(obj.GetNamespace(), obj.GetName())
+	if !obj.GetDeletionTimestamp().IsZero() {
+		if err := r.removeAll(ctx, obj); err != nil {
+			return ctrl.Result{}, err
+		}
+		r.Overlay.Release(key)
+		if controllerutil.RemoveFinalizer(obj, gatewayFinalizer) {
+			return ctrl.Result{}, r.Client.Update(ctx, obj)
+		}
+		return ctrl.Result{}, nil
+	}
+	if controllerutil.AddFinalizer(obj, gatewayFinalizer) {
+		// The update is an event of its own: the next pass starts from the stored object.
+		return ctrl.Result{}, r.Client.Update(ctx, obj)
+	}
+	before := obj.DeepCopyObject().(client.Object)
+
+	// Keys: generated once, never rotated.
+	secretName := obj.GetName() + "-wg-key"
+	if err := r.ensureKeys(ctx, obj, secretName); err != nil {
+		return ctrl.Result{}, err
+	}
+	*g.secretRef = &netv1alpha1.ObjectRef{Name: secretName, Namespace: obj.GetNamespace()}
+
+	// Overlay address.
+	ip, err := r.Overlay.Assign(ctx, key)
+	if err != nil {
+		return ctrl.Result{}, r.fail(ctx, g, before, "OverlayAddressExhausted", err.Error())
+	}
+	ovIP := netv1alpha1.IP(ip.String())
+	g.status.IP = &ovIP
+
+	// Render and apply the template.
+	rendered, err := r.render(ctx, g, secretName)
+	if err != nil {
+		return ctrl.Result{}, r.fail(ctx, g, before, "TemplateError", err.Error())
+	}
+	if err := r.apply(ctx, obj, rendered); err != nil {
+		return ctrl.Result{}, err
+	}
+	msg := "deployed"
+	if g.server != nil {
+		ep, why, err := r.endpoint(ctx, g.server)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		g.server.Status.Endpoint = ep
+		if ep == nil {
+			msg = "deployed; waiting for an endpoint: " + why
+		}
+	}
+	meta.SetStatusCondition(g.conds, metav1.Condition{Type: netv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Deployed", Message: msg, ObservedGeneration: obj.GetGeneration()})
+	return ctrl.Result{}, r.Client.Status().Patch(ctx, obj, client.MergeFrom(before))
+}
+
+func (r *GatewayReconciler) fail(ctx context.Context, g *gatewayObject, before client.Object, reason, msg string) error {
+	if r.Events != nil {
+		r.Events.Eventf(g.obj, nil, corev1.EventTypeWarning, reason, "Deploy", "%s", msg)
+	}
+	meta.SetStatusCondition(g.conds, metav1.Condition{Type: netv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: g.obj.GetGeneration()})
+	return r.Client.Status().Patch(ctx, g.obj, client.MergeFrom(before))
+}
+
+func (r *GatewayReconciler) ensureKeys(ctx context.Context, owner client.Object, name string) error {
+	s := &corev1.Secret{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: owner.GetNamespace(), Name: name}, s)
+	if err == nil {
+		if len(s.Data[config.SecretPrivateKey]) == 0 {
+			return fmt.Errorf("secret %s/%s exists without %s; delete it to generate a new key pair", owner.GetNamespace(), name, config.SecretPrivateKey)
+		}
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	k, err := config.GenerateKey()
+	if err != nil {
+		return err
+	}
+	s = &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: owner.GetNamespace(), Name: name, Labels: owner.GetLabels()},
+		Data:       map[string][]byte{config.SecretPrivateKey: []byte(k.String()), config.SecretPublicKey: []byte(k.Public().String())},
+	}
+	if err := controllerutil.SetControllerReference(owner, s, r.Client.Scheme()); err != nil {
+		return err
+	}
+	return r.Client.Create(ctx, s)
+}
+
+func (r *GatewayReconciler) render(ctx context.Context, g *gatewayObject, secretName string) (*render.Rendered, error) {
+	ref := g.ref
+	ns := ref.Namespace
+	if ns == "" {
+		ns = g.obj.GetNamespace()
+	}
+	var raw *netv1alpha1.GatewayTemplateSpec
+	switch ref.Kind {
+	case "WgGatewayServerTemplate":
+		t := &netv1alpha1.WgGatewayServerTemplate{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, t); err != nil {
+			return nil, fmt.Errorf("template %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
+		}
+		raw = &t.Spec
+	case "WgGatewayClientTemplate":
+		t := &netv1alpha1.WgGatewayClientTemplate{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, t); err != nil {
+			return nil, fmt.Errorf("template %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
+		}
+		raw = &t.Spec
+	default:
+		return nil, fmt.Errorf("template kind %q is not one this controller renders (WgGatewayServerTemplate, WgGatewayClientTemplate)", ref.Kind)
+	}
+	d, err := render.NewData(g.obj.GetName(), g.obj.GetNamespace(), g.obj.GetLabels()[netv1alpha1.RemoteClusterIDLabel], secretName, string(g.obj.GetUID()), g.spec)
+	if err != nil {
+		return nil, err
+	}
+	rendered, err := render.Render(raw.Template, d)
+	if err != nil {
+		return nil, fmt.Errorf("template %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
+	}
+	if g.server != nil && rendered.Service == nil {
+		return nil, fmt.Errorf("template %s %s/%s renders no service for a GatewayServer", ref.Kind, ns, ref.Name)
+	}
+	return rendered, nil
+}
+
+// apply creates or updates the rendered objects, owned by the gateway.
+func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *render.Rendered) error {
+	name, ns := owner.GetName(), owner.GetNamespace()
+	labels := rd.Labels
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	if err := r.createOrUpdate(ctx, owner, sa, func() { sa.Labels = labels }); err != nil {
+		return err
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	if err := r.createOrUpdate(ctx, owner, rb, func() {
+		rb.Labels = labels
+		rb.RoleRef = rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: GatewayClusterRole}
+		rb.Subjects = []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}
+	}); err != nil {
+		return err
+	}
+	// Cluster-scoped reads need a ClusterRoleBinding; a namespaced gateway cannot own it, so
+	// removeAll deletes it.
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name)}}
+	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, crb, func() error {
+		crb.Labels = labels
+		crb.RoleRef = rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: GatewayNodesClusterRole}
+		crb.Subjects = []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("ClusterRoleBinding %s: %w", crb.Name, err)
+	}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	if err := r.createOrUpdate(ctx, owner, dep, func() {
+		dep.Labels, dep.Annotations = labels, rd.Annotations
+		dep.Spec = *rd.Deployment
+	}); err != nil {
+		return err
+	}
+	if rd.Service == nil {
+		return nil
+	}
+	gs := owner.(*netv1alpha1.GatewayServer)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	return r.createOrUpdate(ctx, owner, svc, func() {
+		svc.Labels, svc.Annotations = labels, rd.Annotations
+		clusterIP, nodePorts := svc.Spec.ClusterIP, map[string]int32{}
+		for _, p := range svc.Spec.Ports {
+			nodePorts[p.Name] = p.NodePort
+		}
+		svc.Spec = *rd.Service
+		svc.Spec.ClusterIP = clusterIP // allocated by the API server; immutable
+		for i := range svc.Spec.Ports {
+			p := &svc.Spec.Ports[i]
+			if p.TargetPort == (intstr.IntOrString{}) {
+				p.TargetPort = intstr.FromInt32(p.Port)
+			}
+			if n := nodePorts[p.Name]; n != 0 && svc.Spec.Type != corev1.ServiceTypeClusterIP {
+				p.NodePort = n
+			}
+		}
+		if np := gs.Spec.Endpoint.NodePort; np != nil && *np != 0 && len(svc.Spec.Ports) > 0 && svc.Spec.Type != corev1.ServiceTypeClusterIP {
+			svc.Spec.Ports[0].NodePort = *np
+		}
+		if lb := gs.Spec.Endpoint.LoadBalancerIP; lb != nil && *lb != "" && svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			svc.Spec.LoadBalancerIP = *lb
+		}
+	})
+}
+
+func (r *GatewayReconciler) createOrUpdate(ctx context.Context, owner, obj client.Object, mutate func()) error {
+	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, obj, func() error {
+		mutate()
+		return controllerutil.SetControllerReference(owner, obj, r.Client.Scheme())
+	})
+	if err != nil {
+		return fmt.Errorf("%T %s/%s: %w", obj, obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}
+
+// endpoint computes where the peer connects: the load balancer's address, or the node of the
+// active gateway pod with the node port, or the ClusterIP with the port.
+func (r *GatewayReconciler) endpoint(ctx context.Context, g *netv1alpha1.GatewayServer) (*netv1alpha1.Endpoint, string, error) {
+	svc := &corev1.Service{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(g), svc); err != nil {
+		return nil, "", client.IgnoreNotFound(err)
+	}
+	if len(svc.Spec.Ports) == 0 {
+		return nil, "the service has no port", nil
+	}
+	port := svc.Spec.Ports[0]
+	ep := &netv1alpha1.Endpoint{Protocol: netv1alpha1.Protocol(corev1.ProtocolUDP)}
+	switch svc.Spec.Type {
+	case corev1.ServiceTypeLoadBalancer:
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if in.IP != "" {
+				ep.Addresses = append(ep.Addresses, netv1alpha1.Address(in.IP))
+			} else if in.Hostname != "" {
+				ep.Addresses = append(ep.Addresses, netv1alpha1.Address(in.Hostname))
+			}
+		}
+		ep.Port = port.Port
+		if len(ep.Addresses) == 0 {
+			return nil, "the load balancer has no ingress address yet", nil
+		}
+	case corev1.ServiceTypeNodePort:
+		addr, why, err := r.activeNodeAddress(ctx, g)
+		if err != nil || addr == "" {
+			return nil, why, err
+		}
+		ep.Addresses, ep.Port = []netv1alpha1.Address{netv1alpha1.Address(addr)}, port.NodePort
+	default:
+		if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+			return nil, "the service has no cluster IP", nil
+		}
+		ep.Addresses, ep.Port = []netv1alpha1.Address{netv1alpha1.Address(svc.Spec.ClusterIP)}, port.Port
+	}
+	return ep, "", nil
+}
+
+// activeNodeAddress is the InternalIP (else ExternalIP) of the node running the gateway's
+// active pod.
+func (r *GatewayReconciler) activeNodeAddress(ctx context.Context, g *netv1alpha1.GatewayServer) (string, string, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(g.Namespace),
+		client.MatchingLabels{"networking.liqo.io/gateway": g.Name, "networking.liqo.io/active": "true"}); err != nil {
+		return "", "", err
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		n := &corev1.Node{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: p.Spec.NodeName}, n); err != nil {
+			return "", "", client.IgnoreNotFound(err)
+		}
+		for _, want := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {
+			for _, a := range n.Status.Addresses {
+				if a.Type == want {
+					if _, err := netip.ParseAddr(a.Address); err == nil {
+						return a.Address, "", nil
+					}
+				}
+			}
+		}
+		return "", "node " + n.Name + " has no address", nil
+	}
+	return "", "no active gateway pod yet", nil
+}
+
+// clusterBindingName names a gateway's ClusterRoleBinding.
+func clusterBindingName(ns, name string) string { return "skein-gateway-" + ns + "-" + name }
+
+// removeAll deletes what the gateway owns (the API server's garbage collector would too, but
+// it may not run, and users expect a deleted gateway to be gone at once) and its Connection.
+func (r *GatewayReconciler) removeAll(ctx context.Context, owner client.Object) error {
+	name, ns := owner.GetName(), owner.GetNamespace()
+	meta := metav1.ObjectMeta{Name: name, Namespace: ns}
+	var errs []error
+	for _, obj := range []client.Object{
+		&appsv1.Deployment{ObjectMeta: meta}, &corev1.Service{ObjectMeta: meta}, &rbacv1.RoleBinding{ObjectMeta: meta},
+		&corev1.ServiceAccount{ObjectMeta: meta}, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-wg-key", Namespace: ns}},
+		&netv1alpha1.Connection{ObjectMeta: meta},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name)}},
+	} {
+		if err := r.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete %T %s/%s: %w", obj, ns, obj.GetName(), err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,259 @@
+package controller_test
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/controller"
+	"github.com/skein-net/skein/control/controller/ipam"
+	"github.com/skein-net/skein/control/gateway/config"
+	"github.com/skein-net/skein/internal/apitest"
+)
+
+func startGateways(t *testing.T, env *apitest.Env) func() {
+	t.Helper()
+	skip := true
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: crconfig.Controller{SkipNameValidation: &skip}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts, _ := ipam.NewHosts(netip.MustParsePrefix("10.80.0.0/16"), 0)
+	ov := &controller.OverlayAddresses{Hosts: hosts, Reader: mgr.GetAPIReader()}
+	for _, server := range []bool{true, false} {
+		if err := (&controller.GatewayReconciler{Client: mgr.GetClient(), Overlay: ov, Server: server}).SetupWithManager(mgr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+// installTemplates applies the default templates from deploy/templates into ns.
+func installTemplates(t *testing.T, c client.Client, ns string) {
+	for _, f := range []string{"wireguard-server.yaml", "wireguard-client.yaml"} {
+		b, err := os.ReadFile("../../deploy/templates/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj client.Object = &netv1alpha1.WgGatewayServerTemplate{}
+		if strings.Contains(f, "client") {
+			obj = &netv1alpha1.WgGatewayClientTemplate{}
+		}
+		if err := yaml.Unmarshal(b, obj); err != nil {
+			t.Fatal(err)
+		}
+		obj.SetNamespace(ns)
+		if err := c.Create(context.Background(), obj); err != nil {
+			t.Fatalf("the API server refused %s: %v", f, err)
+		}
+	}
+}
+
+func eventually(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestGatewayServer(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "gws")
+	ctx := context.Background()
+	installTemplates(t, c, ns)
+	stop := startGateways(t, env)
+	defer func() { stop() }()
+
+	nodePort := int32(31820)
+	gs := &netv1alpha1.GatewayServer{
+		ObjectMeta: metav1.ObjectMeta{Name: "server", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b"}},
+		Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: netv1alpha1.ServiceTypeNodePort, NodePort: &nodePort},
+			ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server"}},
+	}
+	if err := c.Create(ctx, gs); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(gs)
+	eventually(t, "status", func() bool {
+		c.Get(ctx, key, gs)
+		return gs.Status.SecretRef != nil && gs.Status.InternalEndpoint != nil && gs.Status.InternalEndpoint.IP != nil
+	})
+	dep := &appsv1.Deployment{}
+	svc := &corev1.Service{}
+	must(t, c.Get(ctx, key, dep))
+	must(t, c.Get(ctx, key, svc))
+	must(t, c.Get(ctx, key, &corev1.ServiceAccount{}))
+	must(t, c.Get(ctx, key, &rbacv1.RoleBinding{}))
+	must(t, c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + ns + "-server"}, &rbacv1.ClusterRoleBinding{}))
+	if args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--gateway-name=server") || !strings.Contains(args, "--listen-port=51820") {
+		t.Errorf("deployment args %q", args)
+	}
+	if svc.Spec.Type != corev1.ServiceTypeNodePort || svc.Spec.Ports[0].NodePort != 31820 || svc.Spec.Ports[0].Port != 51820 {
+		t.Errorf("service %+v", svc.Spec)
+	}
+	secret := &corev1.Secret{}
+	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: gs.Status.SecretRef.Name}, secret))
+	priv, err := config.ParseKey(string(secret.Data[config.SecretPrivateKey]))
+	if err != nil || priv.Public().String() != string(secret.Data[config.SecretPublicKey]) {
+		t.Errorf("key pair %v", err)
+	}
+
+	// The endpoint appears once the active pod runs on a node.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-node"}}
+	must(t, c.Create(ctx, node))
+	t.Cleanup(func() { c.Delete(context.Background(), node) })
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.77.5"}}
+	must(t, c.Status().Update(ctx, node))
+	must(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "server-abc", Namespace: ns,
+		Labels: map[string]string{"networking.liqo.io/gateway": "server", "networking.liqo.io/active": "true"}},
+		Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "gateway", Image: "skein-gateway"}}}}))
+	eventually(t, "endpoint", func() bool {
+		c.Get(ctx, key, gs)
+		return gs.Status.Endpoint != nil
+	})
+	if ep := gs.Status.Endpoint; string(ep.Addresses[0]) != "192.168.77.5" || ep.Port != 31820 || ep.Protocol != "UDP" {
+		t.Errorf("endpoint %+v", ep)
+	}
+	// The spec's columns: IP and PORT.
+	out, err := env.Kubectl(t, "get", "gatewayservers", "-n", ns)
+	if err != nil || !strings.Contains(out, "192.168.77.5") || !strings.Contains(out, "31820") || !strings.Contains(out, "wireguard-server") {
+		t.Errorf("kubectl get gatewayservers:\n%s %v", out, err)
+	}
+
+	// Keys survive a restart of the controller.
+	stop()
+	stop = startGateways(t, env)
+	time.Sleep(time.Second)
+	again := &corev1.Secret{}
+	must(t, c.Get(ctx, client.ObjectKeyFromObject(secret), again))
+	if string(again.Data[config.SecretPrivateKey]) != string(secret.Data[config.SecretPrivateKey]) {
+		t.Error("the key pair changed across a restart")
+	}
+
+	// Deleting the GatewayServer removes everything it created.
+	must(t, c.Delete(ctx, gs))
+	eventually(t, "cleanup", func() bool {
+		gone := func(o client.Object, k client.ObjectKey) bool { return apierrors.IsNotFound(c.Get(ctx, k, o)) }
+		return gone(&netv1alpha1.GatewayServer{}, key) && gone(&appsv1.Deployment{}, key) && gone(&corev1.Service{}, key) &&
+			gone(&corev1.ServiceAccount{}, key) && gone(&rbacv1.RoleBinding{}, key) && gone(&corev1.Secret{}, client.ObjectKeyFromObject(secret)) &&
+			gone(&rbacv1.ClusterRoleBinding{}, client.ObjectKey{Name: "skein-gateway-" + ns + "-server"})
+	})
+}
+
+func TestGatewayClientAndTemplateErrors(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "gwc")
+	ctx := context.Background()
+	installTemplates(t, c, ns)
+	stop := startGateways(t, env)
+	defer stop()
+	gc := &netv1alpha1.GatewayClient{
+		ObjectMeta: metav1.ObjectMeta{Name: "client", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-a"}},
+		Spec: netv1alpha1.GatewayClientSpec{MTU: 1340, Endpoint: netv1alpha1.Endpoint{Addresses: []netv1alpha1.Address{"10.42.3.54"}, Port: 32133},
+			ClientTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: "wireguard-client"}},
+	}
+	must(t, c.Create(ctx, gc))
+	eventually(t, "client deployment", func() bool {
+		return c.Get(ctx, client.ObjectKeyFromObject(gc), &appsv1.Deployment{}) == nil
+	})
+	if err := c.Get(ctx, client.ObjectKeyFromObject(gc), &corev1.Service{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a client got a Service: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		ref  netv1alpha1.TemplateRef
+		want string
+	}{
+		{"missing", netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: "nope"}, `"nope" not found`},
+		{"wrong-kind", netv1alpha1.TemplateRef{Kind: "IPsecTemplate", Name: "x"}, `template kind "IPsecTemplate"`},
+	} {
+		bad := gc.DeepCopy()
+		bad.ObjectMeta = metav1.ObjectMeta{Name: tc.name, Namespace: ns}
+		bad.Spec.ClientTemplateRef = tc.ref
+		must(t, c.Create(ctx, bad))
+		eventually(t, tc.name+" condition", func() bool {
+			c.Get(ctx, client.ObjectKeyFromObject(bad), bad)
+			cond := meta.FindStatusCondition(bad.Status.Conditions, "Ready")
+			return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "TemplateError" && strings.Contains(cond.Message, tc.want)
+		})
+	}
+	// A malformed template.
+	malformed := &netv1alpha1.WgGatewayClientTemplate{ObjectMeta: metav1.ObjectMeta{Name: "malformed", Namespace: ns}}
+	malformed.Spec.Template.Raw = []byte(`{"spec":{"deployment":{"replicas":"{{ .Spec.Nope }}"}}}`)
+	must(t, c.Create(ctx, malformed))
+	bad := gc.DeepCopy()
+	bad.ObjectMeta = metav1.ObjectMeta{Name: "uses-malformed", Namespace: ns}
+	bad.Spec.ClientTemplateRef = netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: "malformed"}
+	must(t, c.Create(ctx, bad))
+	eventually(t, "malformed condition", func() bool {
+		c.Get(ctx, client.ObjectKeyFromObject(bad), bad)
+		cond := meta.FindStatusCondition(bad.Status.Conditions, "Ready")
+		return cond != nil && strings.Contains(cond.Message, "spec.template.spec.deployment.replicas")
+	})
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadBalancerEndpoint(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "gwlb")
+	ctx := context.Background()
+	installTemplates(t, c, ns)
+	stop := startGateways(t, env)
+	defer stop()
+	lbIP := "203.0.113.7"
+	gs := &netv1alpha1.GatewayServer{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b"}},
+		Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: netv1alpha1.ServiceTypeLoadBalancer, LoadBalancerIP: &lbIP},
+			ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server"}},
+	}
+	must(t, c.Create(ctx, gs))
+	svc := &corev1.Service{}
+	eventually(t, "service", func() bool { return c.Get(ctx, client.ObjectKeyFromObject(gs), svc) == nil })
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.LoadBalancerIP != lbIP {
+		t.Errorf("service %+v", svc.Spec)
+	}
+	// What a load balancer controller would report.
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP}}
+	must(t, c.Status().Update(ctx, svc))
+	eventually(t, "endpoint", func() bool {
+		c.Get(ctx, client.ObjectKeyFromObject(gs), gs)
+		return gs.Status.Endpoint != nil
+	})
+	if ep := gs.Status.Endpoint; string(ep.Addresses[0]) != lbIP || ep.Port != 51820 {
+		t.Errorf("endpoint %+v", ep)
+	}
+}

@@ -1,0 +1,169 @@
+// Package render renders gateway templates (WgGatewayServerTemplate,
+// WgGatewayClientTemplate) for a GatewayServer or GatewayClient.
+//
+// A template's spec.template holds the gateway's resources before rendering:
+//
+//	metadata:   labels and annotations for everything rendered
+//	spec:
+//	  deployment: an apps/v1 DeploymentSpec
+//	  service:    a core/v1 ServiceSpec (servers only)
+//
+// Every string of it that holds '{{ ... }}' is a Go template over the gateway: .Name,
+// .Namespace, .ClusterID (the remote cluster id label), .SecretName (the key Secret),
+// .GatewayUID, and .Spec with the gateway's spec, field names capitalised (.Spec.Mtu,
+// .Spec.Endpoint.Port, .Spec.Endpoint.ServiceType). A string that is nothing but one such
+// action whose value is a number or a boolean becomes that number or boolean, so ports and
+// replica counts can be templated.
+package render
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/template"
+	"unicode"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Data is what a template sees.
+type Data struct {
+	Name, Namespace, ClusterID, SecretName, GatewayUID string
+	// Spec is the gateway's spec as JSON decodes it, keys capitalised.
+	Spec map[string]any
+}
+
+// NewData builds Data from a gateway's identity and its spec (any JSON-marshalable value).
+func NewData(name, namespace, clusterID, secretName, uid string, spec any) (Data, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return Data{}, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Data{}, err
+	}
+	return Data{Name: name, Namespace: namespace, ClusterID: clusterID, SecretName: secretName, GatewayUID: uid, Spec: capitalise(m).(map[string]any)}, nil
+}
+
+func capitalise(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			r := []rune(k)
+			if len(r) > 0 {
+				r[0] = unicode.ToUpper(r[0])
+			}
+			out[string(r)] = capitalise(e)
+		}
+		return out
+	case []any:
+		for i := range x {
+			x[i] = capitalise(x[i])
+		}
+	}
+	return v
+}
+
+// Rendered is a template rendered for one gateway.
+type Rendered struct {
+	Labels, Annotations map[string]string
+	Deployment          *appsv1.DeploymentSpec
+	Service             *corev1.ServiceSpec
+}
+
+// Render renders tmpl (a template's spec.template) with d. Errors name the path of the field
+// that failed.
+func Render(tmpl runtime.RawExtension, d Data) (*Rendered, error) {
+	if len(tmpl.Raw) == 0 {
+		return nil, fmt.Errorf("the template's spec.template is empty")
+	}
+	var tree any
+	if err := json.Unmarshal(tmpl.Raw, &tree); err != nil {
+		return nil, fmt.Errorf("spec.template is not valid JSON/YAML: %w", err)
+	}
+	out, err := walk(tree, "spec.template", d)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(out)
+	var shaped struct {
+		Metadata struct {
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+		Spec struct {
+			Deployment *appsv1.DeploymentSpec `json:"deployment"`
+			Service    *corev1.ServiceSpec    `json:"service"`
+		} `json:"spec"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&shaped); err != nil {
+		return nil, fmt.Errorf("spec.template after rendering: %w", err)
+	}
+	if shaped.Spec.Deployment == nil {
+		return nil, fmt.Errorf("spec.template.spec.deployment is missing")
+	}
+	return &Rendered{Labels: shaped.Metadata.Labels, Annotations: shaped.Metadata.Annotations,
+		Deployment: shaped.Spec.Deployment, Service: shaped.Spec.Service}, nil
+}
+
+func walk(v any, path string, d Data) (any, error) {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			r, err := walk(e, path+"."+k, d)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = r
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			r, err := walk(e, fmt.Sprintf("%s[%d]", path, i), d)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = r
+		}
+		return out, nil
+	case string:
+		if !strings.Contains(x, "{{") {
+			return x, nil
+		}
+		return renderString(x, path, d)
+	}
+	return v, nil
+}
+
+// renderString renders one string; a lone action with a typed value keeps its type.
+func renderString(s, path string, d Data) (any, error) {
+	t, err := template.New(path).Option("missingkey=error").Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, d); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	out := b.String()
+	trimmed := strings.TrimSpace(s)
+	if strings.HasPrefix(trimmed, "{{") && strings.HasSuffix(trimmed, "}}") && strings.Count(trimmed, "{{") == 1 {
+		var typed any
+		if err := json.Unmarshal([]byte(out), &typed); err == nil {
+			switch typed.(type) {
+			case float64, bool:
+				return typed, nil
+			}
+		}
+	}
+	return out, nil
+}

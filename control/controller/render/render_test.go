@@ -1,0 +1,162 @@
+package render_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/controller/render"
+)
+
+func loadTemplate(t *testing.T, file string) runtime.RawExtension {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "templates", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tmpl netv1alpha1.WgGatewayServerTemplate
+	if err := yaml.UnmarshalStrict(b, &tmpl); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return tmpl.Spec.Template
+}
+
+func serverData(t *testing.T) render.Data {
+	nodePort := int32(31820)
+	d, err := render.NewData("server", "liqo-tenant-b", "35d83766-f466-46ef-b5b3-d253b6d465f1", "server-key", "0a1b2c",
+		netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: netv1alpha1.ServiceTypeNodePort, NodePort: &nodePort}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestDefaultServerTemplate(t *testing.T) {
+	r, err := render.Render(loadTemplate(t, "wireguard-server.yaml"), serverData(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Labels["networking.liqo.io/gateway"] != "server" || r.Labels["liqo.io/remote-cluster-id"] != "35d83766-f466-46ef-b5b3-d253b6d465f1" {
+		t.Errorf("labels %v", r.Labels)
+	}
+	c := r.Deployment.Template.Spec.Containers[0]
+	args := strings.Join(c.Args, " ")
+	if args != "--mode=server --gateway-name=server --gateway-namespace=liqo-tenant-b --listen-port=51820" {
+		t.Errorf("args %q", args)
+	}
+	if c.Ports[0].ContainerPort != 51820 || c.Ports[0].Protocol != corev1.ProtocolUDP {
+		t.Errorf("ports %+v", c.Ports)
+	}
+	if r.Deployment.Template.Spec.ServiceAccountName != "server" || *r.Deployment.Replicas != 1 {
+		t.Errorf("deployment %+v", r.Deployment)
+	}
+	if r.Service == nil || r.Service.Type != corev1.ServiceTypeNodePort || r.Service.Ports[0].Port != 51820 || r.Service.Ports[0].TargetPort.IntValue() != 51820 ||
+		r.Service.Selector["networking.liqo.io/active"] != "true" {
+		t.Errorf("service %+v", r.Service)
+	}
+}
+
+func TestDefaultClientTemplate(t *testing.T) {
+	d, err := render.NewData("client", "liqo-tenant-a", "ef7a1f41-c753-4a0e-83e5-bed013e7fe4f", "client-key", "9z",
+		netv1alpha1.GatewayClientSpec{MTU: 1340, Endpoint: netv1alpha1.Endpoint{Addresses: []netv1alpha1.Address{"10.42.3.54"}, Port: 32133}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := render.Render(loadTemplate(t, "wireguard-client.yaml"), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Service != nil {
+		t.Error("a client template rendered a Service")
+	}
+	if args := strings.Join(r.Deployment.Template.Spec.Containers[0].Args, " "); args != "--mode=client --gateway-name=client --gateway-namespace=liqo-tenant-a" {
+		t.Errorf("args %q", args)
+	}
+}
+
+// TestEveryPlaceholder renders each placeholder the spec names, alone and inside text.
+func TestEveryPlaceholder(t *testing.T) {
+	tmpl := `{"metadata":{"labels":{"a":"{{ .Name }}","b":"{{ .Namespace }}","c":"{{ .ClusterID }}","d":"{{ .SecretName }}","e":"{{ .GatewayUID }}","f":"mtu-{{ .Spec.Mtu }}"}},
+	"spec":{"deployment":{"replicas":"{{ .Spec.Mtu }}","selector":{},"template":{"spec":{"containers":[]}}}}}`
+	r, err := render.Render(runtime.RawExtension{Raw: []byte(tmpl)}, serverData(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": "server", "b": "liqo-tenant-b", "c": "35d83766-f466-46ef-b5b3-d253b6d465f1", "d": "server-key", "e": "0a1b2c", "f": "mtu-1340"}
+	for k, v := range want {
+		if r.Labels[k] != v {
+			t.Errorf("%s = %q, want %q", k, r.Labels[k], v)
+		}
+	}
+	if *r.Deployment.Replicas != 1340 {
+		t.Errorf("a lone numeric action did not stay a number: %d", *r.Deployment.Replicas)
+	}
+}
+
+func TestBadTemplates(t *testing.T) {
+	cases := []struct{ tmpl, want string }{
+		{``, "empty"},
+		{`{"spec":{"deployment":{"replicas":"{{ .Name "}}}`, "spec.template.spec.deployment.replicas"},
+		{`{"spec":{"deployment":{"replicas":"{{ .Spec.Nope }}"}}}`, `spec.template.spec.deployment.replicas`},
+		{`{"spec":{"deploymnt":{}}}`, "unknown field"},
+		{`{"metadata":{}}`, "deployment is missing"},
+		{`{"spec":{"deployment":{"replicas":"{{ .Name }}"}}}`, "spec.template after rendering"},
+	}
+	for _, tc := range cases {
+		_, err := render.Render(runtime.RawExtension{Raw: []byte(tc.tmpl)}, serverData(t))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error containing %q", tc.tmpl, err, tc.want)
+		}
+	}
+}
+
+// TestExamples renders every template variant of examples/networking.
+func TestExamples(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "..", "examples", "networking", "*.yaml"))
+	if err != nil || len(files) < 4 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tmpl netv1alpha1.WgGatewayServerTemplate
+			if err := yaml.UnmarshalStrict(b, &tmpl); err != nil {
+				t.Fatal(err)
+			}
+			r, err := render.Render(tmpl.Spec.Template, serverData(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Deployment == nil || r.Service == nil || len(r.Deployment.Template.Spec.Containers) != 1 {
+				t.Fatalf("rendered %+v", r)
+			}
+			switch filepath.Base(f) {
+			case "wireguard-server-ha.yaml":
+				if *r.Deployment.Replicas != 2 || r.Deployment.Template.Spec.Affinity == nil {
+					t.Errorf("replicas %d affinity %v", *r.Deployment.Replicas, r.Deployment.Template.Spec.Affinity)
+				}
+			case "wireguard-server-port-mtu.yaml":
+				if r.Service.Ports[0].Port != 51820 || r.Service.Ports[0].TargetPort.IntValue() != 51900 {
+					t.Errorf("ports %+v", r.Service.Ports)
+				}
+			case "wireguard-server-metrics.yaml":
+				if len(r.Service.Ports) != 2 || r.Deployment.Template.Annotations["prometheus.io/scrape"] != "true" {
+					t.Errorf("service ports %+v, pod annotations %v", r.Service.Ports, r.Deployment.Template.Annotations)
+				}
+			case "wireguard-server-service-annotations.yaml":
+				if r.Annotations["networking.liqo.io/owner"] != "liqo-tenant-b/server" {
+					t.Errorf("annotations %v", r.Annotations)
+				}
+			}
+		})
+	}
+}

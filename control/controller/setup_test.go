@@ -1,0 +1,247 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/controller"
+	"github.com/skein-net/skein/internal/apitest"
+)
+
+// apply creates the manifest at path, in ns unless it names its own namespace, and returns
+// the namespace it went to.
+func apply(t testing.TB, c client.Client, path, ns string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(b, &u.Object); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if u.GetNamespace() == "" {
+		u.SetNamespace(ns)
+	}
+	if err := c.Create(context.Background(), u); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	t.Cleanup(func() { c.Delete(context.Background(), u) })
+	return u.GetNamespace()
+}
+
+// TestSpec003 applies every manifest of spec/003 in the spec's order, with the default
+// templates installed in namespace liqo, and waits for the status fields the spec's script
+// waits on: the Configuration's status.remote.cidr.pod, the GatewayServer's
+// status.endpoint.addresses[0] and .port, and both gateways' status.internalEndpoint.ip.
+func TestSpec003(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ctx := context.Background()
+	ns := env.Namespace(t, "spec003")
+	if err := env.EnsureNamespace(ctx, "liqo"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"wireguard-server.yaml", "wireguard-client.yaml"} {
+		apply(t, c, filepath.Join("..", "..", "deploy", "templates", f), "liqo")
+	}
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := netip.MustParsePrefix
+	if err := controller.Setup(mgr, controller.Options{PodCIDRs: []netip.Prefix{p("10.243.0.0/16")}, ServiceCIDRs: []netip.Prefix{p("10.96.0.0/12")},
+		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16")}); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	defer func() { cancel(); <-done }()
+
+	// What the lab's nodes and the gateway pod provide in a real cluster: a node with an
+	// address, and the active server pod on it (NodePort endpoints use that node's address).
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-node"}}
+	if err := c.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Delete(context.Background(), node) })
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.42.3.54"}}
+	if err := c.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "server-0", Namespace: ns,
+		Labels: map[string]string{"networking.liqo.io/gateway": "server", "networking.liqo.io/active": "true"}},
+		Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "gateway", Image: "skein-gateway"}}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := filepath.Join("..", "api", "networking", "v1alpha1", "testdata", "spec003")
+	where := map[string]string{}
+	for _, f := range []string{"configuration.yaml", "gatewayserver.yaml", "gatewayclient.yaml", "publickey-server.yaml", "publickey-client.yaml"} {
+		where[f] = apply(t, c, filepath.Join(dir, f), ns)
+	}
+	waitFor := func(what string, obj client.Object, file, name string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: where[file], Name: name}, obj); err == nil && ok() {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 30s: %+v", what, obj)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	conf := &netv1alpha1.Configuration{}
+	waitFor("configuration status.remote.cidr.pod", conf, "configuration.yaml", "dry-paper", func() bool { return conf.Status.Remote != nil && conf.Status.Remote.CIDR.Pod != "" })
+	if conf.Status.Remote.CIDR.Pod == "10.243.0.0/16" {
+		t.Errorf("the remote pod CIDR clashes with the local one and was not remapped")
+	}
+	gs := &netv1alpha1.GatewayServer{}
+	waitFor("gatewayserver status.endpoint", gs, "gatewayserver.yaml", "server", func() bool {
+		return gs.Status.Endpoint != nil && len(gs.Status.Endpoint.Addresses) > 0 && gs.Status.InternalEndpoint != nil && gs.Status.InternalEndpoint.IP != nil
+	})
+	if gs.Status.Endpoint.Addresses[0] != "10.42.3.54" || gs.Status.Endpoint.Port < 30000 {
+		t.Errorf("endpoint %+v", gs.Status.Endpoint)
+	}
+	gc := &netv1alpha1.GatewayClient{}
+	waitFor("gatewayclient status.internalEndpoint.ip", gc, "gatewayclient.yaml", "client", func() bool {
+		return gc.Status.InternalEndpoint != nil && gc.Status.InternalEndpoint.IP != nil
+	})
+	if *gc.Status.InternalEndpoint.IP == *gs.Status.InternalEndpoint.IP {
+		t.Errorf("both gateways got overlay address %s", *gc.Status.InternalEndpoint.IP)
+	}
+	// A failure is a Kubernetes Event too: a second Configuration for the same cluster.
+	dup := conf.DeepCopy()
+	dup.ObjectMeta = metav1.ObjectMeta{Name: "dup", Namespace: conf.Namespace, Labels: conf.Labels}
+	dup.Status = netv1alpha1.ConfigurationStatus{}
+	if err := c.Create(ctx, dup); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var evs eventsv1.EventList
+		found := false
+		if err := c.List(ctx, &evs, client.InNamespace(conf.Namespace)); err == nil {
+			for _, e := range evs.Items {
+				found = found || (e.Reason == "DuplicateClusterID" && e.Regarding.Name == "dup" && e.Type == corev1.EventTypeWarning)
+			}
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no DuplicateClusterID event")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.Delete(ctx, dup)
+
+	for _, f := range []string{"publickey-server.yaml", "publickey-client.yaml"} {
+		var keys netv1alpha1.PublicKeyList
+		if err := c.List(ctx, &keys, client.InNamespace(where[f])); err != nil || len(keys.Items) == 0 {
+			t.Fatalf("public keys from %s: %d %v", f, len(keys.Items), err)
+		}
+	}
+}
+
+// BenchmarkPeerings100 runs the skein-controller binary against the test API server, creates
+// 100 peerings at once (a Configuration and a GatewayServer each, all on 10.244.0.0/16), and
+// measures the time until every status is filled and the controller's peak RSS.
+func BenchmarkPeerings100(b *testing.B) {
+	env := apitest.Start(b)
+	c := env.Client
+	ctx := context.Background()
+	if err := env.EnsureNamespace(ctx, "liqo"); err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range []string{"wireguard-server.yaml", "wireguard-client.yaml"} {
+		apply(b, c, filepath.Join("..", "..", "deploy", "templates", f), "liqo")
+	}
+	bin := filepath.Join(b.TempDir(), "skein-controller")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/skein-controller").CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	ns := env.Namespace(b, "bench")
+	cmd := exec.Command(bin, "--kubeconfig", env.KubeconfigFile(b), "--namespace", "liqo", "--leader-elect=false", "--metrics-listen", "0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(2 * time.Second)
+	began := time.Now()
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("cluster-%03d", i)
+			labels := map[string]string{netv1alpha1.RemoteClusterIDLabel: id}
+			if err := c.Create(ctx, &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns, Labels: labels},
+				Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}); err != nil {
+				b.Error(err)
+			}
+			if err := c.Create(ctx, &netv1alpha1.GatewayServer{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns, Labels: labels},
+				Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: netv1alpha1.ServiceTypeClusterIP},
+					ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server", Namespace: "liqo"}}}); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for {
+		var confs netv1alpha1.ConfigurationList
+		var gws netv1alpha1.GatewayServerList
+		c.List(ctx, &confs, client.InNamespace(ns))
+		c.List(ctx, &gws, client.InNamespace(ns))
+		done := 0
+		for _, cf := range confs.Items {
+			if cf.Status.Remote != nil {
+				done++
+			}
+		}
+		for _, g := range gws.Items {
+			if g.Status.Endpoint != nil && g.Status.InternalEndpoint != nil && g.Status.InternalEndpoint.IP != nil && g.Status.SecretRef != nil {
+				done++
+			}
+		}
+		if done == 200 {
+			break
+		}
+		if time.Since(began) > 2*time.Minute {
+			b.Fatalf("only %d of 200 statuses filled after 2 minutes", done)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b.ReportMetric(time.Since(began).Seconds(), "s/100-peerings")
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	for _, l := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.Atoi(f[1])
+			b.ReportMetric(float64(kb)/1024, "controller-peak-RSS-MiB")
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package gateway_test
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/skein-net/skein/control/gateway"
+	"github.com/skein-net/skein/dataplane/nat"
+)
+
+const (
+	testPriv = "wOQfw2x5vxkjlCxwLbHc3p9sD/k8BnX1kE9sQ4ZlV2w="
+	testPub  = "HzH1bbs1WBq8nWS8qDXzDIVBOtKkVDjQbc8v4d1O9Dw="
+)
+
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	dir := t.TempDir()
+	key := filepath.Join(dir, "private.key")
+	if err := os.WriteFile(key, []byte(testPriv+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(p, []byte(strings.ReplaceAll(yaml, "KEYFILE", key)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const goodServer = `role: server
+listenPort: 51820
+privateKeyFile: KEYFILE
+peerPublicKey: ` + testPub + `
+mtu: 1340
+remote:
+  podCIDR: 10.244.0.0/16
+  remappedPodCIDR: 10.71.0.0/16
+  externalCIDR: 10.70.0.0/16
+overlay:
+  listen: 192.168.77.2
+  ip: 10.80.0.1
+nodes:
+- name: n1
+  vtep: 192.168.77.1
+  mac: 02:00:00:00:00:11
+  podCIDRs: [10.244.1.0/24]
+`
+
+func TestResolve(t *testing.T) {
+	c, err := gateway.LoadFile(writeConfig(t, goodServer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.TunnelIP.String() != "169.254.100.1" || p.PeerTunnelIP.String() != "169.254.100.2" {
+		t.Errorf("server tunnel addresses %v, %v", p.TunnelIP, p.PeerTunnelIP)
+	}
+	wantNAT := []nat.Pair{{From: netip.MustParsePrefix("10.71.0.0/16"), To: netip.MustParsePrefix("10.244.0.0/16")}}
+	if len(p.Dataplane.NAT) != 1 || p.Dataplane.NAT[0] != wantNAT[0] {
+		t.Errorf("NAT %v, want %v", p.Dataplane.NAT, wantNAT)
+	}
+	// NAT-less external CIDR and the peer's tunnel address route into the tunnel.
+	remote := map[string]bool{}
+	for _, r := range p.Dataplane.Remote {
+		remote[r.String()] = true
+	}
+	if !remote["10.70.0.0/16"] || !remote["169.254.100.2/32"] || remote["10.244.0.0/16"] {
+		t.Errorf("remote routes %v", p.Dataplane.Remote)
+	}
+	// WireGuard accepts the peer's real CIDRs only; keys go in hex; no private key in base64.
+	uapi := p.UAPI()
+	for _, want := range []string{"listen_port=51820", "allowed_ip=10.244.0.0/16", "allowed_ip=10.70.0.0/16", "allowed_ip=169.254.100.2/32", "public_key=1f31f56d"} {
+		if !strings.Contains(uapi, want) {
+			t.Errorf("wireguard config lacks %q:\n%s", want, uapi)
+		}
+	}
+	if strings.Contains(uapi, testPriv) || strings.Contains(uapi, "allowed_ip=10.71.0.0/16") {
+		t.Errorf("wireguard config:\n%s", uapi)
+	}
+	if p.Dataplane.Overlay.IP.String() != "10.80.0.1" || p.OverlayListen.String() != "192.168.77.2:4789" || p.Dataplane.Overlay.VNI != gateway.DefaultVNI {
+		t.Errorf("overlay %+v listen %v", p.Dataplane.Overlay, p.OverlayListen)
+	}
+	if p.Window != 0 {
+		t.Errorf("window %d, want 0 (the dataplane's default)", p.Window)
+	}
+	if pub := p.PrivateKey.Public().String(); pub == testPub || len(pub) != 44 {
+		t.Errorf("public key %q", pub)
+	}
+
+	client := strings.Replace(strings.Replace(goodServer, "role: server", "role: client", 1), "listenPort: 51820", "endpoint: 192.0.2.10:51820", 1)
+	c, err = gateway.LoadFile(writeConfig(t, client))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err = c.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if uapi := p.UAPI(); p.TunnelIP.String() != "169.254.100.2" || !strings.Contains(uapi, "endpoint=192.0.2.10:51820") || !strings.Contains(uapi, "persistent_keepalive_interval=25") {
+		t.Errorf("client: tunnel IP %v, wireguard:\n%s", p.TunnelIP, uapi)
+	}
+}
+
+func TestResolveErrors(t *testing.T) {
+	cases := []struct {
+		from, to string
+		want     string
+	}{
+		{"role: server", "role: router", `role: "router": want server or client`},
+		{"listenPort: 51820\n", "", "listenPort: a server needs a port"},
+		{"role: server", "role: client", "endpoint: a client needs"},
+		{"peerPublicKey: " + testPub, "peerPublicKey: abc", "peerPublicKey: not a WireGuard key"},
+		{"privateKeyFile: KEYFILE", "privateKeyFile: /nonexistent/key", "privateKeyFile: open /nonexistent/key"},
+		{"remappedPodCIDR: 10.71.0.0/16", "remappedPodCIDR: 10.71.0.0/24", "remote.remappedPodCIDR: 10.71.0.0/24 must have the length"},
+		{"podCIDR: 10.244.0.0/16", "podCIDR: 10.244.0.1/16", "remote.podCIDR"},
+		{"listen: 192.168.77.2", "listen: nowhere", "overlay.listen"},
+		{"mac: 02:00:00:00:00:11", "mac: 02:00", "nodes[0].mac"},
+		{"podCIDRs: [10.244.1.0/24]", "podCIDRs: [10.244.1.0/33]", "nodes[0].podCIDRs[0]"},
+		{"mtu: 1340", "mtu: 100", "tunnel MTU 100"},
+		{"mtu: 1340", "mtu: 1340\nwindow: -1", "window: -1: want 1-16384 packets"},
+	}
+	for _, tc := range cases {
+		if !strings.Contains(goodServer, tc.from) {
+			t.Fatalf("test case edits %q, which the config does not have", tc.from)
+		}
+		c, err := gateway.LoadFile(writeConfig(t, strings.Replace(goodServer, tc.from, tc.to, 1)))
+		if err == nil {
+			_, err = c.Resolve()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q -> %q: %v, want an error containing %q", tc.from, tc.to, err, tc.want)
+		}
+	}
+	if _, err := gateway.LoadFile(writeConfig(t, goodServer+"unknownField: 1\n")); err == nil || !strings.Contains(err.Error(), "unknownField") {
+		t.Errorf("unknown field: %v", err)
+	}
+}

@@ -1,0 +1,287 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/gateway/config"
+	"github.com/skein-net/skein/dataplane"
+	"github.com/skein-net/skein/dataplane/nat"
+	"github.com/skein-net/skein/dataplane/overlay"
+)
+
+// Objects are the API objects an in-cluster gateway is configured from. Exactly one of
+// Server and Client is set.
+type Objects struct {
+	Server *netv1alpha1.GatewayServer
+	Client *netv1alpha1.GatewayClient
+	// Configuration of the remote cluster (labelled with its cluster id).
+	Configuration *netv1alpha1.Configuration
+	// PeerKey is the PublicKey labelled with the remote cluster id.
+	PeerKey *netv1alpha1.PublicKey
+	// Secret holds this gateway's key pair (the gateway's status.secretRef).
+	Secret *corev1.Secret
+	// InternalNodes, Nodes and Pods map local pods to node VTEPs: a node's pod CIDRs come
+	// from its Node; Pods add /32 routes for pods outside their node's CIDRs (CNIs that do not
+	// allocate per-node ranges).
+	InternalNodes []netv1alpha1.InternalNode
+	Nodes         []corev1.Node
+	Pods          []corev1.Pod
+}
+
+// Local is what the gateway knows about itself from flags and its pod.
+type Local struct {
+	// PodIP is where the overlay socket binds (the nodes send overlay frames there).
+	PodIP netip.Addr
+	// Overlay kind, UDP port (0: the kind's), VNI and MTU (0: default) of the nodes' devices.
+	OverlayKind overlay.Kind
+	OverlayPort uint16
+	VNI         uint32
+	OverlayMTU  int
+	// CompleteChecksums: see the file's overlay.completeChecksums.
+	CompleteChecksums bool
+	// ListenPort is the WireGuard port of a server (0: the GatewayServer's endpoint port).
+	ListenPort uint16
+	// TunnelCIDR is the tunnel's /30 (default 169.254.100.0/30).
+	TunnelCIDR netip.Prefix
+	// Keepalive of a client (default 25 s).
+	Keepalive     int
+	ProbeInterval time.Duration
+	ProbeFail     int
+	HTTPListen    string
+	MemoryLimit   int64
+	GCPercent     int
+	Window        int
+	// Resolve turns a host name of a GatewayClient's endpoint into an address.
+	Resolve func(host string) (netip.Addr, error)
+}
+
+// ErrNotReady wraps what FromObjects is still waiting for (objects the controller or the
+// peer has yet to create or fill in); anything else is a configuration error.
+var ErrNotReady = errors.New("not ready")
+
+func notReady(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrNotReady, fmt.Sprintf(format, a...))
+}
+
+// FromObjects translates the API objects into the gateway's configuration.
+func FromObjects(o Objects, l Local) (*config.Gateway, error) {
+	g := &config.Gateway{ProbeInterval: l.ProbeInterval, ProbeFail: l.ProbeFail, HTTPListen: l.HTTPListen, MemoryLimit: l.MemoryLimit, GCPercent: l.GCPercent, Window: l.Window}
+	if g.ProbeInterval == 0 {
+		g.ProbeInterval = 2 * time.Second
+	}
+	if g.ProbeFail == 0 {
+		g.ProbeFail = 5
+	}
+	var (
+		mtu      int32
+		internal *netv1alpha1.InternalEndpoint
+		server   bool
+	)
+	switch {
+	case o.Server != nil && o.Client == nil:
+		server = true
+		mtu, internal = o.Server.Spec.MTU, o.Server.Status.InternalEndpoint
+		g.ListenPort = l.ListenPort
+		if g.ListenPort == 0 {
+			g.ListenPort = uint16(o.Server.Spec.Endpoint.Port)
+		}
+	case o.Client != nil && o.Server == nil:
+		mtu, internal = o.Client.Spec.MTU, o.Client.Status.InternalEndpoint
+		ep := o.Client.Spec.Endpoint
+		if len(ep.Addresses) == 0 {
+			return nil, errors.New("gatewayclient spec.endpoint.addresses is empty")
+		}
+		host := string(ep.Addresses[0])
+		a, err := netip.ParseAddr(host)
+		if err != nil {
+			if l.Resolve == nil {
+				return nil, fmt.Errorf("gatewayclient endpoint %q is not an IP address and no resolver is configured", host)
+			}
+			if a, err = l.Resolve(host); err != nil {
+				return nil, notReady("resolving the server's address %q: %v", host, err)
+			}
+		}
+		g.PeerEndpoint = netip.AddrPortFrom(a.Unmap(), uint16(ep.Port))
+		g.Keepalive = l.Keepalive
+		if g.Keepalive == 0 {
+			g.Keepalive = 25
+		}
+	default:
+		return nil, errors.New("exactly one of a GatewayServer and a GatewayClient configures a gateway")
+	}
+
+	// Keys.
+	if o.Secret == nil {
+		return nil, notReady("the gateway's key Secret does not exist yet")
+	}
+	priv, ok := o.Secret.Data[config.SecretPrivateKey]
+	if !ok {
+		return nil, fmt.Errorf("secret %s/%s has no %q key", o.Secret.Namespace, o.Secret.Name, config.SecretPrivateKey)
+	}
+	var err error
+	if g.PrivateKey, err = config.ParseKey(string(priv)); err != nil {
+		return nil, fmt.Errorf("secret %s/%s %s: %w", o.Secret.Namespace, o.Secret.Name, config.SecretPrivateKey, err)
+	}
+	if o.PeerKey == nil {
+		return nil, notReady("no PublicKey of the peer gateway yet")
+	}
+	if g.PeerPublicKey, err = config.ParseKey(o.PeerKey.Spec.PublicKey); err != nil {
+		return nil, fmt.Errorf("publickey %s/%s: %w", o.PeerKey.Namespace, o.PeerKey.Name, err)
+	}
+
+	// Tunnel addresses.
+	tp := l.TunnelCIDR
+	if !tp.IsValid() {
+		tp = netip.MustParsePrefix("169.254.100.0/30")
+	}
+	first := tp.Addr().Next()
+	g.TunnelIP, g.PeerTunnelIP = first, first.Next()
+	if !server {
+		g.TunnelIP, g.PeerTunnelIP = g.PeerTunnelIP, g.TunnelIP
+	}
+
+	// Overlay.
+	if internal == nil || internal.IP == nil {
+		return nil, notReady("the controller has not assigned the gateway's overlay address (status.internalEndpoint.ip)")
+	}
+	overlayIP, err := netip.ParseAddr(string(*internal.IP))
+	if err != nil || !overlayIP.Is4() {
+		return nil, fmt.Errorf("status.internalEndpoint.ip %q is not an IPv4 address", *internal.IP)
+	}
+	if !l.PodIP.Is4() {
+		return nil, fmt.Errorf("pod IP %v: the overlay socket needs an IPv4 address", l.PodIP)
+	}
+	kind := l.OverlayKind
+	if kind == 0 {
+		kind = overlay.VXLAN
+	}
+	port := l.OverlayPort
+	if port == 0 {
+		port = kind.DefaultPort()
+	}
+	vni := l.VNI
+	if vni == 0 {
+		vni = DefaultVNI
+	}
+	g.OverlayListen = netip.AddrPortFrom(l.PodIP, port)
+	dp := dataplane.Config{
+		Overlay:           overlay.Config{Kind: kind, VNI: vni, MAC: MACFor(overlayIP), IP: overlayIP},
+		OverlayPort:       port,
+		TunnelMTU:         int(mtu),
+		OverlayMTU:        l.OverlayMTU,
+		CompleteChecksums: l.CompleteChecksums,
+		TunnelIP:          g.TunnelIP,
+		Remote:            []netip.Prefix{netip.PrefixFrom(g.PeerTunnelIP, 32)},
+		Local:             []netip.Addr{overlayIP, g.TunnelIP},
+	}
+	g.AllowedIPs = []netip.Prefix{netip.PrefixFrom(g.PeerTunnelIP, 32)}
+
+	// The remote cluster's networks.
+	c := o.Configuration
+	if c == nil {
+		return nil, notReady("no Configuration for the remote cluster yet")
+	}
+	if c.Status.Remote == nil {
+		return nil, notReady("configuration %s/%s has no status.remote yet (the controller has not mapped its CIDRs)", c.Namespace, c.Name)
+	}
+	for _, r := range []struct {
+		field      string
+		real, seen netv1alpha1.CIDR
+	}{
+		{"pod", c.Spec.Remote.CIDR.Pod, c.Status.Remote.CIDR.Pod},
+		{"external", c.Spec.Remote.CIDR.External, c.Status.Remote.CIDR.External},
+	} {
+		if r.real == "" {
+			continue
+		}
+		real, err1 := netip.ParsePrefix(string(r.real))
+		seen, err2 := netip.ParsePrefix(string(r.seen))
+		if err1 != nil || err2 != nil || real.Bits() != seen.Bits() {
+			return nil, fmt.Errorf("configuration %s/%s: %s CIDR %q is remapped to %q; want two CIDRs of the same length", c.Namespace, c.Name, r.field, r.real, r.seen)
+		}
+		addRemote(&dp, g, real.Masked(), seen.Masked())
+	}
+
+	// Local nodes.
+	nodes := map[string]*corev1.Node{}
+	for i := range o.Nodes {
+		nodes[o.Nodes[i].Name] = &o.Nodes[i]
+	}
+	index := map[string]int{}
+	for _, in := range o.InternalNodes {
+		v := in.Status.VTEP
+		if v == nil {
+			continue // its agent has not published the VTEP yet
+		}
+		ip, err1 := netip.ParseAddr(string(v.IP))
+		mac, err2 := overlay.ParseMAC(string(v.MAC))
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("internalnode %s: VTEP %s/%s does not parse", in.Name, v.IP, v.MAC)
+		}
+		n := dataplane.Node{Name: in.Name, VTEP: ip.Unmap(), MAC: mac}
+		if node := nodes[in.Name]; node != nil {
+			cidrs := node.Spec.PodCIDRs
+			if len(cidrs) == 0 && node.Spec.PodCIDR != "" {
+				cidrs = []string{node.Spec.PodCIDR}
+			}
+			for _, s := range cidrs {
+				if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() {
+					n.PodCIDRs = append(n.PodCIDRs, p.Masked())
+				}
+			}
+		}
+		// Host-network traffic of the node leaves with its external address (the agent's SNAT):
+		// replies to it go back to this node.
+		if in.Spec.ExternalIP != nil {
+			if a, err := netip.ParseAddr(string(*in.Spec.ExternalIP)); err == nil && a.Is4() {
+				n.Pods = append(n.Pods, a)
+			}
+		}
+		index[in.Name] = len(dp.Nodes)
+		dp.Nodes = append(dp.Nodes, n)
+	}
+	// No node may have published its VTEP yet: the agents publish once a peering has an active
+	// gateway VTEP to point at, which needs this gateway running. It starts without nodes (what
+	// comes from the tunnel for the pods is dropped as unroutable) and gets them live.
+	for _, p := range o.Pods {
+		i, ok := index[p.Spec.NodeName]
+		if !ok || p.Spec.HostNetwork || p.Status.PodIP == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(p.Status.PodIP)
+		if err != nil || !a.Is4() {
+			continue
+		}
+		n := &dp.Nodes[i]
+		if slices.ContainsFunc(n.PodCIDRs, func(c netip.Prefix) bool { return c.Contains(a) }) {
+			continue
+		}
+		n.Pods = append(n.Pods, a)
+	}
+	for i := range dp.Nodes {
+		slices.SortFunc(dp.Nodes[i].Pods, func(a, b netip.Addr) int { return a.Compare(b) })
+	}
+	if err := dataplane.Validate(dp); err != nil {
+		return nil, err
+	}
+	g.Dataplane = dp
+	return g, nil
+}
+
+// addRemote routes a remote CIDR into the tunnel as this cluster sees it, translates it when
+// it is remapped, and lets the peer send from its real addresses.
+func addRemote(dp *dataplane.Config, g *config.Gateway, real, seen netip.Prefix) {
+	g.AllowedIPs = append(g.AllowedIPs, real)
+	if real == seen {
+		dp.Remote = append(dp.Remote, real)
+		return
+	}
+	dp.NAT = append(dp.NAT, nat.Pair{From: seen, To: real})
+}

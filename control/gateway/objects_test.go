@@ -1,0 +1,152 @@
+package gateway_test
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/gateway"
+	"github.com/skein-net/skein/control/gateway/config"
+)
+
+func objects() gateway.Objects {
+	ip := netv1alpha1.IP("10.80.0.1")
+	return gateway.Objects{
+		Server: &netv1alpha1.GatewayServer{
+			ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "liqo-tenant-b"},
+			Spec:       netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820}},
+			Status:     netv1alpha1.GatewayServerStatus{InternalEndpoint: &netv1alpha1.InternalEndpoint{IP: &ip}},
+		},
+		Configuration: &netv1alpha1.Configuration{
+			ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "liqo-tenant-b"},
+			Spec:       netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}},
+			Status:     netv1alpha1.ConfigurationStatus{Remote: &netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.71.0.0/16", External: "10.70.0.0/16"}}},
+		},
+		PeerKey: &netv1alpha1.PublicKey{Spec: netv1alpha1.PublicKeySpec{PublicKey: testPub}},
+		Secret:  &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-key"}, Data: map[string][]byte{config.SecretPrivateKey: []byte(testPriv)}},
+		InternalNodes: []netv1alpha1.InternalNode{
+			{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: netv1alpha1.InternalNodeSpec{ExternalIP: ptr.To(netv1alpha1.IP("10.70.0.1"))},
+				Status: netv1alpha1.InternalNodeStatus{VTEP: &netv1alpha1.VTEP{IP: "192.168.77.1", MAC: "02:00:00:00:00:11"}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: netv1alpha1.InternalNodeStatus{VTEP: &netv1alpha1.VTEP{IP: "192.168.77.2", MAC: "02:00:00:00:00:12"}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "n3"}}, // no VTEP yet: skipped
+		},
+		Nodes: []corev1.Node{
+			{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{PodCIDRs: []string{"10.244.1.0/24"}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "n2"}}, // no pod CIDR: its pods get /32 routes
+		},
+		Pods: []corev1.Pod{
+			{Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{PodIP: "10.244.1.9"}},
+			{Spec: corev1.PodSpec{NodeName: "n2"}, Status: corev1.PodStatus{PodIP: "10.244.7.3"}},
+			{Spec: corev1.PodSpec{NodeName: "n2", HostNetwork: true}, Status: corev1.PodStatus{PodIP: "192.168.77.2"}},
+		},
+	}
+}
+
+var local = gateway.Local{PodIP: netip.MustParseAddr("10.244.1.20")}
+
+func TestFromObjectsServer(t *testing.T) {
+	g, err := gateway.FromObjects(objects(), local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.ListenPort != 51820 || g.PeerEndpoint.IsValid() || g.Keepalive != 0 {
+		t.Errorf("server WireGuard: port %d endpoint %v keepalive %d", g.ListenPort, g.PeerEndpoint, g.Keepalive)
+	}
+	if g.TunnelIP.String() != "169.254.100.1" || g.OverlayListen.String() != "10.244.1.20:4789" {
+		t.Errorf("tunnel IP %v, overlay %v", g.TunnelIP, g.OverlayListen)
+	}
+	dp := g.Dataplane
+	if len(dp.NAT) != 1 || dp.NAT[0].From.String() != "10.71.0.0/16" || dp.NAT[0].To.String() != "10.244.0.0/16" {
+		t.Errorf("NAT %v", dp.NAT)
+	}
+	allowed := map[string]bool{}
+	for _, p := range g.AllowedIPs {
+		allowed[p.String()] = true
+	}
+	if !allowed["10.244.0.0/16"] || !allowed["10.70.0.0/16"] || !allowed["169.254.100.2/32"] || len(allowed) != 3 {
+		t.Errorf("allowed IPs %v", g.AllowedIPs)
+	}
+	// n1's external address (where replies to its host-network traffic go) is routed to it.
+	if len(dp.Nodes) != 2 || dp.Nodes[0].PodCIDRs[0].String() != "10.244.1.0/24" || len(dp.Nodes[0].Pods) != 1 || dp.Nodes[0].Pods[0].String() != "10.70.0.1" ||
+		len(dp.Nodes[1].Pods) != 1 || dp.Nodes[1].Pods[0].String() != "10.244.7.3" {
+		t.Errorf("nodes %+v", dp.Nodes)
+	}
+	if dp.Overlay.IP.String() != "10.80.0.1" || dp.Overlay.MAC != gateway.MACFor(dp.Overlay.IP) || dp.Overlay.VNI != gateway.DefaultVNI {
+		t.Errorf("overlay %+v", dp.Overlay)
+	}
+}
+
+func TestFromObjectsClient(t *testing.T) {
+	o := objects()
+	ip := netv1alpha1.IP("10.80.0.1")
+	o.Server = nil
+	o.Client = &netv1alpha1.GatewayClient{
+		Spec:   netv1alpha1.GatewayClientSpec{MTU: 1340, Endpoint: netv1alpha1.Endpoint{Addresses: []netv1alpha1.Address{"gw.example"}, Port: 31820}},
+		Status: netv1alpha1.GatewayClientStatus{InternalEndpoint: &netv1alpha1.InternalEndpoint{IP: &ip}},
+	}
+	l := local
+	l.Resolve = func(host string) (netip.Addr, error) {
+		if host != "gw.example" {
+			return netip.Addr{}, errors.New("unknown")
+		}
+		return netip.MustParseAddr("192.0.2.10"), nil
+	}
+	g, err := gateway.FromObjects(o, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.PeerEndpoint.String() != "192.0.2.10:31820" || g.Keepalive != 25 || g.TunnelIP.String() != "169.254.100.2" || g.ListenPort != 0 {
+		t.Errorf("client: endpoint %v keepalive %d tunnel %v port %d", g.PeerEndpoint, g.Keepalive, g.TunnelIP, g.ListenPort)
+	}
+	l.Resolve = func(string) (netip.Addr, error) { return netip.Addr{}, errors.New("no such host") }
+	if _, err := gateway.FromObjects(o, l); !errors.Is(err, gateway.ErrNotReady) {
+		t.Errorf("unresolvable endpoint: %v, want not ready", err)
+	}
+}
+
+// TestFromObjectsNoNodes: a gateway starts before any agent published its VTEP (the agents
+// wait for the gateway's VTEP), with no node to deliver to.
+func TestFromObjectsNoNodes(t *testing.T) {
+	o := objects()
+	o.InternalNodes = nil
+	g, err := gateway.FromObjects(o, local)
+	if err != nil {
+		t.Fatalf("no InternalNodes: %v, want a gateway without nodes", err)
+	}
+	if len(g.Dataplane.Nodes) != 0 {
+		t.Errorf("nodes %v, want none", g.Dataplane.Nodes)
+	}
+}
+
+func TestFromObjectsWaiting(t *testing.T) {
+	cases := []struct {
+		mut   func(*gateway.Objects)
+		ready bool
+		want  string
+	}{
+		{func(o *gateway.Objects) { o.Secret = nil }, false, "key Secret"},
+		{func(o *gateway.Objects) { o.PeerKey = nil }, false, "PublicKey"},
+		{func(o *gateway.Objects) { o.Configuration.Status.Remote = nil }, false, "status.remote"},
+		{func(o *gateway.Objects) { o.Configuration = nil }, false, "Configuration"},
+		{func(o *gateway.Objects) { o.Server.Status.InternalEndpoint = nil }, false, "overlay address"},
+		{func(o *gateway.Objects) { o.Secret.Data = nil }, true, `no "privateKey" key`},
+		{func(o *gateway.Objects) { o.PeerKey.Spec.PublicKey = "nope" }, true, "not a WireGuard key"},
+		{func(o *gateway.Objects) { o.Configuration.Status.Remote.CIDR.Pod = "10.71.0.0/24" }, true, "same length"},
+		{func(o *gateway.Objects) { o.Server.Spec.MTU = 100 }, true, "tunnel MTU 100"},
+		{func(o *gateway.Objects) { o.Client = &netv1alpha1.GatewayClient{} }, true, "exactly one"},
+	}
+	for _, tc := range cases {
+		o := objects()
+		tc.mut(&o)
+		_, err := gateway.FromObjects(o, local)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || errors.Is(err, gateway.ErrNotReady) == tc.ready {
+			t.Errorf("%v, want an error containing %q (not ready: %v)", err, tc.want, !tc.ready)
+		}
+	}
+}

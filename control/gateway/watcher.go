@@ -1,0 +1,348 @@
+// Watcher is the in-cluster gateway's view of the API: it watches the objects a
+// gateway is configured from (its GatewayServer or GatewayClient, the remote cluster's
+// Configuration and PublicKey, its key Secret, InternalNodes, Nodes and optionally Pods),
+// translates them with FromObjects whenever one changes, hands the result to the
+// gateway, and keeps the gateway's Connection object and its status current.
+
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/gateway/config"
+	"github.com/skein-net/skein/control/kube"
+)
+
+// Options say which gateway this is.
+type Options struct {
+	// Namespace and Name of the GatewayServer (Server true) or GatewayClient.
+	Namespace, Name string
+	Server          bool
+	// Local is what the gateway knows of itself (pod IP, overlay settings, ...).
+	Local Local
+	// WatchPods adds /32 routes for pods outside their node's pod CIDRs; it watches every
+	// Pod of the cluster, so leave it off where nodes have pod CIDRs.
+	WatchPods bool
+	// Resync re-reads everything this often even without events (default 30 s).
+	Resync time.Duration
+	Log    *slog.Logger
+}
+
+// Apply receives each new configuration; an error is logged and retried at the next change
+// or resync.
+type Apply func(*config.Gateway) error
+
+// Watcher watches and applies.
+type Watcher struct {
+	opts   Options
+	scheme *k8sruntime.Scheme
+	cache  cache.Cache
+	client client.Client // direct, for writes
+	apply  Apply
+	poke   chan struct{}
+
+	mu      sync.Mutex
+	lastErr string
+	conn    *netv1alpha1.ConnectionStatus // last reported, to skip no-op updates
+}
+
+// New prepares a watcher; Run starts it.
+func New(cfg *rest.Config, opts Options, apply Apply) (*Watcher, error) {
+	if opts.Namespace == "" || opts.Name == "" {
+		return nil, errors.New("gateway watcher: the gateway's namespace and name are required")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Resync == 0 {
+		opts.Resync = 30 * time.Second
+	}
+	if opts.Local.Resolve == nil {
+		opts.Local.Resolve = func(host string) (netip.Addr, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip4", host)
+			if err != nil {
+				return netip.Addr{}, err
+			}
+			return addrs[0], nil
+		}
+	}
+	s := kube.Scheme()
+	inNS := map[string]cache.Config{opts.Namespace: {}}
+	byObject := map[client.Object]cache.ByObject{
+		&netv1alpha1.GatewayServer{}: {Namespaces: inNS},
+		&netv1alpha1.GatewayClient{}: {Namespaces: inNS},
+		&netv1alpha1.Configuration{}: {Namespaces: inNS},
+		&netv1alpha1.PublicKey{}:     {Namespaces: inNS},
+		&corev1.Secret{}:             {Namespaces: inNS},
+		&netv1alpha1.InternalNode{}:  {},
+		&corev1.Node{}:               {},
+	}
+	if opts.WatchPods {
+		byObject[&corev1.Pod{}] = cache.ByObject{}
+	}
+	c, err := cache.New(cfg, cache.Options{Scheme: s, ByObject: byObject})
+	if err != nil {
+		return nil, fmt.Errorf("gateway watcher: %w", err)
+	}
+	direct, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return nil, fmt.Errorf("gateway watcher: %w", err)
+	}
+	return &Watcher{opts: opts, scheme: s, cache: c, client: direct, apply: apply, poke: make(chan struct{}, 1)}, nil
+}
+
+func (w *Watcher) kinds() []client.Object {
+	k := []client.Object{&netv1alpha1.GatewayServer{}, &netv1alpha1.GatewayClient{}, &netv1alpha1.Configuration{},
+		&netv1alpha1.PublicKey{}, &corev1.Secret{}, &netv1alpha1.InternalNode{}, &corev1.Node{}}
+	if w.opts.WatchPods {
+		k = append(k, &corev1.Pod{})
+	}
+	return k
+}
+
+func (w *Watcher) wake() {
+	select {
+	case w.poke <- struct{}{}:
+	default:
+	}
+}
+
+// Run watches until ctx ends.
+func (w *Watcher) Run(ctx context.Context) error {
+	errc, err := kube.StartCache(ctx, w.cache, w.kinds(), w.wake)
+	if err != nil {
+		return fmt.Errorf("gateway watcher: %w", err)
+	}
+	ticker := time.NewTicker(w.opts.Resync)
+	defer ticker.Stop()
+	w.wake()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		case <-ticker.C:
+		case <-w.poke:
+			// Let a burst of events settle into one reconcile.
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		w.reconcile(ctx)
+	}
+}
+
+// reconcile reads everything from the cache, translates and applies.
+func (w *Watcher) reconcile(ctx context.Context) {
+	o, err := w.gather(ctx)
+	var g *config.Gateway
+	if err == nil {
+		g, err = FromObjects(o, w.opts.Local)
+	}
+	if err == nil {
+		err = w.apply(g)
+	}
+	if err == nil {
+		err = w.ensureConnection(ctx, gatewayMeta(o))
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg != w.lastErr {
+		switch {
+		case err == nil:
+			w.opts.Log.Info("gateway configured from the API")
+		case errors.Is(err, ErrNotReady):
+			w.opts.Log.Info("waiting", "for", msg)
+		default:
+			w.opts.Log.Error("cannot configure the gateway", "err", msg)
+		}
+		w.lastErr = msg
+	}
+}
+
+// gather collects the objects for FromObjects.
+func (w *Watcher) gather(ctx context.Context) (Objects, error) {
+	var o Objects
+	key := types.NamespacedName{Namespace: w.opts.Namespace, Name: w.opts.Name}
+	var meta *metav1.ObjectMeta
+	var secretRef *netv1alpha1.ObjectRef
+	if w.opts.Server {
+		gs := &netv1alpha1.GatewayServer{}
+		if err := w.cache.Get(ctx, key, gs); err != nil {
+			return o, w.missing(err, "GatewayServer %s", key)
+		}
+		o.Server, meta, secretRef = gs, &gs.ObjectMeta, gs.Status.SecretRef
+	} else {
+		gc := &netv1alpha1.GatewayClient{}
+		if err := w.cache.Get(ctx, key, gc); err != nil {
+			return o, w.missing(err, "GatewayClient %s", key)
+		}
+		o.Client, meta, secretRef = gc, &gc.ObjectMeta, gc.Status.SecretRef
+	}
+	remote := meta.Labels[netv1alpha1.RemoteClusterIDLabel]
+	if remote == "" {
+		return o, fmt.Errorf("%s has no %s label: which peer is it for?", key, netv1alpha1.RemoteClusterIDLabel)
+	}
+	byRemote := client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: remote}
+	var confs netv1alpha1.ConfigurationList
+	if err := w.cache.List(ctx, &confs, client.InNamespace(w.opts.Namespace), byRemote); err != nil {
+		return o, err
+	}
+	switch len(confs.Items) {
+	case 0:
+	case 1:
+		o.Configuration = &confs.Items[0]
+	default:
+		return o, fmt.Errorf("%d Configurations for cluster %s in %s; there must be one", len(confs.Items), remote, w.opts.Namespace)
+	}
+	var keys netv1alpha1.PublicKeyList
+	if err := w.cache.List(ctx, &keys, client.InNamespace(w.opts.Namespace), byRemote, client.MatchingLabels{netv1alpha1.GatewayResourceLabel: "true"}); err != nil {
+		return o, err
+	}
+	switch len(keys.Items) {
+	case 0:
+	case 1:
+		o.PeerKey = &keys.Items[0]
+	default:
+		return o, fmt.Errorf("%d PublicKeys for cluster %s in %s; there must be one", len(keys.Items), remote, w.opts.Namespace)
+	}
+	if secretRef != nil {
+		ns := secretRef.Namespace
+		if ns == "" {
+			ns = w.opts.Namespace
+		}
+		s := &corev1.Secret{}
+		if err := w.cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: secretRef.Name}, s); err == nil {
+			o.Secret = s
+		} else if !apierrors.IsNotFound(err) {
+			return o, err
+		}
+	}
+	var inodes netv1alpha1.InternalNodeList
+	if err := w.cache.List(ctx, &inodes); err != nil {
+		return o, err
+	}
+	o.InternalNodes = inodes.Items
+	var nodes corev1.NodeList
+	if err := w.cache.List(ctx, &nodes); err != nil {
+		return o, err
+	}
+	o.Nodes = nodes.Items
+	if w.opts.WatchPods {
+		var pods corev1.PodList
+		if err := w.cache.List(ctx, &pods); err != nil {
+			return o, err
+		}
+		o.Pods = pods.Items
+	}
+	return o, nil
+}
+
+// gatewayMeta is the metadata of the gateway the objects configure (gather set one of them).
+func gatewayMeta(o Objects) *metav1.ObjectMeta {
+	if o.Server != nil {
+		return &o.Server.ObjectMeta
+	}
+	return &o.Client.ObjectMeta
+}
+
+func (w *Watcher) missing(err error, format string, a ...any) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%w: %s does not exist", ErrNotReady, fmt.Sprintf(format, a...))
+	}
+	return err
+}
+
+// ensureConnection creates the gateway's Connection (same name and namespace) if missing.
+func (w *Watcher) ensureConnection(ctx context.Context, gw *metav1.ObjectMeta) error {
+	c := &netv1alpha1.Connection{}
+	key := types.NamespacedName{Namespace: w.opts.Namespace, Name: w.opts.Name}
+	err := w.client.Get(ctx, key, c)
+	if err == nil || !apierrors.IsNotFound(err) {
+		return err
+	}
+	typ := netv1alpha1.ConnectionTypeClient
+	if w.opts.Server {
+		typ = netv1alpha1.ConnectionTypeServer
+	}
+	c = &netv1alpha1.Connection{
+		ObjectMeta: metav1.ObjectMeta{Name: w.opts.Name, Namespace: w.opts.Namespace},
+		Spec:       netv1alpha1.ConnectionSpec{Type: typ, GatewayRef: netv1alpha1.ObjectRef{Name: w.opts.Name, Namespace: w.opts.Namespace}},
+	}
+	if id := gw.Labels[netv1alpha1.RemoteClusterIDLabel]; id != "" {
+		c.Labels = map[string]string{netv1alpha1.RemoteClusterIDLabel: id}
+	}
+	kind := "GatewayClient"
+	if w.opts.Server {
+		kind = "GatewayServer"
+	}
+	c.OwnerReferences = []metav1.OwnerReference{{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: kind, Name: gw.Name, UID: gw.UID}}
+	if err := w.client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create Connection %s: %w", key, err)
+	}
+	return w.writeStatus(ctx, netv1alpha1.ConnectionStatus{Value: netv1alpha1.Connecting})
+}
+
+// ReportConnection writes the prober's view into the Connection's status. The latency is
+// written on every state change and at most every 10 s otherwise.
+func (w *Watcher) ReportConnection(ctx context.Context, value netv1alpha1.ConnectionStatusValue, rtt time.Duration) error {
+	st := netv1alpha1.ConnectionStatus{Value: value}
+	if rtt > 0 {
+		st.Latency = &netv1alpha1.ConnectionLatency{Value: metav1.Duration{Duration: rtt}, Timestamp: metav1.Now()}
+	}
+	w.mu.Lock()
+	last := w.conn
+	w.mu.Unlock()
+	if last != nil && last.Value == value && (rtt == 0 || last.Latency != nil && time.Since(last.Latency.Timestamp.Time) < 10*time.Second) {
+		return nil
+	}
+	return w.writeStatus(ctx, st)
+}
+
+func (w *Watcher) writeStatus(ctx context.Context, st netv1alpha1.ConnectionStatus) error {
+	key := types.NamespacedName{Namespace: w.opts.Namespace, Name: w.opts.Name}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := &netv1alpha1.Connection{}
+		if err := w.client.Get(ctx, key, c); err != nil {
+			return err
+		}
+		c.Status.Value = st.Value
+		if st.Latency != nil {
+			c.Status.Latency = st.Latency
+		}
+		return w.client.Status().Update(ctx, c)
+	})
+	if err == nil {
+		w.mu.Lock()
+		w.conn = &st
+		w.mu.Unlock()
+	}
+	return err
+}
