@@ -42,7 +42,7 @@ func TestInCluster(t *testing.T) {
 	serverIP := netip.MustParseAddr("10.80.0.1")
 	server, err := appliance.Start(&config.Gateway{
 		Dataplane: dataplane.Config{
-			Overlay:     overlay.Config{Kind: overlay.VXLAN, VNI: gateway.DefaultVNI, MAC: gateway.MACFor(serverIP), IP: serverIP},
+			Overlay:     overlay.Config{Kind: overlay.VXLAN, VNI: netv1alpha1.DefaultVNI, MAC: overlay.GatewayMAC(serverIP), IP: serverIP},
 			OverlayPort: 47891,
 			TunnelIP:    netip.MustParseAddr("169.254.100.1"),
 			Remote:      []netip.Prefix{netip.MustParsePrefix("169.254.100.2/32")},

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/skein-net/skein/appliance"
-	"github.com/skein-net/skein/control/gateway"
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/overlay"
@@ -38,7 +38,7 @@ func TestReconnect(t *testing.T) {
 		}
 		overlayIP := netip.MustParseAddr(ip)
 		g.Dataplane = dataplane.Config{
-			Overlay:     overlay.Config{Kind: overlay.VXLAN, VNI: gateway.DefaultVNI, MAC: gateway.MACFor(overlayIP), IP: overlayIP},
+			Overlay:     overlay.Config{Kind: overlay.VXLAN, VNI: netv1alpha1.DefaultVNI, MAC: overlay.GatewayMAC(overlayIP), IP: overlayIP},
 			OverlayPort: 47932,
 			TunnelIP:    tun,
 			Remote:      []netip.Prefix{netip.PrefixFrom(peerTun, 32)},

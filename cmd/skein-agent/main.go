@@ -25,6 +25,7 @@ import (
 
 	"github.com/skein-net/skein/control/agent"
 	"github.com/skein-net/skein/control/agent/plan"
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/overlay"
 )
@@ -48,12 +49,12 @@ func main() {
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	nodeIP := fs.String("node-ip", os.Getenv("NODE_IP"), "this node's underlay IPv4 address, its VTEP (default $NODE_IP)")
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: the pod's service account)")
-	device := fs.String("device", "liqo.vxlan", "name of the overlay device")
+	device := fs.String("device", netv1alpha1.DefaultOverlayDevice, "name of the overlay device")
 	kindName := fs.String("overlay-kind", "vxlan", "vxlan, or geneve where the kernel has it")
 	port := fs.Uint("overlay-port", 0, "overlay UDP port (default 4789 for vxlan, 6081 for geneve)")
-	vni := fs.Uint("vni", 18952, "overlay VNI")
+	vni := fs.Uint("vni", netv1alpha1.DefaultVNI, "overlay VNI")
 	mtu := fs.Int("mtu", 0, "MTU of the overlay device (default: the MTU of the interface holding --node-ip minus the encapsulation overhead)")
-	internal := fs.String("internal-cidr", "10.80.0.0/16", "the cluster's internal (overlay) CIDR")
+	internal := fs.String("internal-cidr", netv1alpha1.DefaultInternalCIDR, "the cluster's internal (overlay) CIDR")
 	podCIDRs := fs.String("pod-cidrs", "10.244.0.0/16", "the cluster's pod CIDRs, comma-separated: never SNATed")
 	priority := fs.Int("rule-priority", kernel.DefaultRulePriority, "priority of the policy rules to table 18952 (lower for CNIs that need an early rule)")
 	resync := fs.Duration("resync", 10*time.Second, "re-read everything and repair drift this often")

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/control/kube"
@@ -59,7 +60,7 @@ func main() {
 	podCIDRs := fs.String("pod-cidrs", "10.244.0.0/16", "this cluster's pod CIDRs, comma-separated")
 	serviceCIDR := fs.String("service-cidr", "10.96.0.0/12", "this cluster's service CIDR")
 	externalCIDR := fs.String("external-cidr", "10.70.0.0/16", "this cluster's external CIDR (how peers see its nodes and host-network traffic)")
-	internalCIDR := fs.String("internal-cidr", "10.80.0.0/16", "this cluster's internal CIDR (overlay addresses)")
+	internalCIDR := fs.String("internal-cidr", netv1alpha1.DefaultInternalCIDR, "this cluster's internal CIDR (overlay addresses)")
 	reserved := fs.String("reserved", "", "more CIDRs never given to peers, comma-separated")
 	pools := fs.String("pools", "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16", "remap pools, comma-separated")
 	metrics := fs.String("metrics-listen", ":9473", "address of /metrics (\"0\" disables it)")

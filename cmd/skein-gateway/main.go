@@ -20,7 +20,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/skein-net/skein/appliance"
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gateway"
+	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/overlay"
 )
@@ -63,21 +65,21 @@ func main() {
 	podIP := fs.String("pod-ip", os.Getenv("POD_IP"), "in-cluster: the pod's IP, where the overlay socket binds (default $POD_IP)")
 	overlayKind := fs.String("overlay-kind", "vxlan", "in-cluster: vxlan or geneve, as the nodes' overlay devices")
 	overlayPort := fs.Uint("overlay-port", 0, "in-cluster: UDP port of the overlay (default 4789 for vxlan, 6081 for geneve)")
-	vni := fs.Uint("vni", gateway.DefaultVNI, "in-cluster: VNI of the overlay")
+	vni := fs.Uint("vni", netv1alpha1.DefaultVNI, "in-cluster: VNI of the overlay")
 	completeSums := fs.Bool("complete-checksums", true, "in-cluster: recompute inner TCP/UDP checksums from the nodes, so their overlay devices may keep TX offload (TSO) on")
 	overlayMTU := fs.Int("overlay-mtu", 0, "in-cluster: MTU of the nodes' overlay devices (default 1450)")
 	listenPort := fs.Uint("listen-port", 0, "in-cluster server: WireGuard UDP port (default: the GatewayServer's endpoint port)")
 	httpListen := fs.String("http-listen", ":9471", "in-cluster: address of /healthz, /readyz and /metrics (\"off\" disables them)")
-	probeInterval := fs.Duration("probe-interval", 2*time.Second, "in-cluster: interval of the probes to the peer gateway")
-	probeFail := fs.Int("probe-fail-after", 5, "in-cluster: consecutive lost probes that make the Connection Error")
+	probeInterval := fs.Duration("probe-interval", config.DefaultProbeInterval, "in-cluster: interval of the probes to the peer gateway")
+	probeFail := fs.Int("probe-fail-after", config.DefaultProbeFail, "in-cluster: consecutive lost probes that make the Connection Error")
 	watchPods := fs.Bool("watch-pods", false, "in-cluster: route local pods by /32 from Pod objects (for CNIs without per-node pod CIDRs)")
 	podName := fs.String("pod-name", os.Getenv("POD_NAME"), "in-cluster: this replica's pod; with it, replicas elect an active one through a Lease (default $POD_NAME; empty: no election)")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "in-cluster: the node this replica runs on, published when active (default $NODE_NAME)")
 	leaseDuration := fs.Duration("lease-duration", 6*time.Second, "in-cluster: how long a dead active replica holds the Lease before a standby takes over")
 	renewDeadline := fs.Duration("lease-renew-deadline", 4*time.Second, "in-cluster: how long the active replica keeps trying to renew before it steps down")
 	retryPeriod := fs.Duration("lease-retry-period", 500*time.Millisecond, "in-cluster: how often replicas try to acquire or renew the Lease")
-	gcPercent := fs.Int("gc-percent", gateway.DefaultGCPercent, "in-cluster: the Go garbage collector's GOGC (-1: off, leaving GC to the memory limit)")
-	memLimit := fs.Int("memory-limit-mib", gateway.DefaultMemoryLimitMiB, "in-cluster: soft limit of the Go heap in MiB (0: none; the file's memoryLimitMiB in standalone mode)")
+	gcPercent := fs.Int("gc-percent", config.DefaultGCPercent, "in-cluster: the Go garbage collector's GOGC (-1: off, leaving GC to the memory limit)")
+	memLimit := fs.Int("memory-limit-mib", config.DefaultMemoryLimitMiB, "in-cluster: soft limit of the Go heap in MiB (0: none; the file's memoryLimitMiB in standalone mode)")
 	window := fs.Int("window", dataplane.DefaultWindow, "in-cluster: most packets wireguard-go may hold per direction (each holds a 64 KiB buffer; the file's window in standalone mode)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -89,8 +91,8 @@ func main() {
 	if fs.NArg() > 0 {
 		fail(2, "unexpected arguments %q (see --help)", fs.Args())
 	}
-	if *window < 1 || *window > gateway.MaxWindow {
-		fail(2, "--window %d: want 1-%d packets", *window, gateway.MaxWindow)
+	if *window < 1 || *window > config.MaxWindow {
+		fail(2, "--window %d: want 1-%d packets", *window, config.MaxWindow)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -156,12 +158,16 @@ func main() {
 			}
 			election = &gateway.Election{PodName: *podName, NodeName: *nodeName, LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod}
 		}
+		memLimitMiB := *memLimit
+		if memLimitMiB == 0 {
+			memLimitMiB = -1 // the flag's 0 is "none"
+		}
 		ic, err := appliance.StartInCluster(restCfg, gateway.Options{
 			Namespace: *namespace, Name: *name, Server: *mode == "server", WatchPods: *watchPods,
 			Local: gateway.Local{
 				PodIP: ip, OverlayKind: kind, OverlayPort: uint16(*overlayPort), VNI: uint32(*vni), OverlayMTU: *overlayMTU, CompleteChecksums: *completeSums,
 				ListenPort: uint16(*listenPort), ProbeInterval: *probeInterval, ProbeFail: *probeFail,
-				HTTPListen: *httpListen, MemoryLimit: int64(*memLimit) << 20, GCPercent: *gcPercent,
+				HTTPListen: *httpListen, MemoryLimitMiB: memLimitMiB, GCPercent: *gcPercent,
 				Window: *window,
 			},
 		}, election, log)

@@ -325,8 +325,8 @@ func createCmd(g *globals) *cobra.Command {
 	}
 	for _, c := range []*cobra.Command{server, clientCmd} {
 		c.Flags().StringVar(&remoteID, "remote-cluster-id", "", "the peer cluster's id (required)")
-		c.Flags().Int32Var(&port, "port", 51820, "the gateway's UDP port (server: the Service port; client: the server's port)")
-		c.Flags().Int32Var(&mtu, "mtu", 1340, "the tunnel MTU; the same on both sides")
+		c.Flags().Int32Var(&port, "port", netv1alpha1.DefaultPort, "the gateway's UDP port (server: the Service port; client: the server's port)")
+		c.Flags().Int32Var(&mtu, "mtu", netv1alpha1.DefaultMTU, "the tunnel MTU; the same on both sides")
 		c.Flags().StringVar(&templateNS, "template-namespace", "liqo", "namespace of the gateway template")
 		c.Flags().StringVar(&gwNamespace, "gateway-namespace", "default", "namespace of the gateway")
 		c.Flags().StringVarP(&output, "output", "o", "", "print the resource (yaml or json) instead of creating it")

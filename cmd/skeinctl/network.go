@@ -339,10 +339,10 @@ again changes nothing.`,
 		RunE: g.onPair(o, "", func(ctx context.Context, l, r *side) error { return g.connect(ctx, l, r, c, o.wait) }),
 	}
 	cmd.Flags().StringVar(&c.serviceType, "server-service-type", "LoadBalancer", "type of the gateway server's Service: NodePort, LoadBalancer or ClusterIP")
-	cmd.Flags().Int32Var(&c.port, "server-port", 51820, "port of the gateway server's Service")
+	cmd.Flags().Int32Var(&c.port, "server-port", netv1alpha1.DefaultPort, "port of the gateway server's Service")
 	cmd.Flags().Int32Var(&c.nodePort, "node-port", 0, "force this node port; 0 lets Kubernetes choose")
 	cmd.Flags().StringVar(&c.lbIP, "load-balancer-ip", "", "ask the load balancer for this IP; empty lets it choose")
-	cmd.Flags().Int32Var(&c.mtu, "mtu", 1340, "MTU of the tunnel; must be the same on both sides")
+	cmd.Flags().Int32Var(&c.mtu, "mtu", netv1alpha1.DefaultMTU, "MTU of the tunnel; must be the same on both sides")
 	return cmd
 }
 

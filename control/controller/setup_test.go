@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
@@ -65,7 +66,8 @@ func TestSpec003(t *testing.T) {
 	for _, f := range []string{"wireguard-server.yaml", "wireguard-client.yaml"} {
 		apply(t, c, filepath.Join("..", "..", "deploy", "templates", f), "liqo")
 	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: crconfig.Controller{SkipNameValidation: &skipNameValidation}}) // the package's tests run every reconciler, some more than once, in one process
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,3 +247,6 @@ func BenchmarkPeerings100(b *testing.B) {
 		}
 	}
 }
+
+// skipNameValidation lets the package's tests register a reconciler again in the same process.
+var skipNameValidation = true

@@ -1,12 +1,10 @@
 package gateway
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
-	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -14,7 +12,6 @@ import (
 	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/overlay"
-	"github.com/skein-net/skein/dataplane/packet"
 )
 
 // File is the standalone gateway's configuration file (YAML).
@@ -113,20 +110,6 @@ type ProbeConfig struct {
 	FailAfter int    `json:"failAfter,omitempty"` // default 5
 }
 
-// DefaultVNI is the overlay VNI when none is configured.
-const DefaultVNI = 18952
-
-// Defaults of the gateway's Go runtime: a soft heap limit and a GOGC. Under 32 TCP streams on
-// 2 cores they keep the peak RSS below 150 MiB; a tighter limit makes the collector run often
-// enough to cost throughput (wireguard-go keeps 64 KiB buffers in flight).
-const (
-	DefaultMemoryLimitMiB = 140
-	DefaultGCPercent      = 400
-)
-
-// MaxWindow bounds the window setting: 16384 packets hold 1 GiB of wireguard-go's buffers.
-const MaxWindow = 16384
-
 // LoadFile reads a config file; Resolve validates it.
 func LoadFile(path string) (*File, error) {
 	b, err := os.ReadFile(path)
@@ -140,95 +123,44 @@ func LoadFile(path string) (*File, error) {
 	return &c, nil
 }
 
-// Resolve validates c (naming every bad field) and resolves it. The private key is read from
-// its file.
+// Resolve validates c (naming every bad field) and resolves it with config.Build. The private
+// key is read from its file.
 func (c *File) Resolve() (*config.Gateway, error) {
-	var errs []error
+	var front []string
 	bad := func(field, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
+		front = append(front, field+": "+fmt.Sprintf(format, a...))
 	}
-	p := &config.Gateway{HTTPListen: c.HTTPListen, Pprof: c.Pprof, ListenPort: c.ListenPort, GCPercent: c.GCPercent}
-	if p.GCPercent == 0 {
-		p.GCPercent = DefaultGCPercent
-	}
-	switch {
-	case c.MemoryLimitMiB == 0:
-		p.MemoryLimit = DefaultMemoryLimitMiB << 20
-	case c.MemoryLimitMiB > 0:
-		p.MemoryLimit = int64(c.MemoryLimitMiB) << 20
-	case c.MemoryLimitMiB < -1:
-		bad("memoryLimitMiB", "%d: want a number of MiB, or -1 for no limit", c.MemoryLimitMiB)
-	}
-	if p.HTTPListen == "" {
-		p.HTTPListen = "127.0.0.1:9471"
-	}
-	if c.Window < 0 || c.Window > MaxWindow {
-		bad("window", "%d: want 1-%d packets (0: the default %d)", c.Window, MaxWindow, dataplane.DefaultWindow)
-	}
-	p.Window = c.Window
-
-	priv, err := readKey(c.PrivateKeyFile)
-	if err != nil {
-		bad("privateKeyFile", "%v", err)
-	} else {
-		p.PrivateKey = priv
+	s := config.Spec{
+		ListenPort: c.ListenPort, Keepalive: c.KeepaliveSeconds, TunnelMTU: c.MTU, RequireNodes: true,
+		HTTPListen: c.HTTPListen, Pprof: c.Pprof, MemoryLimitMiB: c.MemoryLimitMiB, GCPercent: c.GCPercent, Window: c.Window,
+		ProbeFail: c.Probe.FailAfter,
 	}
 	switch c.Role {
 	case "server":
-		if c.ListenPort == 0 {
-			bad("listenPort", "a server needs a port (the spec's default is 51820)")
-		}
-		if c.Endpoint != "" {
-			bad("endpoint", "a server does not dial; remove it or use role: client")
-		}
+		s.Server = true
 	case "client":
-		if c.Endpoint == "" {
-			bad("endpoint", "a client needs the server's address:port")
-		}
 	default:
 		bad("role", "%q: want server or client", c.Role)
+		s.Server = c.Endpoint == "" // whichever the rest of the file describes
 	}
-	if p.PeerPublicKey, err = config.ParseKey(c.PeerPublicKey); err != nil {
+	var err error
+	if s.PrivateKey, err = readKey(c.PrivateKeyFile); err != nil {
+		bad("privateKeyFile", "%v", err)
+	}
+	if s.PeerPublicKey, err = config.ParseKey(c.PeerPublicKey); err != nil {
 		bad("peerPublicKey", "%v", err)
 	}
 	if c.Endpoint != "" {
-		if p.PeerEndpoint, err = netip.ParseAddrPort(c.Endpoint); err != nil {
+		if s.PeerEndpoint, err = netip.ParseAddrPort(c.Endpoint); err != nil {
 			bad("endpoint", "%q is not address:port: %v", c.Endpoint, err)
 		}
 	}
-	keepalive := 0
-	if c.Role == "client" {
-		keepalive = 25
-	}
-	if c.KeepaliveSeconds != nil {
-		keepalive = *c.KeepaliveSeconds
-	}
-	if keepalive < 0 || keepalive > 65535 {
-		bad("keepaliveSeconds", "%d is outside 0-65535", keepalive)
-	} else {
-		p.Keepalive = keepalive
-	}
-
-	tunCIDR := c.TunnelCIDR
-	if tunCIDR == "" {
-		tunCIDR = "169.254.100.0/30"
-	}
-	if tp, err := netip.ParsePrefix(tunCIDR); err != nil || !tp.Addr().Is4() || tp.Bits() > 30 || tp.Masked() != tp {
-		bad("tunnelCIDR", "%q: want an IPv4 network of at least 4 addresses, such as 169.254.100.0/30", tunCIDR)
-	} else {
-		first := tp.Addr().Next()
-		second := first.Next()
-		p.TunnelIP, p.PeerTunnelIP = first, second
-		if c.Role == "client" {
-			p.TunnelIP, p.PeerTunnelIP = second, first
+	if c.TunnelCIDR != "" {
+		if s.TunnelCIDR, err = netip.ParsePrefix(c.TunnelCIDR); err != nil {
+			bad("tunnelCIDR", "%q: want an IPv4 network of at least 4 addresses, such as %s", c.TunnelCIDR, config.DefaultTunnelCIDR)
 		}
 	}
 
-	dp := dataplane.Config{TunnelMTU: c.MTU, OverlayMTU: c.Overlay.MTU, TunnelIP: p.TunnelIP, CompleteChecksums: c.Overlay.CompleteChecksums == nil || *c.Overlay.CompleteChecksums}
-	if p.PeerTunnelIP.IsValid() {
-		dp.Remote = append(dp.Remote, netip.PrefixFrom(p.PeerTunnelIP, 32))
-		p.AllowedIPs = append(p.AllowedIPs, netip.PrefixFrom(p.PeerTunnelIP, 32))
-	}
 	for _, r := range []struct{ field, real, remapped, remappedField string }{
 		{"remote.podCIDR", c.Remote.PodCIDR, c.Remote.RemappedPodCIDR, "remote.remappedPodCIDR"},
 		{"remote.externalCIDR", c.Remote.ExternalCIDR, c.Remote.RemappedExternalCIDR, "remote.remappedExternalCIDR"},
@@ -247,61 +179,34 @@ func (c *File) Resolve() (*config.Gateway, error) {
 			bad(r.field, "%q is not an IPv4 CIDR without host bits", r.real)
 			continue
 		}
-		if r.remapped == "" {
-			addRemote(&dp, p, real, real)
-			continue
+		rm := config.Remote{Field: r.field, Real: real}
+		if r.remapped != "" {
+			rm.Field = r.remappedField
+			if rm.Seen, err = netip.ParsePrefix(r.remapped); err != nil {
+				bad(r.remappedField, "%q is not an IPv4 CIDR without host bits", r.remapped)
+				continue
+			}
 		}
-		seen, err := netip.ParsePrefix(r.remapped)
-		if err != nil || seen.Masked() != seen || !seen.Addr().Is4() {
-			bad(r.remappedField, "%q is not an IPv4 CIDR without host bits", r.remapped)
-			continue
-		}
-		if seen.Bits() != real.Bits() {
-			bad(r.remappedField, "%s must have the length of %s (/%d)", seen, real, real.Bits())
-			continue
-		}
-		addRemote(&dp, p, real, seen)
+		s.Remote = append(s.Remote, rm)
 	}
 
-	kind := overlay.VXLAN
+	o := &s.Overlay
+	o.Port, o.VNI, o.MTU, o.CompleteChecksums = c.Overlay.Port, c.Overlay.VNI, c.Overlay.MTU, c.Overlay.CompleteChecksums
 	if c.Overlay.Kind != "" {
-		if kind, err = overlay.ParseKind(c.Overlay.Kind); err != nil {
+		if o.Kind, err = overlay.ParseKind(c.Overlay.Kind); err != nil {
 			bad("overlay.kind", "%v", err)
 		}
 	}
-	vni := uint32(DefaultVNI)
-	if c.Overlay.VNI != nil {
-		vni = *c.Overlay.VNI
-	}
-	dp.Overlay = overlay.Config{Kind: kind, VNI: vni}
-	dp.OverlayPort = c.Overlay.Port
-	port := c.Overlay.Port
-	if port == 0 {
-		port = kind.DefaultPort()
-	}
-	if a, err := netip.ParseAddr(c.Overlay.Listen); err != nil || !a.Is4() {
+	if o.Listen, err = netip.ParseAddr(c.Overlay.Listen); err != nil {
 		bad("overlay.listen", "%q: want the gateway's IPv4 underlay address", c.Overlay.Listen)
-	} else {
-		p.OverlayListen = netip.AddrPortFrom(a, port)
 	}
-	if a, err := netip.ParseAddr(c.Overlay.IP); err != nil || !a.Is4() {
+	if o.IP, err = netip.ParseAddr(c.Overlay.IP); err != nil {
 		bad("overlay.ip", "%q: want the gateway's IPv4 overlay address", c.Overlay.IP)
-	} else {
-		dp.Overlay.IP = a
-		dp.Overlay.MAC = MACFor(a)
 	}
 	if c.Overlay.MAC != "" {
-		if m, err := overlay.ParseMAC(c.Overlay.MAC); err != nil {
+		if o.MAC, err = overlay.ParseMAC(c.Overlay.MAC); err != nil {
 			bad("overlay.mac", "%v", err)
-		} else {
-			dp.Overlay.MAC = m
 		}
-	}
-	if dp.Overlay.IP.IsValid() && p.TunnelIP.IsValid() {
-		dp.Local = []netip.Addr{dp.Overlay.IP, p.TunnelIP}
-	}
-	if len(c.Nodes) == 0 {
-		bad("nodes", "at least one node VTEP is needed to deliver traffic from the tunnel")
 	}
 	for i, n := range c.Nodes {
 		field := fmt.Sprintf("nodes[%d]", i)
@@ -312,50 +217,28 @@ func (c *File) Resolve() (*config.Gateway, error) {
 		if node.MAC, err = overlay.ParseMAC(n.MAC); err != nil {
 			bad(field+".mac", "%v", err)
 		}
-		for j, s := range n.PodCIDRs {
-			pc, err := netip.ParsePrefix(s)
+		for j, p := range n.PodCIDRs {
+			pc, err := netip.ParsePrefix(p)
 			if err != nil || pc.Masked() != pc {
-				bad(fmt.Sprintf("%s.podCIDRs[%d]", field, j), "%q is not a CIDR without host bits", s)
+				bad(fmt.Sprintf("%s.podCIDRs[%d]", field, j), "%q is not a CIDR without host bits", p)
 				continue
 			}
 			node.PodCIDRs = append(node.PodCIDRs, pc)
 		}
-		dp.Nodes = append(dp.Nodes, node)
+		s.Nodes = append(s.Nodes, node)
 	}
-
-	p.ProbeInterval = 2 * time.Second
 	if c.Probe.Interval != "" {
-		if d, err := time.ParseDuration(c.Probe.Interval); err != nil || d < 100*time.Millisecond {
-			bad("probe.interval", "%q: want a duration of at least 100ms, such as 2s", c.Probe.Interval)
-		} else {
-			p.ProbeInterval = d
+		if s.ProbeInterval, err = time.ParseDuration(c.Probe.Interval); err != nil {
+			bad("probe.interval", "%q: want a duration of at least %v, such as %v", c.Probe.Interval, config.MinProbeInterval, config.DefaultProbeInterval)
 		}
 	}
-	p.ProbeFail = c.Probe.FailAfter
-	if p.ProbeFail < 0 {
-		bad("probe.failAfter", "%d is negative", p.ProbeFail)
+	if len(front) > 0 {
+		// Build still checks the rest, so that one run names every bad field; what did not
+		// parse is left at its zero value and Build's remarks on those fields are dropped.
+		_, err := config.Build(s)
+		return nil, config.Join(front, err)
 	}
-	if p.ProbeFail == 0 {
-		p.ProbeFail = 5
-	}
-	if len(errs) == 0 {
-		if err := dataplane.Validate(dp); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("invalid gateway config:\n  %w", joinIndented(errs))
-	}
-	p.Dataplane = dp
-	return p, nil
-}
-
-func joinIndented(errs []error) error {
-	msgs := make([]string, len(errs))
-	for i, e := range errs {
-		msgs[i] = e.Error()
-	}
-	return errors.New(strings.Join(msgs, "\n  "))
+	return config.Build(s)
 }
 
 // readKey reads a base64 WireGuard key from a file.
@@ -372,10 +255,4 @@ func readKey(path string) (config.Key, error) {
 		return config.Key{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return k, nil
-}
-
-// MACFor derives a stable, locally administered unicast MAC from an overlay IP.
-func MACFor(ip netip.Addr) packet.MAC {
-	h := sha256.Sum256(ip.AsSlice())
-	return packet.MAC{0x02, 0x5b, h[0], h[1], h[2], h[3]}
 }

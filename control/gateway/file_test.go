@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/dataplane/nat"
 )
@@ -83,7 +84,7 @@ func TestResolve(t *testing.T) {
 	if strings.Contains(uapi, testPriv) || strings.Contains(uapi, "allowed_ip=10.71.0.0/16") {
 		t.Errorf("wireguard config:\n%s", uapi)
 	}
-	if p.Dataplane.Overlay.IP.String() != "10.80.0.1" || p.OverlayListen.String() != "192.168.77.2:4789" || p.Dataplane.Overlay.VNI != gateway.DefaultVNI {
+	if p.Dataplane.Overlay.IP.String() != "10.80.0.1" || p.OverlayListen.String() != "192.168.77.2:4789" || p.Dataplane.Overlay.VNI != netv1alpha1.DefaultVNI {
 		t.Errorf("overlay %+v listen %v", p.Dataplane.Overlay, p.OverlayListen)
 	}
 	if p.Window != 0 {

@@ -12,7 +12,6 @@ import (
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/dataplane"
-	"github.com/skein-net/skein/dataplane/nat"
 	"github.com/skein-net/skein/dataplane/overlay"
 )
 
@@ -55,9 +54,10 @@ type Local struct {
 	ProbeInterval time.Duration
 	ProbeFail     int
 	HTTPListen    string
-	MemoryLimit   int64
-	GCPercent     int
-	Window        int
+	// MemoryLimitMiB: 0 the default, -1 none (config.Spec).
+	MemoryLimitMiB int
+	GCPercent      int
+	Window         int
 	// Resolve turns a host name of a GatewayClient's endpoint into an address.
 	Resolve func(host string) (netip.Addr, error)
 }
@@ -70,30 +70,31 @@ func notReady(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrNotReady, fmt.Sprintf(format, a...))
 }
 
-// FromObjects translates the API objects into the gateway's configuration.
+// FromObjects translates the API objects into the gateway's configuration (config.Build fills
+// the defaults and validates).
 func FromObjects(o Objects, l Local) (*config.Gateway, error) {
-	g := &config.Gateway{ProbeInterval: l.ProbeInterval, ProbeFail: l.ProbeFail, HTTPListen: l.HTTPListen, MemoryLimit: l.MemoryLimit, GCPercent: l.GCPercent, Window: l.Window}
-	if g.ProbeInterval == 0 {
-		g.ProbeInterval = 2 * time.Second
+	s := config.Spec{
+		ListenPort: l.ListenPort, TunnelCIDR: l.TunnelCIDR,
+		ProbeInterval: l.ProbeInterval, ProbeFail: l.ProbeFail,
+		HTTPListen: l.HTTPListen, MemoryLimitMiB: l.MemoryLimitMiB, GCPercent: l.GCPercent, Window: l.Window,
+		Overlay: config.Overlay{Kind: l.OverlayKind, Port: l.OverlayPort, Listen: l.PodIP, MTU: l.OverlayMTU, CompleteChecksums: &l.CompleteChecksums},
 	}
-	if g.ProbeFail == 0 {
-		g.ProbeFail = 5
+	if l.Keepalive != 0 {
+		s.Keepalive = &l.Keepalive
 	}
-	var (
-		mtu      int32
-		internal *netv1alpha1.InternalEndpoint
-		server   bool
-	)
+	if l.VNI != 0 {
+		s.Overlay.VNI = &l.VNI
+	}
+	var internal *netv1alpha1.InternalEndpoint
 	switch {
 	case o.Server != nil && o.Client == nil:
-		server = true
-		mtu, internal = o.Server.Spec.MTU, o.Server.Status.InternalEndpoint
-		g.ListenPort = l.ListenPort
-		if g.ListenPort == 0 {
-			g.ListenPort = uint16(o.Server.Spec.Endpoint.Port)
+		s.Server = true
+		s.TunnelMTU, internal = int(o.Server.Spec.MTU), o.Server.Status.InternalEndpoint
+		if s.ListenPort == 0 {
+			s.ListenPort = uint16(o.Server.Spec.Endpoint.Port)
 		}
 	case o.Client != nil && o.Server == nil:
-		mtu, internal = o.Client.Spec.MTU, o.Client.Status.InternalEndpoint
+		s.TunnelMTU, internal = int(o.Client.Spec.MTU), o.Client.Status.InternalEndpoint
 		ep := o.Client.Spec.Endpoint
 		if len(ep.Addresses) == 0 {
 			return nil, errors.New("gatewayclient spec.endpoint.addresses is empty")
@@ -108,11 +109,7 @@ func FromObjects(o Objects, l Local) (*config.Gateway, error) {
 				return nil, notReady("resolving the server's address %q: %v", host, err)
 			}
 		}
-		g.PeerEndpoint = netip.AddrPortFrom(a.Unmap(), uint16(ep.Port))
-		g.Keepalive = l.Keepalive
-		if g.Keepalive == 0 {
-			g.Keepalive = 25
-		}
+		s.PeerEndpoint = netip.AddrPortFrom(a.Unmap(), uint16(ep.Port))
 	default:
 		return nil, errors.New("exactly one of a GatewayServer and a GatewayClient configures a gateway")
 	}
@@ -126,62 +123,23 @@ func FromObjects(o Objects, l Local) (*config.Gateway, error) {
 		return nil, fmt.Errorf("secret %s/%s has no %q key", o.Secret.Namespace, o.Secret.Name, config.SecretPrivateKey)
 	}
 	var err error
-	if g.PrivateKey, err = config.ParseKey(string(priv)); err != nil {
+	if s.PrivateKey, err = config.ParseKey(string(priv)); err != nil {
 		return nil, fmt.Errorf("secret %s/%s %s: %w", o.Secret.Namespace, o.Secret.Name, config.SecretPrivateKey, err)
 	}
 	if o.PeerKey == nil {
 		return nil, notReady("no PublicKey of the peer gateway yet")
 	}
-	if g.PeerPublicKey, err = config.ParseKey(o.PeerKey.Spec.PublicKey); err != nil {
+	if s.PeerPublicKey, err = config.ParseKey(o.PeerKey.Spec.PublicKey); err != nil {
 		return nil, fmt.Errorf("publickey %s/%s: %w", o.PeerKey.Namespace, o.PeerKey.Name, err)
 	}
 
-	// Tunnel addresses.
-	tp := l.TunnelCIDR
-	if !tp.IsValid() {
-		tp = netip.MustParsePrefix("169.254.100.0/30")
-	}
-	first := tp.Addr().Next()
-	g.TunnelIP, g.PeerTunnelIP = first, first.Next()
-	if !server {
-		g.TunnelIP, g.PeerTunnelIP = g.PeerTunnelIP, g.TunnelIP
-	}
-
-	// Overlay.
+	// The gateway's overlay address.
 	if internal == nil || internal.IP == nil {
 		return nil, notReady("the controller has not assigned the gateway's overlay address (status.internalEndpoint.ip)")
 	}
-	overlayIP, err := netip.ParseAddr(string(*internal.IP))
-	if err != nil || !overlayIP.Is4() {
+	if s.Overlay.IP, err = netip.ParseAddr(string(*internal.IP)); err != nil {
 		return nil, fmt.Errorf("status.internalEndpoint.ip %q is not an IPv4 address", *internal.IP)
 	}
-	if !l.PodIP.Is4() {
-		return nil, fmt.Errorf("pod IP %v: the overlay socket needs an IPv4 address", l.PodIP)
-	}
-	kind := l.OverlayKind
-	if kind == 0 {
-		kind = overlay.VXLAN
-	}
-	port := l.OverlayPort
-	if port == 0 {
-		port = kind.DefaultPort()
-	}
-	vni := l.VNI
-	if vni == 0 {
-		vni = DefaultVNI
-	}
-	g.OverlayListen = netip.AddrPortFrom(l.PodIP, port)
-	dp := dataplane.Config{
-		Overlay:           overlay.Config{Kind: kind, VNI: vni, MAC: MACFor(overlayIP), IP: overlayIP},
-		OverlayPort:       port,
-		TunnelMTU:         int(mtu),
-		OverlayMTU:        l.OverlayMTU,
-		CompleteChecksums: l.CompleteChecksums,
-		TunnelIP:          g.TunnelIP,
-		Remote:            []netip.Prefix{netip.PrefixFrom(g.PeerTunnelIP, 32)},
-		Local:             []netip.Addr{overlayIP, g.TunnelIP},
-	}
-	g.AllowedIPs = []netip.Prefix{netip.PrefixFrom(g.PeerTunnelIP, 32)}
 
 	// The remote cluster's networks.
 	c := o.Configuration
@@ -203,13 +161,22 @@ func FromObjects(o Objects, l Local) (*config.Gateway, error) {
 		}
 		real, err1 := netip.ParsePrefix(string(r.real))
 		seen, err2 := netip.ParsePrefix(string(r.seen))
-		if err1 != nil || err2 != nil || real.Bits() != seen.Bits() {
-			return nil, fmt.Errorf("configuration %s/%s: %s CIDR %q is remapped to %q; want two CIDRs of the same length", c.Namespace, c.Name, r.field, r.real, r.seen)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("configuration %s/%s: %s CIDR %q is remapped to %q; want two CIDRs", c.Namespace, c.Name, r.field, r.real, r.seen)
 		}
-		addRemote(&dp, g, real.Masked(), seen.Masked())
+		s.Remote = append(s.Remote, config.Remote{
+			Field: fmt.Sprintf("configuration %s/%s %s CIDR %s remapped to %s", c.Namespace, c.Name, r.field, r.real, r.seen),
+			Real:  real.Masked(), Seen: seen.Masked()})
 	}
+	if s.Nodes, err = nodes(o); err != nil {
+		return nil, err
+	}
+	return config.Build(s)
+}
 
-	// Local nodes.
+// nodes maps local pods to node VTEPs.
+func nodes(o Objects) ([]dataplane.Node, error) {
+	var out []dataplane.Node
 	nodes := map[string]*corev1.Node{}
 	for i := range o.Nodes {
 		nodes[o.Nodes[i].Name] = &o.Nodes[i]
@@ -244,8 +211,8 @@ func FromObjects(o Objects, l Local) (*config.Gateway, error) {
 				n.Pods = append(n.Pods, a)
 			}
 		}
-		index[in.Name] = len(dp.Nodes)
-		dp.Nodes = append(dp.Nodes, n)
+		index[in.Name] = len(out)
+		out = append(out, n)
 	}
 	// No node may have published its VTEP yet: the agents publish once a peering has an active
 	// gateway VTEP to point at, which needs this gateway running. It starts without nodes (what
@@ -259,29 +226,14 @@ func FromObjects(o Objects, l Local) (*config.Gateway, error) {
 		if err != nil || !a.Is4() {
 			continue
 		}
-		n := &dp.Nodes[i]
+		n := &out[i]
 		if slices.ContainsFunc(n.PodCIDRs, func(c netip.Prefix) bool { return c.Contains(a) }) {
 			continue
 		}
 		n.Pods = append(n.Pods, a)
 	}
-	for i := range dp.Nodes {
-		slices.SortFunc(dp.Nodes[i].Pods, func(a, b netip.Addr) int { return a.Compare(b) })
+	for i := range out {
+		slices.SortFunc(out[i].Pods, func(a, b netip.Addr) int { return a.Compare(b) })
 	}
-	if err := dataplane.Validate(dp); err != nil {
-		return nil, err
-	}
-	g.Dataplane = dp
-	return g, nil
-}
-
-// addRemote routes a remote CIDR into the tunnel as this cluster sees it, translates it when
-// it is remapped, and lets the peer send from its real addresses.
-func addRemote(dp *dataplane.Config, g *config.Gateway, real, seen netip.Prefix) {
-	g.AllowedIPs = append(g.AllowedIPs, real)
-	if real == seen {
-		dp.Remote = append(dp.Remote, real)
-		return
-	}
-	dp.NAT = append(dp.NAT, nat.Pair{From: seen, To: real})
+	return out, nil
 }

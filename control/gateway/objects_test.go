@@ -13,6 +13,7 @@ import (
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/control/gateway/config"
+	"github.com/skein-net/skein/dataplane/overlay"
 )
 
 func objects() gateway.Objects {
@@ -77,7 +78,7 @@ func TestFromObjectsServer(t *testing.T) {
 		len(dp.Nodes[1].Pods) != 1 || dp.Nodes[1].Pods[0].String() != "10.244.7.3" {
 		t.Errorf("nodes %+v", dp.Nodes)
 	}
-	if dp.Overlay.IP.String() != "10.80.0.1" || dp.Overlay.MAC != gateway.MACFor(dp.Overlay.IP) || dp.Overlay.VNI != gateway.DefaultVNI {
+	if dp.Overlay.IP.String() != "10.80.0.1" || dp.Overlay.MAC != overlay.GatewayMAC(dp.Overlay.IP) || dp.Overlay.VNI != netv1alpha1.DefaultVNI {
 		t.Errorf("overlay %+v", dp.Overlay)
 	}
 }

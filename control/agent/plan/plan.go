@@ -4,7 +4,6 @@
 package plan
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -14,7 +13,6 @@ import (
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/overlay"
-	"github.com/skein-net/skein/dataplane/packet"
 )
 
 // Node is what the agent knows of its node from flags and the environment.
@@ -54,13 +52,6 @@ type Plan struct {
 	Waiting []string
 }
 
-// NodeMAC is the overlay device MAC of the node with underlay address ip: locally
-// administered, stable, and distinct from gateway MACs (which start 02:5b).
-func NodeMAC(ip netip.Addr) packet.MAC {
-	h := sha256.Sum256(ip.AsSlice())
-	return packet.MAC{0x02, 0x5a, h[0], h[1], h[2], h[3]}
-}
-
 // ErrNoOverlayIP means the controller has not assigned the node's overlay address yet.
 var ErrNoOverlayIP = errors.New("the node's InternalNode has no spec.overlayIP yet")
 
@@ -76,11 +67,11 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 	}
 	internal := n.InternalCIDR
 	if !internal.IsValid() {
-		internal = netip.MustParsePrefix("10.80.0.0/16")
+		internal = netip.MustParsePrefix(netv1alpha1.DefaultInternalCIDR)
 	}
 	dev := n.Device
 	if dev == "" {
-		dev = "liqo.vxlan"
+		dev = netv1alpha1.DefaultOverlayDevice
 	}
 	kind := n.Kind
 	if kind == 0 {
@@ -96,11 +87,11 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 	}
 	vni := n.VNI
 	if vni == 0 {
-		vni = 18952
+		vni = netv1alpha1.DefaultVNI
 	}
 	p := &Plan{Kernel: kernel.Desired{
 		Overlay: kernel.Overlay{Name: dev, Kind: kind, VNI: vni, Port: port, Local: n.IP, Address: netip.PrefixFrom(ip, internal.Bits()), MTU: mtu,
-			MAC: NodeMAC(n.IP)},
+			MAC: overlay.NodeMAC(n.IP)},
 		RulePriority: n.RulePriority,
 	}}
 

@@ -1,0 +1,346 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/dataplane"
+	"github.com/skein-net/skein/dataplane/nat"
+	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/packet"
+)
+
+// The gateway's own defaults (the spec's, such as the MTU, the port and the VNI, are in the API
+// package). Build is the only place that applies them; flags may show them as their defaults.
+const (
+	// DefaultTunnelCIDR is the /30 inside the tunnel: the server takes its first host, the
+	// client the second, and each probes the other there.
+	DefaultTunnelCIDR = "169.254.100.0/30"
+	// DefaultKeepalive is a client's WireGuard persistent keepalive in seconds, so that NATs
+	// between the gateways keep the path open. A server sends none by default.
+	DefaultKeepalive = 25
+	// DefaultProbeInterval and DefaultProbeFail: a probe through the tunnel every 2 s, and the
+	// Connection is Error after 5 lost in a row.
+	DefaultProbeInterval = 2 * time.Second
+	DefaultProbeFail     = 5
+	// MinProbeInterval bounds how often the gateway probes its peer.
+	MinProbeInterval = 100 * time.Millisecond
+	// DefaultHTTPListen is where /healthz, /readyz and /metrics are served.
+	DefaultHTTPListen = "127.0.0.1:9471"
+	// Defaults of the gateway's Go runtime: a soft heap limit and a GOGC. Under 32 TCP streams
+	// on 2 cores they keep the peak RSS below 150 MiB; a tighter limit makes the collector run
+	// often enough to cost throughput (wireguard-go keeps 64 KiB buffers in flight).
+	DefaultMemoryLimitMiB = 140
+	DefaultGCPercent      = 400
+	// MaxWindow bounds the window setting: 16384 packets hold 1 GiB of wireguard-go's buffers.
+	MaxWindow = 16384
+)
+
+// Spec is a gateway's configuration as a front-end (the YAML file, the API objects and flags)
+// reads it, typed but not defaulted: a zero value (or a nil pointer) asks for the default.
+// Build turns it into a Gateway.
+type Spec struct {
+	// Server listens; a client dials PeerEndpoint.
+	Server bool
+
+	PrivateKey    Key
+	PeerPublicKey Key
+	// ListenPort is the WireGuard UDP port: required for a server, 0 (any) for a client.
+	ListenPort uint16
+	// PeerEndpoint is the server's address:port; required for a client, not allowed on a
+	// server (it learns the peer's from the handshake).
+	PeerEndpoint netip.AddrPort
+	// Keepalive is WireGuard's persistent keepalive in seconds (nil: DefaultKeepalive on a
+	// client, 0, off, on a server).
+	Keepalive *int
+
+	// TunnelMTU is the largest inner packet in the tunnel (0: the spec's DefaultMTU).
+	TunnelMTU int
+	// TunnelCIDR is the tunnel's /30 or wider IPv4 network (zero: DefaultTunnelCIDR).
+	TunnelCIDR netip.Prefix
+
+	// Remote are the peer cluster's networks.
+	Remote []Remote
+	// Overlay is the gateway's side of the node overlay.
+	Overlay Overlay
+	// Nodes are this cluster's node VTEPs and what they host.
+	Nodes []dataplane.Node
+	// RequireNodes refuses a Spec without nodes (a standalone gateway has no one to tell it
+	// later). An in-cluster gateway starts without them and learns them live.
+	RequireNodes bool
+
+	// ProbeInterval (0: DefaultProbeInterval, at least MinProbeInterval) and ProbeFail (0:
+	// DefaultProbeFail) tune the prober.
+	ProbeInterval time.Duration
+	ProbeFail     int
+
+	// HTTPListen is where /healthz, /readyz and /metrics are served ("": DefaultHTTPListen,
+	// "off": nowhere); Pprof adds Go's profiler there.
+	HTTPListen string
+	Pprof      bool
+	// MemoryLimitMiB is the soft heap limit (0: DefaultMemoryLimitMiB, -1: none); GCPercent
+	// is GOGC (0: DefaultGCPercent, -1: off).
+	MemoryLimitMiB int
+	GCPercent      int
+	// Window is the most packets wireguard-go may hold per direction (0: the dataplane's
+	// default, at most MaxWindow).
+	Window int
+}
+
+// Remote is one network of the peer cluster: Real as the peer numbers it, Seen as this
+// cluster sees it (zero or equal to Real: not remapped, NAT-less).
+type Remote struct {
+	// Field names the input in errors (such as "remote.remappedPodCIDR").
+	Field      string
+	Real, Seen netip.Prefix
+}
+
+// Overlay is the gateway's VTEP.
+type Overlay struct {
+	// Kind is the encapsulation (0: VXLAN); Port its UDP port, the gateway's and the nodes'
+	// (0: the kind's IANA port); VNI nil means the spec's DefaultVNI.
+	Kind overlay.Kind
+	Port uint16
+	VNI  *uint32
+	// Listen is the gateway's IPv4 underlay address, where nodes send overlay frames.
+	Listen netip.Addr
+	// IP is the gateway's IPv4 overlay address; MAC its overlay MAC (zero: derived from IP,
+	// overlay.GatewayMAC).
+	IP  netip.Addr
+	MAC packet.MAC
+	// MTU of the nodes' overlay devices (0: the dataplane's default).
+	MTU int
+	// CompleteChecksums recomputes the inner checksums of what nodes send (nil: true).
+	CompleteChecksums *bool
+}
+
+// Build fills every default of s, validates it (naming every bad field at once) and returns
+// the gateway's configuration. It is the only function that applies defaults; the front-ends
+// only map their input.
+func Build(s Spec) (*Gateway, error) {
+	var errs []string
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, field+": "+fmt.Sprintf(format, a...))
+	}
+	g := &Gateway{ListenPort: s.ListenPort, PeerPublicKey: s.PeerPublicKey, PrivateKey: s.PrivateKey,
+		HTTPListen: s.HTTPListen, Pprof: s.Pprof, Window: s.Window}
+
+	// Runtime and HTTP.
+	if g.HTTPListen == "" {
+		g.HTTPListen = DefaultHTTPListen
+	}
+	switch {
+	case s.MemoryLimitMiB == 0:
+		g.MemoryLimit = DefaultMemoryLimitMiB << 20
+	case s.MemoryLimitMiB > 0:
+		g.MemoryLimit = int64(s.MemoryLimitMiB) << 20
+	case s.MemoryLimitMiB < -1:
+		bad("memoryLimitMiB", "%d: want a number of MiB, or -1 for no limit", s.MemoryLimitMiB)
+	}
+	g.GCPercent = s.GCPercent
+	if g.GCPercent == 0 {
+		g.GCPercent = DefaultGCPercent
+	}
+	if g.GCPercent < -1 {
+		bad("gcPercent", "%d: want a percentage, or -1 to leave collection to the memory limit", s.GCPercent)
+	}
+	if s.Window < 0 || s.Window > MaxWindow {
+		bad("window", "%d: want 1-%d packets (0: the default %d)", s.Window, MaxWindow, dataplane.DefaultWindow)
+	}
+
+	// WireGuard.
+	if s.Server {
+		if s.ListenPort == 0 {
+			bad("listenPort", "a server needs a port (the spec's default is %d)", netv1alpha1.DefaultPort)
+		}
+		if s.PeerEndpoint.IsValid() {
+			bad("endpoint", "a server does not dial; remove it or use role: client")
+		}
+	} else {
+		if !s.PeerEndpoint.IsValid() {
+			bad("endpoint", "a client needs the server's address:port")
+		}
+		g.PeerEndpoint = s.PeerEndpoint
+	}
+	if s.PeerPublicKey == (Key{}) {
+		bad("peerPublicKey", "required: the peer gateway's public key")
+	}
+	if s.PrivateKey == (Key{}) {
+		bad("privateKey", "required: this gateway's private key")
+	}
+	keepalive := 0
+	if !s.Server {
+		keepalive = DefaultKeepalive
+	}
+	if s.Keepalive != nil {
+		keepalive = *s.Keepalive
+	}
+	if keepalive < 0 || keepalive > 65535 {
+		bad("keepaliveSeconds", "%d is outside 0-65535", keepalive)
+	} else {
+		g.Keepalive = keepalive
+	}
+
+	// The tunnel's /30.
+	tp := s.TunnelCIDR
+	if !tp.IsValid() {
+		tp = netip.MustParsePrefix(DefaultTunnelCIDR)
+	}
+	if !tp.Addr().Is4() || tp.Bits() > 30 || tp.Masked() != tp {
+		bad("tunnelCIDR", "%s: want an IPv4 network of at least 4 addresses, such as %s", tp, DefaultTunnelCIDR)
+	} else {
+		first := tp.Addr().Next()
+		g.TunnelIP, g.PeerTunnelIP = first, first.Next()
+		if !s.Server {
+			g.TunnelIP, g.PeerTunnelIP = g.PeerTunnelIP, g.TunnelIP
+		}
+	}
+
+	dp := dataplane.Config{TunnelMTU: s.TunnelMTU, OverlayMTU: s.Overlay.MTU, TunnelIP: g.TunnelIP,
+		CompleteChecksums: s.Overlay.CompleteChecksums == nil || *s.Overlay.CompleteChecksums}
+	if dp.TunnelMTU == 0 {
+		dp.TunnelMTU = netv1alpha1.DefaultMTU
+	}
+	if g.PeerTunnelIP.IsValid() {
+		dp.Remote = append(dp.Remote, netip.PrefixFrom(g.PeerTunnelIP, 32))
+		g.AllowedIPs = append(g.AllowedIPs, netip.PrefixFrom(g.PeerTunnelIP, 32))
+	}
+
+	// The peer's networks: routed into the tunnel as this cluster sees them, translated when
+	// remapped, and accepted from the peer under their real addresses.
+	for _, r := range s.Remote {
+		if !r.Real.IsValid() || !r.Real.Addr().Is4() || r.Real.Masked() != r.Real {
+			bad(r.Field, "%s is not an IPv4 CIDR without host bits", r.Real)
+			continue
+		}
+		seen := r.Seen
+		if !seen.IsValid() {
+			seen = r.Real
+		}
+		if !seen.Addr().Is4() || seen.Masked() != seen {
+			bad(r.Field, "%s is not an IPv4 CIDR without host bits", seen)
+			continue
+		}
+		if seen.Bits() != r.Real.Bits() {
+			bad(r.Field, "%s must have the length of %s (/%d): want two CIDRs of the same length", seen, r.Real, r.Real.Bits())
+			continue
+		}
+		g.AllowedIPs = append(g.AllowedIPs, r.Real)
+		if seen == r.Real {
+			dp.Remote = append(dp.Remote, r.Real)
+		} else {
+			dp.NAT = append(dp.NAT, nat.Pair{From: seen, To: r.Real})
+		}
+	}
+
+	// The overlay.
+	o := s.Overlay
+	if o.Kind == 0 {
+		o.Kind = overlay.VXLAN
+	}
+	vni := uint32(netv1alpha1.DefaultVNI)
+	if o.VNI != nil {
+		vni = *o.VNI
+	}
+	if vni > 1<<24-1 {
+		bad("overlay.vni", "%d: want a VNI below 2^24", vni)
+	}
+	port := o.Port
+	if port == 0 {
+		port = o.Kind.DefaultPort()
+	}
+	dp.Overlay = overlay.Config{Kind: o.Kind, VNI: vni, IP: o.IP, MAC: o.MAC}
+	dp.OverlayPort = port
+	if !o.Listen.Is4() {
+		bad("overlay.listen", "%v: want the gateway's IPv4 underlay address", o.Listen)
+	} else {
+		g.OverlayListen = netip.AddrPortFrom(o.Listen, port)
+	}
+	if !o.IP.Is4() {
+		bad("overlay.ip", "%v: want the gateway's IPv4 overlay address", o.IP)
+	} else if o.MAC == (packet.MAC{}) {
+		dp.Overlay.MAC = overlay.GatewayMAC(o.IP)
+	}
+	if o.IP.IsValid() && g.TunnelIP.IsValid() {
+		dp.Local = []netip.Addr{o.IP, g.TunnelIP}
+	}
+	if s.RequireNodes && len(s.Nodes) == 0 {
+		bad("nodes", "at least one node VTEP is needed to deliver traffic from the tunnel")
+	}
+	dp.Nodes = s.Nodes
+
+	// The prober.
+	g.ProbeInterval = s.ProbeInterval
+	if g.ProbeInterval == 0 {
+		g.ProbeInterval = DefaultProbeInterval
+	}
+	if g.ProbeInterval < MinProbeInterval {
+		bad("probe.interval", "%v: want a duration of at least %v, such as %v", s.ProbeInterval, MinProbeInterval, DefaultProbeInterval)
+	}
+	g.ProbeFail = s.ProbeFail
+	if g.ProbeFail < 0 {
+		bad("probe.failAfter", "%d is negative", s.ProbeFail)
+	}
+	if g.ProbeFail == 0 {
+		g.ProbeFail = DefaultProbeFail
+	}
+
+	if len(errs) == 0 {
+		if err := dataplane.Validate(dp); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return nil, &Error{Problems: errs}
+	}
+	g.Dataplane = dp
+	return g, nil
+}
+
+// Error lists everything wrong with a Spec, one problem a line, each led by the field it
+// concerns.
+type Error struct {
+	Problems []string
+}
+
+func (e *Error) Error() string {
+	return "invalid gateway config:\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+// Join adds the problems a front-end found before Build (input that did not parse, each led by
+// its field) to Build's own, leaving out Build's about a field the front-end already named (or
+// one it named more precisely: privateKeyFile for privateKey): a key that did not parse is not
+// also "required".
+func Join(front []string, err error) error {
+	if err == nil && len(front) == 0 {
+		return nil
+	}
+	problems := append([]string{}, front...)
+	var e *Error
+	switch {
+	case err == nil:
+	case errors.As(err, &e):
+		named := map[string]bool{}
+		for _, p := range front {
+			field, _, _ := strings.Cut(p, ": ")
+			named[field] = true
+		}
+	next:
+		for _, p := range e.Problems {
+			field, _, _ := strings.Cut(p, ": ")
+			for f := range named {
+				if strings.HasPrefix(f, field) {
+					continue next
+				}
+			}
+			problems = append(problems, p)
+		}
+	default:
+		problems = append(problems, err.Error())
+	}
+	return &Error{Problems: problems}
+}

@@ -1,0 +1,123 @@
+package config_test
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/gateway/config"
+	"github.com/skein-net/skein/dataplane"
+	"github.com/skein-net/skein/dataplane/kernel"
+	"github.com/skein-net/skein/dataplane/overlay"
+)
+
+func spec(server bool) config.Spec {
+	k1, _ := config.ParseKey("wOQfw2x5vxkjlCxwLbHc3p9sD/k8BnX1kE9sQ4ZlV2w=")
+	s := config.Spec{Server: server, PrivateKey: k1, PeerPublicKey: k1.Public(),
+		Remote:  []config.Remote{{Field: "pod", Real: netip.MustParsePrefix("10.244.0.0/16"), Seen: netip.MustParsePrefix("10.71.0.0/16")}},
+		Overlay: config.Overlay{Listen: netip.MustParseAddr("192.168.77.2"), IP: netip.MustParseAddr("10.80.0.1")}}
+	if server {
+		s.ListenPort = netv1alpha1.DefaultPort
+	} else {
+		s.PeerEndpoint = netip.MustParseAddrPort("192.0.2.1:51820")
+	}
+	return s
+}
+
+func TestBuildDefaults(t *testing.T) {
+	for _, server := range []bool{true, false} {
+		g, err := config.Build(spec(server))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dp := g.Dataplane
+		wantKeepalive, tunnel, peer := 0, "169.254.100.1", "169.254.100.2"
+		if !server {
+			wantKeepalive, tunnel, peer = config.DefaultKeepalive, peer, tunnel
+		}
+		switch {
+		case g.Keepalive != wantKeepalive:
+			t.Errorf("server %v: keepalive %d, want %d", server, g.Keepalive, wantKeepalive)
+		case g.TunnelIP.String() != tunnel || g.PeerTunnelIP.String() != peer:
+			t.Errorf("server %v: tunnel %v peer %v", server, g.TunnelIP, g.PeerTunnelIP)
+		case dp.TunnelMTU != netv1alpha1.DefaultMTU || dp.Overlay.VNI != netv1alpha1.DefaultVNI || dp.Overlay.Kind != overlay.VXLAN:
+			t.Errorf("server %v: MTU %d VNI %d kind %v", server, dp.TunnelMTU, dp.Overlay.VNI, dp.Overlay.Kind)
+		case g.OverlayListen.Port() != overlay.VXLAN.DefaultPort() || dp.OverlayPort != g.OverlayListen.Port():
+			t.Errorf("server %v: overlay listen %v, nodes' port %d", server, g.OverlayListen, dp.OverlayPort)
+		case dp.Overlay.MAC != overlay.GatewayMAC(dp.Overlay.IP) || !dp.CompleteChecksums:
+			t.Errorf("server %v: MAC %v checksums %v", server, dp.Overlay.MAC, dp.CompleteChecksums)
+		case g.ProbeInterval != config.DefaultProbeInterval || g.ProbeFail != config.DefaultProbeFail:
+			t.Errorf("server %v: probe %v/%d", server, g.ProbeInterval, g.ProbeFail)
+		case g.HTTPListen != config.DefaultHTTPListen || g.MemoryLimit != config.DefaultMemoryLimitMiB<<20 || g.GCPercent != config.DefaultGCPercent:
+			t.Errorf("server %v: http %q memory %d gc %d", server, g.HTTPListen, g.MemoryLimit, g.GCPercent)
+		case len(dp.NAT) != 1 || len(g.AllowedIPs) != 2 || g.AllowedIPs[1] != netip.MustParsePrefix("10.244.0.0/16"):
+			t.Errorf("server %v: NAT %v allowed %v", server, dp.NAT, g.AllowedIPs)
+		}
+	}
+	s := spec(false)
+	off, vni := 0, uint32(7)
+	s.Keepalive, s.Overlay.VNI, s.MemoryLimitMiB = &off, &vni, -1
+	g, err := config.Build(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Keepalive != 0 || g.Dataplane.Overlay.VNI != 7 || g.MemoryLimit != 0 {
+		t.Errorf("explicit keepalive 0, VNI 7 and no memory limit: got %d, %d, %d", g.Keepalive, g.Dataplane.Overlay.VNI, g.MemoryLimit)
+	}
+}
+
+func TestBuildRefuses(t *testing.T) {
+	cases := []struct {
+		mut  func(*config.Spec)
+		want string
+	}{
+		{func(s *config.Spec) { s.ListenPort = 0 }, "listenPort: a server needs a port"},
+		{func(s *config.Spec) { s.PeerEndpoint = netip.MustParseAddrPort("192.0.2.1:1") }, "endpoint: a server does not dial"},
+		{func(s *config.Spec) { s.PeerPublicKey = config.Key{} }, "peerPublicKey: required"},
+		{func(s *config.Spec) { s.TunnelCIDR = netip.MustParsePrefix("169.254.100.0/31") }, "tunnelCIDR: 169.254.100.0/31"},
+		{func(s *config.Spec) { s.Remote[0].Seen = netip.MustParsePrefix("10.71.0.0/24") }, "pod: 10.71.0.0/24 must have the length of 10.244.0.0/16"},
+		{func(s *config.Spec) { s.Remote[0].Real = netip.MustParsePrefix("10.244.0.1/16") }, "pod: 10.244.0.1/16 is not an IPv4 CIDR"},
+		{func(s *config.Spec) { s.Overlay.Listen = netip.Addr{} }, "overlay.listen"},
+		{func(s *config.Spec) { v := uint32(1 << 24); s.Overlay.VNI = &v }, "overlay.vni"},
+		{func(s *config.Spec) { s.RequireNodes = true }, "nodes: at least one"},
+		{func(s *config.Spec) { s.ProbeInterval = time.Millisecond }, "probe.interval: 1ms"},
+		{func(s *config.Spec) { s.Window = config.MaxWindow + 1 }, "window: 16385"},
+		{func(s *config.Spec) { s.MemoryLimitMiB = -2 }, "memoryLimitMiB: -2"},
+		{func(s *config.Spec) { s.TunnelMTU = 100 }, "tunnel MTU 100"},
+	}
+	for _, tc := range cases {
+		s := spec(true)
+		tc.mut(&s)
+		_, err := config.Build(s)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want an error containing %q", err, tc.want)
+		}
+	}
+}
+
+func TestJoinDropsWhatTheFrontEndNamed(t *testing.T) {
+	s := spec(true)
+	s.PrivateKey, s.Overlay.Listen, s.Window = config.Key{}, netip.Addr{}, -1
+	_, err := config.Build(s)
+	err = config.Join([]string{"privateKeyFile: open /x: no such file", "overlay.listen: \"nowhere\": want an address"}, err)
+	msg := err.Error()
+	if strings.Contains(msg, "privateKey: required") || strings.Count(msg, "overlay.listen") != 1 || !strings.Contains(msg, "window: -1") || !strings.Contains(msg, "privateKeyFile: open") {
+		t.Errorf("joined:\n%s", msg)
+	}
+	if config.Join(nil, nil) != nil {
+		t.Error("nothing wrong joined into an error")
+	}
+}
+
+// TestDefaultsAgree: the packages below control (which may not import the API package) keep
+// their own copies of two spec values; they must not drift from the spec's.
+func TestDefaultsAgree(t *testing.T) {
+	if dataplane.DefaultTunnelMTU != netv1alpha1.DefaultMTU {
+		t.Errorf("dataplane.DefaultTunnelMTU %d, spec %d", dataplane.DefaultTunnelMTU, netv1alpha1.DefaultMTU)
+	}
+	if kernel.Table != netv1alpha1.RouteTable {
+		t.Errorf("kernel.Table %d, spec %d", kernel.Table, netv1alpha1.RouteTable)
+	}
+}
