@@ -1,7 +1,6 @@
 package appliance
 
 import (
-	"bytes"
 	"context"
 	"time"
 
@@ -25,9 +24,6 @@ import (
 // A server cannot start a handshake (it learns the client's address from the client); a
 // client's new replica starts one itself, as it has no session.
 
-// goodbyeMagic starts the payload of a goodbye echo request.
-var goodbyeMagic = []byte("skein: goodbye, reconnect")
-
 // goodbyeSends is how many goodbyes go out, a millisecond apart: one lost is no loss.
 const goodbyeSends = 3
 
@@ -44,14 +40,8 @@ func (g *Gateway) sayGoodbye() {
 	g.applyMu.Lock()
 	src, dst := g.plan.TunnelIP, g.plan.PeerTunnelIP
 	g.applyMu.Unlock()
-	const icmpHeader = 8
-	pkt := make([]byte, packet.IPv4MinHeaderLen+icmpHeader+len(goodbyeMagic))
-	packet.PutIPv4(pkt, packet.IPv4Fields{TTL: 64, Protocol: packet.ProtoICMP, Src: src.As4(), Dst: dst.As4()}, len(pkt))
-	icmp := pkt[packet.IPv4MinHeaderLen:]
-	icmp[0] = packet.ICMPEcho
-	copy(icmp[icmpHeader:], goodbyeMagic)
-	c := packet.Checksum(icmp)
-	icmp[2], icmp[3] = byte(c>>8), byte(c)
+	pkt := make([]byte, packet.GoodbyeLen)
+	packet.PutGoodbye(pkt, src.As4(), dst.As4())
 	for i := range goodbyeSends {
 		if i > 0 {
 			time.Sleep(time.Millisecond)
@@ -69,16 +59,10 @@ func (g *Gateway) sayGoodbye() {
 
 // isGoodbye reports whether pkt, addressed to this gateway, is the peer's goodbye.
 func (g *Gateway) isGoodbye(pkt []byte) bool {
-	ip, err := packet.ParseIPv4(pkt)
-	if err != nil || ip.Protocol() != packet.ProtoICMP {
-		return false
-	}
 	g.applyMu.Lock()
 	peer := g.plan.PeerTunnelIP
 	g.applyMu.Unlock()
-	l4 := ip.Payload()
-	return ip.Src() == peer.As4() && len(l4) >= 8+len(goodbyeMagic) && l4[0] == packet.ICMPEcho &&
-		bytes.Equal(l4[8:8+len(goodbyeMagic)], goodbyeMagic)
+	return packet.IsGoodbye(pkt, peer.As4())
 }
 
 // localTap sits between the dataplane and the netstack: it spots the peer's goodbye, then
