@@ -19,8 +19,9 @@ BIN_DIR   := bin
 GOTESTFLAGS ?=
 
 .PHONY: help
-help: ## List the targets and what they do.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+help: ## List the targets and what they do (plain text unless stdout is a terminal).
+	@if [ -t 1 ]; then on=$$'\033[36m'; off=$$'\033[0m'; else on=; off=; fi; \
+	awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %s%-14s%s %s\n", on, $$1, off, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Compile every package, the commands and the lab's into ./bin.
@@ -36,6 +37,14 @@ k8s-binaries: ## Build etcd and the Kubernetes control plane from the module pro
 .PHONY: test
 test: k8s-binaries ## Run every test, against a real kube-apiserver and etcd from the cache.
 	go test -count=1 $(GOTESTFLAGS) ./...
+
+.PHONY: test-unit
+test-unit: ## The fast inner loop: every test that needs neither root nor the Kubernetes cache (-short, SKEIN_SKIP_NETNS=1).
+	SKEIN_SKIP_NETNS=1 go test -short -count=1 $(GOTESTFLAGS) ./...
+
+.PHONY: test-race
+test-race: k8s-binaries ## The dataplane, appliance and control packages under the race detector.
+	go test -race -count=1 -timeout 30m $(GOTESTFLAGS) ./dataplane/... ./appliance/... ./control/...
 
 .PHONY: e2e
 e2e: k8s-binaries ## End-to-end suite in the lab (two clusters in network namespaces; root): install, connect, matrix, failover, reset.

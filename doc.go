@@ -10,9 +10,10 @@
 //	appliance/  assembles the gateway; only cmd imports it
 //	dataplane/  the packet path and kernel programming; never imports k8s.io or gvisor.dev
 //	netstack/   gVisor glue; the only importer of gvisor.dev
-//	control/    API types, reconcilers, IPAM, translation of API objects to dataplane config
+//	control/    by binary: api/ (the API), controller/, gateway/, agent/; shared kube/, identity/
+//	internal/   test infrastructure; only tests and bench import it
 //	bench/      the lab, end-to-end scenarios, benchmarks; product code never imports it
-//	deploy/     CRDs and the Helm chart (no Go)
+//	deploy/     CRDs and the Helm chart; its Go files are only the chart's tests
 //
 // See README.md and docs/ for more.
 package skein

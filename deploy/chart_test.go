@@ -70,6 +70,9 @@ func TestMain(m *testing.M) {
 // apiServer starts the test binary's API server (with skein's CRDs) on first use.
 func apiServer(t *testing.T) *apitest.Env {
 	t.Helper()
+	if testing.Short() {
+		t.Skip(apitest.ShortSkip)
+	}
 	envOnce.Do(func() { sharedEnv, stopEnv, errEnv = apitest.StartMain() })
 	if errEnv != nil {
 		t.Fatal(errEnv)

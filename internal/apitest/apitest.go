@@ -120,9 +120,16 @@ func deathShims(bin string) (string, error) {
 	return dir, nil
 }
 
-// Start starts an API server for one test and stops it when the test ends.
+// ShortSkip is why a test that needs the API server skips in -short mode.
+const ShortSkip = "needs a kube-apiserver and etcd from skein's cache: skipped with -short (make test-unit); make test runs it"
+
+// Start starts an API server for one test and stops it when the test ends. In -short mode
+// (make test-unit) it skips the test instead.
 func Start(tb testing.TB) *Env {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip(ShortSkip)
+	}
 	e, stop, err := StartMain()
 	if err != nil {
 		tb.Fatal(err)

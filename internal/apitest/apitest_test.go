@@ -50,6 +50,9 @@ func TestHelperStartsAndPanics(t *testing.T) {
 // TestServerDiesWithTest checks that etcd and kube-apiserver do not outlive a test binary that
 // panics before its cleanup runs.
 func TestServerDiesWithTest(t *testing.T) {
+	if testing.Short() {
+		t.Skip(ShortSkip)
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperStartsAndPanics$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "SKEIN_APITEST_PANIC_HELPER=1")
 	out, err := cmd.Output()

@@ -3,6 +3,7 @@ package v1alpha1_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,6 +26,10 @@ import (
 var env *apitest.Env
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run()) // the tests that need the API server skip (requireAPI)
+	}
 	e, stop, err := apitest.StartMain()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -34,6 +39,14 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	stop()
 	os.Exit(code)
+}
+
+// requireAPI skips a test that needs the API server in -short mode (make test-unit).
+func requireAPI(t *testing.T) {
+	t.Helper()
+	if env == nil {
+		t.Skip(apitest.ShortSkip)
+	}
 }
 
 func ctx(t *testing.T) context.Context {
@@ -56,6 +69,7 @@ func decode(t *testing.T, manifest []byte) *unstructured.Unstructured {
 // `kubectl apply` would (default namespace where the manifest names none), and reads each back
 // into the Go types to prove the field names match.
 func TestSpecManifestsAccepted(t *testing.T) {
+	requireAPI(t)
 	files, err := filepath.Glob("testdata/spec003/*.yaml")
 	if err != nil || len(files) != 5 {
 		t.Fatalf("want the 5 manifests of spec/003 in testdata/spec003, got %v (%v)", files, err)
@@ -115,6 +129,7 @@ func TestSpecManifestsAccepted(t *testing.T) {
 // TestDefaults checks the spec's defaults are applied at admission: MTU 1340, port 51820,
 // service type LoadBalancer, protocol UDP.
 func TestDefaults(t *testing.T) {
+	requireAPI(t)
 	ns := env.Namespace(t, "defaults")
 	gws := &netv1alpha1.GatewayServer{
 		ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: ns},
@@ -164,6 +179,7 @@ func mustGet(t *testing.T, ns, name string, obj client.Object) {
 // spec shows, after filling status the way the controller will, and checks the columns and the
 // values in them.
 func TestTableColumns(t *testing.T) {
+	requireAPI(t)
 	ns := env.Namespace(t, "columns")
 	c := ctx(t)
 	create := func(manifest string) {
@@ -305,6 +321,7 @@ func kubectl(t *testing.T, args ...string) string {
 // TestMalformedRejected sends objects a user could plausibly get wrong and checks that admission
 // rejects each with a message that names the field and says what is expected.
 func TestMalformedRejected(t *testing.T) {
+	requireAPI(t)
 	ns := env.Namespace(t, "malformed")
 	const (
 		conf = "apiVersion: networking.liqo.io/v1alpha1\nkind: Configuration\nmetadata: {name: bad}\n"
@@ -376,6 +393,7 @@ func TestMalformedRejected(t *testing.T) {
 // TestMalformedStatusRejected checks status writes are validated too: a bad value a buggy
 // component writes is refused, not stored.
 func TestMalformedStatusRejected(t *testing.T) {
+	requireAPI(t)
 	ns := env.Namespace(t, "badstatus")
 	c := ctx(t)
 	conn := &netv1alpha1.Connection{
@@ -406,6 +424,7 @@ func TestMalformedStatusRejected(t *testing.T) {
 // TestStatusSubresource checks that status is a subresource: a spec update cannot change it
 // and a status update cannot change spec.
 func TestStatusSubresource(t *testing.T) {
+	requireAPI(t)
 	ns := env.Namespace(t, "subresource")
 	c := ctx(t)
 	conf := &netv1alpha1.Configuration{
