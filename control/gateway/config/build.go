@@ -122,14 +122,41 @@ type Overlay struct {
 // the gateway's configuration. It is the only function that applies defaults; the front-ends
 // only map their input.
 func Build(s Spec) (*Gateway, error) {
-	var errs []string
-	bad := func(field, format string, a ...any) {
-		errs = append(errs, field+": "+fmt.Sprintf(format, a...))
+	b := &builder{s: s, g: &Gateway{PrivateKey: s.PrivateKey, PeerPublicKey: s.PeerPublicKey, Pprof: s.Pprof}}
+	b.runtime()
+	b.wireGuard()
+	b.tunnel()
+	b.remote()
+	b.overlay()
+	b.prober()
+	if len(b.errs) == 0 {
+		if err := dataplane.Validate(b.dp); err != nil {
+			b.errs = append(b.errs, err.Error())
+		}
 	}
-	g := &Gateway{ListenPort: s.ListenPort, PeerPublicKey: s.PeerPublicKey, PrivateKey: s.PrivateKey,
-		HTTPListen: s.HTTPListen, Pprof: s.Pprof, Window: s.Window}
+	if len(b.errs) > 0 {
+		return nil, &Error{Problems: b.errs}
+	}
+	b.g.Dataplane = b.dp
+	return b.g, nil
+}
 
-	// Runtime and HTTP.
+// builder carries one Build: its input, what it has built so far, and the problems found.
+type builder struct {
+	s    Spec
+	g    *Gateway
+	dp   dataplane.Config
+	errs []string
+}
+
+func (b *builder) bad(field, format string, a ...any) {
+	b.errs = append(b.errs, field+": "+fmt.Sprintf(format, a...))
+}
+
+// runtime: HTTP endpoints, the Go runtime's memory limit and GOGC, the window.
+func (b *builder) runtime() {
+	s, g := &b.s, b.g
+	g.HTTPListen = s.HTTPListen
 	if g.HTTPListen == "" {
 		g.HTTPListen = DefaultHTTPListen
 	}
@@ -139,38 +166,43 @@ func Build(s Spec) (*Gateway, error) {
 	case s.MemoryLimitMiB > 0:
 		g.MemoryLimit = int64(s.MemoryLimitMiB) << 20
 	case s.MemoryLimitMiB < -1:
-		bad("memoryLimitMiB", "%d: want a number of MiB, or -1 for no limit", s.MemoryLimitMiB)
+		b.bad("memoryLimitMiB", "%d: want a number of MiB, or -1 for no limit", s.MemoryLimitMiB)
 	}
 	g.GCPercent = s.GCPercent
 	if g.GCPercent == 0 {
 		g.GCPercent = DefaultGCPercent
 	}
 	if g.GCPercent < -1 {
-		bad("gcPercent", "%d: want a percentage, or -1 to leave collection to the memory limit", s.GCPercent)
+		b.bad("gcPercent", "%d: want a percentage, or -1 to leave collection to the memory limit", s.GCPercent)
 	}
+	g.Window = s.Window
 	if s.Window < 0 || s.Window > MaxWindow {
-		bad("window", "%d: want 1-%d packets (0: the default %d)", s.Window, MaxWindow, dataplane.DefaultWindow)
+		b.bad("window", "%d: want 1-%d packets (0: the default %d)", s.Window, MaxWindow, dataplane.DefaultWindow)
 	}
+}
 
-	// WireGuard.
+// wireGuard: the role's port or endpoint, the keys, the keepalive.
+func (b *builder) wireGuard() {
+	s, g := &b.s, b.g
 	if s.Server {
+		g.ListenPort = s.ListenPort
 		if s.ListenPort == 0 {
-			bad("listenPort", "a server needs a port (the spec's default is %d)", netv1alpha1.DefaultPort)
+			b.bad("listenPort", "a server needs a port (the spec's default is %d)", netv1alpha1.DefaultPort)
 		}
 		if s.PeerEndpoint.IsValid() {
-			bad("endpoint", "a server does not dial; remove it or use role: client")
+			b.bad("endpoint", "a server does not dial; remove it or use role: client")
 		}
 	} else {
+		g.ListenPort, g.PeerEndpoint = s.ListenPort, s.PeerEndpoint
 		if !s.PeerEndpoint.IsValid() {
-			bad("endpoint", "a client needs the server's address:port")
+			b.bad("endpoint", "a client needs the server's address:port")
 		}
-		g.PeerEndpoint = s.PeerEndpoint
 	}
 	if s.PeerPublicKey == (Key{}) {
-		bad("peerPublicKey", "required: the peer gateway's public key")
+		b.bad("peerPublicKey", "required: the peer gateway's public key")
 	}
 	if s.PrivateKey == (Key{}) {
-		bad("privateKey", "required: this gateway's private key")
+		b.bad("privateKey", "required: this gateway's private key")
 	}
 	keepalive := 0
 	if !s.Server {
@@ -180,18 +212,21 @@ func Build(s Spec) (*Gateway, error) {
 		keepalive = *s.Keepalive
 	}
 	if keepalive < 0 || keepalive > 65535 {
-		bad("keepaliveSeconds", "%d is outside 0-65535", keepalive)
+		b.bad("keepaliveSeconds", "%d is outside 0-65535", keepalive)
 	} else {
 		g.Keepalive = keepalive
 	}
+}
 
-	// The tunnel's /30.
+// tunnel: the two ends of the tunnel's /30 (the server takes the first host) and the MTU.
+func (b *builder) tunnel() {
+	s, g := &b.s, b.g
 	tp := s.TunnelCIDR
 	if !tp.IsValid() {
 		tp = netip.MustParsePrefix(DefaultTunnelCIDR)
 	}
 	if !tp.Addr().Is4() || tp.Bits() > 30 || tp.Masked() != tp {
-		bad("tunnelCIDR", "%s: want an IPv4 network of at least 4 addresses, such as %s", tp, DefaultTunnelCIDR)
+		b.bad("tunnelCIDR", "%s: want an IPv4 network of at least 4 addresses, such as %s", tp, DefaultTunnelCIDR)
 	} else {
 		first := tp.Addr().Next()
 		g.TunnelIP, g.PeerTunnelIP = first, first.Next()
@@ -199,22 +234,22 @@ func Build(s Spec) (*Gateway, error) {
 			g.TunnelIP, g.PeerTunnelIP = g.PeerTunnelIP, g.TunnelIP
 		}
 	}
-
-	dp := dataplane.Config{TunnelMTU: s.TunnelMTU, OverlayMTU: s.Overlay.MTU, TunnelIP: g.TunnelIP,
-		CompleteChecksums: s.Overlay.CompleteChecksums == nil || *s.Overlay.CompleteChecksums}
-	if dp.TunnelMTU == 0 {
-		dp.TunnelMTU = netv1alpha1.DefaultMTU
+	b.dp.TunnelIP, b.dp.TunnelMTU = g.TunnelIP, s.TunnelMTU
+	if b.dp.TunnelMTU == 0 {
+		b.dp.TunnelMTU = netv1alpha1.DefaultMTU
 	}
 	if g.PeerTunnelIP.IsValid() {
-		dp.Remote = append(dp.Remote, netip.PrefixFrom(g.PeerTunnelIP, 32))
+		b.dp.Remote = append(b.dp.Remote, netip.PrefixFrom(g.PeerTunnelIP, 32))
 		g.AllowedIPs = append(g.AllowedIPs, netip.PrefixFrom(g.PeerTunnelIP, 32))
 	}
+}
 
-	// The peer's networks: routed into the tunnel as this cluster sees them, translated when
-	// remapped, and accepted from the peer under their real addresses.
-	for _, r := range s.Remote {
+// remote: the peer's networks, routed into the tunnel as this cluster sees them, translated
+// when remapped, and accepted from the peer under their real addresses.
+func (b *builder) remote() {
+	for _, r := range b.s.Remote {
 		if !r.Real.IsValid() || !r.Real.Addr().Is4() || r.Real.Masked() != r.Real {
-			bad(r.Field, "%s is not an IPv4 CIDR without host bits", r.Real)
+			b.bad(r.Field, "%s is not an IPv4 CIDR without host bits", r.Real)
 			continue
 		}
 		seen := r.Seen
@@ -222,23 +257,25 @@ func Build(s Spec) (*Gateway, error) {
 			seen = r.Real
 		}
 		if !seen.Addr().Is4() || seen.Masked() != seen {
-			bad(r.Field, "%s is not an IPv4 CIDR without host bits", seen)
+			b.bad(r.Field, "%s is not an IPv4 CIDR without host bits", seen)
 			continue
 		}
 		if seen.Bits() != r.Real.Bits() {
-			bad(r.Field, "%s must have the length of %s (/%d): want two CIDRs of the same length", seen, r.Real, r.Real.Bits())
+			b.bad(r.Field, "%s must have the length of %s (/%d): want two CIDRs of the same length", seen, r.Real, r.Real.Bits())
 			continue
 		}
-		g.AllowedIPs = append(g.AllowedIPs, r.Real)
+		b.g.AllowedIPs = append(b.g.AllowedIPs, r.Real)
 		if seen == r.Real {
-			dp.Remote = append(dp.Remote, r.Real)
+			b.dp.Remote = append(b.dp.Remote, r.Real)
 		} else {
-			dp.NAT = append(dp.NAT, nat.Pair{From: seen, To: r.Real})
+			b.dp.NAT = append(b.dp.NAT, nat.Pair{From: seen, To: r.Real})
 		}
 	}
+}
 
-	// The overlay.
-	o := s.Overlay
+// overlay: the gateway's VTEP (kind, port, VNI, addresses, MAC) and the nodes.
+func (b *builder) overlay() {
+	o, g := b.s.Overlay, b.g
 	if o.Kind == 0 {
 		o.Kind = overlay.VXLAN
 	}
@@ -247,58 +284,51 @@ func Build(s Spec) (*Gateway, error) {
 		vni = *o.VNI
 	}
 	if vni > 1<<24-1 {
-		bad("overlay.vni", "%d: want a VNI below 2^24", vni)
+		b.bad("overlay.vni", "%d: want a VNI below 2^24", vni)
 	}
 	port := o.Port
 	if port == 0 {
 		port = o.Kind.DefaultPort()
 	}
-	dp.Overlay = overlay.Config{Kind: o.Kind, VNI: vni, IP: o.IP, MAC: o.MAC}
-	dp.OverlayPort = port
+	b.dp.Overlay = overlay.Config{Kind: o.Kind, VNI: vni, IP: o.IP, MAC: o.MAC}
+	b.dp.OverlayPort, b.dp.OverlayMTU = port, o.MTU
+	b.dp.CompleteChecksums = o.CompleteChecksums == nil || *o.CompleteChecksums
 	if !o.Listen.Is4() {
-		bad("overlay.listen", "%v: want the gateway's IPv4 underlay address", o.Listen)
+		b.bad("overlay.listen", "%v: want the gateway's IPv4 underlay address", o.Listen)
 	} else {
 		g.OverlayListen = netip.AddrPortFrom(o.Listen, port)
 	}
 	if !o.IP.Is4() {
-		bad("overlay.ip", "%v: want the gateway's IPv4 overlay address", o.IP)
+		b.bad("overlay.ip", "%v: want the gateway's IPv4 overlay address", o.IP)
 	} else if o.MAC == (packet.MAC{}) {
-		dp.Overlay.MAC = overlay.GatewayMAC(o.IP)
+		b.dp.Overlay.MAC = overlay.GatewayMAC(o.IP)
 	}
 	if o.IP.IsValid() && g.TunnelIP.IsValid() {
-		dp.Local = []netip.Addr{o.IP, g.TunnelIP}
+		b.dp.Local = []netip.Addr{o.IP, g.TunnelIP}
 	}
-	if s.RequireNodes && len(s.Nodes) == 0 {
-		bad("nodes", "at least one node VTEP is needed to deliver traffic from the tunnel")
+	if b.s.RequireNodes && len(b.s.Nodes) == 0 {
+		b.bad("nodes", "at least one node VTEP is needed to deliver traffic from the tunnel")
 	}
-	dp.Nodes = s.Nodes
+	b.dp.Nodes = b.s.Nodes
+}
 
-	// The prober.
+// prober: how often the peer is probed and after how many losses the connection is Error.
+func (b *builder) prober() {
+	s, g := &b.s, b.g
 	g.ProbeInterval = s.ProbeInterval
 	if g.ProbeInterval == 0 {
 		g.ProbeInterval = DefaultProbeInterval
 	}
 	if g.ProbeInterval < MinProbeInterval {
-		bad("probe.interval", "%v: want a duration of at least %v, such as %v", s.ProbeInterval, MinProbeInterval, DefaultProbeInterval)
+		b.bad("probe.interval", "%v: want a duration of at least %v, such as %v", s.ProbeInterval, MinProbeInterval, DefaultProbeInterval)
 	}
 	g.ProbeFail = s.ProbeFail
 	if g.ProbeFail < 0 {
-		bad("probe.failAfter", "%d is negative", s.ProbeFail)
+		b.bad("probe.failAfter", "%d is negative", s.ProbeFail)
 	}
 	if g.ProbeFail == 0 {
 		g.ProbeFail = DefaultProbeFail
 	}
-
-	if len(errs) == 0 {
-		if err := dataplane.Validate(dp); err != nil {
-			errs = append(errs, err.Error())
-		}
-	}
-	if len(errs) > 0 {
-		return nil, &Error{Problems: errs}
-	}
-	g.Dataplane = dp
-	return g, nil
 }
 
 // Error lists everything wrong with a Spec, one problem a line, each led by the field it
