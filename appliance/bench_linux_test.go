@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skein-net/skein/dataplane/netnstest"
+	"github.com/skein-net/skein/internal/netnstest"
 )
 
 // streamSeconds is how long each measured TCP stream runs.

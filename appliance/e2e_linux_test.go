@@ -25,8 +25,8 @@ import (
 	"golang.org/x/crypto/curve25519"
 	"golang.org/x/sys/unix"
 
-	"github.com/skein-net/skein/dataplane/netnstest"
 	pt "github.com/skein-net/skein/dataplane/packet/packettest"
+	"github.com/skein-net/skein/internal/netnstest"
 )
 
 // buildGateway compiles cmd/skein-gateway into dir.

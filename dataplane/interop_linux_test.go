@@ -17,11 +17,11 @@ import (
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/nat"
-	"github.com/skein-net/skein/dataplane/netnstest"
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/dataplane/packet"
 	pt "github.com/skein-net/skein/dataplane/packet/packettest"
 	"github.com/skein-net/skein/dataplane/udp"
+	"github.com/skein-net/skein/internal/netnstest"
 )
 
 // kernelNode is a node namespace with a kernel overlay device towards a gateway namespace,

@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
-	"github.com/skein-net/skein/dataplane/netnstest"
 	"github.com/skein-net/skein/internal/apitest"
+	"github.com/skein-net/skein/internal/netnstest"
 )
 
 // BenchmarkAgent250 runs the skein-agent binary against the test API server, programming a

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/skein-net/skein/dataplane/kernel"
-	"github.com/skein-net/skein/dataplane/netnstest"
+	"github.com/skein-net/skein/internal/netnstest"
 )
 
 func TestTxChecksum(t *testing.T) {

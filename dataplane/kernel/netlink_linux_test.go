@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/skein-net/skein/dataplane/kernel"
-	"github.com/skein-net/skein/dataplane/netnstest"
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/dataplane/packet"
 	pt "github.com/skein-net/skein/dataplane/packet/packettest"
+	"github.com/skein-net/skein/internal/netnstest"
 )
 
 // site is a node namespace with a pod namespace behind a veth, and gateway namespaces on the

@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skein-net/skein/dataplane/kernel"
-	"github.com/skein-net/skein/dataplane/netnstest"
+	"github.com/skein-net/skein/internal/netnstest"
 )
 
 var (
