@@ -18,11 +18,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -62,9 +64,46 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			}
 			return nil
 		})
-		return b.For(&netv1alpha1.GatewayServer{}).Owns(&corev1.Service{}).Watches(&corev1.Pod{}, byPod).Named("gatewayserver").Complete(r)
+		return b.For(&netv1alpha1.GatewayServer{}).Owns(&corev1.Service{}).Watches(&corev1.Pod{}, byPod).
+			Watches(&netv1alpha1.WgGatewayServerTemplate{}, handler.EnqueueRequestsFromMapFunc(r.usersOf)).Named("gatewayserver").Complete(r)
 	}
-	return b.For(&netv1alpha1.GatewayClient{}).Named("gatewayclient").Complete(r)
+	return b.For(&netv1alpha1.GatewayClient{}).
+		Watches(&netv1alpha1.WgGatewayClientTemplate{}, handler.EnqueueRequestsFromMapFunc(r.usersOf)).Named("gatewayclient").Complete(r)
+}
+
+// usersOf maps a template to the gateways of this reconciler's kind that reference it, so that
+// a template edit rolls out to them.
+func (r *GatewayReconciler) usersOf(ctx context.Context, tmpl client.Object) []reconcile.Request {
+	uses := func(ref netv1alpha1.TemplateRef, gwNamespace string) bool {
+		ns := ref.Namespace
+		if ns == "" {
+			ns = gwNamespace
+		}
+		return ref.Name == tmpl.GetName() && ns == tmpl.GetNamespace()
+	}
+	var reqs []reconcile.Request
+	if r.Server {
+		var list netv1alpha1.GatewayServerList
+		if err := r.Client.List(ctx, &list); err != nil {
+			return nil
+		}
+		for _, g := range list.Items {
+			if g.Spec.ServerTemplateRef.Kind == "WgGatewayServerTemplate" && uses(g.Spec.ServerTemplateRef, g.Namespace) {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: g.Namespace, Name: g.Name}})
+			}
+		}
+		return reqs
+	}
+	var list netv1alpha1.GatewayClientList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil
+	}
+	for _, g := range list.Items {
+		if g.Spec.ClientTemplateRef.Kind == "WgGatewayClientTemplate" && uses(g.Spec.ClientTemplateRef, g.Namespace) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: g.Namespace, Name: g.Name}})
+		}
+	}
+	return reqs
 }
 
 // gateway abstracts over the two kinds.
@@ -235,80 +274,88 @@ func (r *GatewayReconciler) render(ctx context.Context, g *gatewayObject, secret
 	return rendered, nil
 }
 
-// apply creates or updates the rendered objects, owned by the gateway.
+// FieldOwner is the field manager of everything skein-controller applies.
+const FieldOwner = "skein-controller"
+
+// apply brings the rendered objects in line with server-side apply: the controller owns the
+// fields it renders and nothing else, so what other controllers add (the Deployment
+// controller's revision annotation, a load-balancer controller's annotations, defaults of the
+// API server and of webhooks) stays, and an unchanged template writes nothing.
 func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *render.Rendered) error {
 	name, ns := owner.GetName(), owner.GetNamespace()
 	labels := rd.Labels
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	if err := r.createOrUpdate(ctx, owner, sa, func() { sa.Labels = labels }); err != nil {
-		return err
+	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}
+	objs := []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: GatewayClusterRole}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: rd.Annotations}, Spec: *rd.Deployment},
 	}
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	if err := r.createOrUpdate(ctx, owner, rb, func() {
-		rb.Labels = labels
-		rb.RoleRef = rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: GatewayClusterRole}
-		rb.Subjects = []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}
-	}); err != nil {
-		return err
-	}
-	// Cluster-scoped reads need a ClusterRoleBinding; a namespaced gateway cannot own it, so
-	// removeAll deletes it.
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name)}}
-	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, crb, func() error {
-		crb.Labels = labels
-		crb.RoleRef = rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: GatewayNodesClusterRole}
-		crb.Subjects = []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("ClusterRoleBinding %s: %w", crb.Name, err)
-	}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	if err := r.createOrUpdate(ctx, owner, dep, func() {
-		dep.Labels, dep.Annotations = labels, rd.Annotations
-		dep.Spec = *rd.Deployment
-	}); err != nil {
-		return err
-	}
-	if rd.Service == nil {
-		return nil
-	}
-	gs := owner.(*netv1alpha1.GatewayServer)
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	return r.createOrUpdate(ctx, owner, svc, func() {
-		svc.Labels, svc.Annotations = labels, rd.Annotations
-		clusterIP, nodePorts := svc.Spec.ClusterIP, map[string]int32{}
-		for _, p := range svc.Spec.Ports {
-			nodePorts[p.Name] = p.NodePort
-		}
-		svc.Spec = *rd.Service
-		svc.Spec.ClusterIP = clusterIP // allocated by the API server; immutable
-		for i := range svc.Spec.Ports {
-			p := &svc.Spec.Ports[i]
-			if p.TargetPort == (intstr.IntOrString{}) {
-				p.TargetPort = intstr.FromInt32(p.Port)
-			}
-			if n := nodePorts[p.Name]; n != 0 && svc.Spec.Type != corev1.ServiceTypeClusterIP {
-				p.NodePort = n
-			}
-		}
+	if rd.Service != nil {
+		gs := owner.(*netv1alpha1.GatewayServer)
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: rd.Annotations}, Spec: *rd.Service}
 		if np := gs.Spec.Endpoint.NodePort; np != nil && *np != 0 && len(svc.Spec.Ports) > 0 && svc.Spec.Type != corev1.ServiceTypeClusterIP {
 			svc.Spec.Ports[0].NodePort = *np
 		}
 		if lb := gs.Spec.Endpoint.LoadBalancerIP; lb != nil && *lb != "" && svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 			svc.Spec.LoadBalancerIP = *lb
 		}
-	})
+		objs = append(objs, svc)
+	}
+	for _, obj := range objs {
+		if err := controllerutil.SetControllerReference(owner, obj, r.Client.Scheme()); err != nil {
+			return err
+		}
+		if err := applyObject(ctx, r.Client, obj); err != nil {
+			return err
+		}
+	}
+	// Cluster-scoped reads need a ClusterRoleBinding; a namespaced gateway cannot own it, so
+	// removeAll deletes it.
+	return applyObject(ctx, r.Client, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name), Labels: labels},
+		Subjects: subjects, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: GatewayNodesClusterRole}})
 }
 
-func (r *GatewayReconciler) createOrUpdate(ctx context.Context, owner, obj client.Object, mutate func()) error {
-	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, obj, func() error {
-		mutate()
-		return controllerutil.SetControllerReference(owner, obj, r.Client.Scheme())
-	})
+// applyObject server-side applies a typed object as FieldOwner, forcing ownership of the
+// fields it sets. The object is sent without its null fields and its status: a typed Go object
+// carries them (creationTimestamp: null, status: {}) though the controller never sets them.
+func applyObject(ctx context.Context, c client.Client, obj client.Object) error {
+	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
 	if err != nil {
-		return fmt.Errorf("%T %s/%s: %w", obj, obj.GetNamespace(), obj.GetName(), err)
+		return err
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return fmt.Errorf("%s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+	}
+	pruneNull(m)
+	delete(m, "status")
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(gvk)
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
 	}
 	return nil
+}
+
+// pruneNull drops null values from maps, at every depth. Empty maps stay: some mean something
+// (emptyDir: {}).
+func pruneNull(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if e == nil {
+				delete(x, k)
+			} else {
+				x[k] = pruneNull(e)
+			}
+		}
+	case []any:
+		for i := range x {
+			x[i] = pruneNull(x[i])
+		}
+	}
+	return v
 }
 
 // endpoint computes where the peer connects: the load balancer's address, or the node of the
