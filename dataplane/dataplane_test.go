@@ -15,6 +15,7 @@ import (
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/nat"
 	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/overlaytest"
 	"github.com/skein-net/skein/dataplane/packet"
 	pt "github.com/skein-net/skein/dataplane/packet/packettest"
 )
@@ -58,9 +59,9 @@ func baseConfig() dataplane.Config {
 	}
 }
 
-func newDP(t *testing.T, cfg dataplane.Config) (*dataplane.Dataplane, *chanConn) {
+func newDP(t *testing.T, cfg dataplane.Config) (*dataplane.Dataplane, *overlaytest.Conn) {
 	t.Helper()
-	c := newChanConn()
+	c := overlaytest.New(0)
 	dp, err := dataplane.New(cfg, c)
 	if err != nil {
 		t.Fatal(err)
@@ -76,11 +77,7 @@ func newDP(t *testing.T, cfg dataplane.Config) (*dataplane.Dataplane, *chanConn)
 
 // vxlanFrame is what a node's kernel VXLAN device sends: VXLAN, Ethernet to the gateway, ip.
 func vxlanFrame(dst packet.MAC, etherType uint16, payload []byte) []byte {
-	b := make([]byte, overlay.HeaderLen+len(payload))
-	packet.PutVXLAN(b, vni)
-	packet.PutEthernet(b[8:], dst, node1MAC, etherType)
-	copy(b[overlay.HeaderLen:], payload)
-	return b
+	return overlaytest.Frame(vni, dst, node1MAC, etherType, payload)
 }
 
 // readPackets runs one dp.Read with wireguard-go's buffer layout and returns the packets.
@@ -137,12 +134,12 @@ func checkSums(t *testing.T, what string, pkt []byte) {
 }
 
 // decapSent checks a datagram the gateway sent to a node and returns its inner packet.
-func decapSent(t *testing.T, d datagram, wantNode netip.Addr, wantMAC packet.MAC) []byte {
+func decapSent(t *testing.T, d overlaytest.Datagram, wantNode netip.Addr, wantMAC packet.MAC) []byte {
 	t.Helper()
-	if d.addr != netip.AddrPortFrom(wantNode, packet.VXLANPort) {
-		t.Errorf("sent to %v, want %v:%d", d.addr, wantNode, packet.VXLANPort)
+	if d.Addr != netip.AddrPortFrom(wantNode, packet.VXLANPort) {
+		t.Errorf("sent to %v, want %v:%d", d.Addr, wantNode, packet.VXLANPort)
 	}
-	vx, err := packet.ParseVXLAN(d.b)
+	vx, err := packet.ParseVXLAN(d.B)
 	if err != nil || vx.VNI() != vni {
 		t.Fatalf("not VXLAN with VNI %d: %v", vni, err)
 	}
@@ -157,7 +154,7 @@ func TestToTunnel(t *testing.T) {
 	dp, c := newDP(t, baseConfig())
 	syn := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 6, DF: true, TTL: 64,
 		Payload: pt.TCP("10.244.1.5", "10.71.2.7", 40000, 80, packet.TCPFlagSYN, pt.MSSOption(1460), nil)}.Build()
-	c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, syn), from1}
+	c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, syn), from1)
 	pkts := readPackets(t, dp)
 	if len(pkts) != 1 {
 		t.Fatalf("got %d packets, want 1", len(pkts))
@@ -186,7 +183,7 @@ func TestFromTunnel(t *testing.T) {
 		Payload: pt.TCP("10.244.2.7", "10.244.1.5", 80, 40000, packet.TCPFlagSYN|packet.TCPFlagACK, pt.MSSOption(8960), nil)}.Build()
 	toPodOnNode2 := pt.IPv4{Src: "10.244.9.9", Dst: "10.244.1.77", Proto: 17, Payload: pt.UDP("10.244.9.9", "10.244.1.77", 1, 2, []byte("x"), false)}.Build()
 	write(t, dp, synack, toPodOnNode2)
-	sent := c.takeSent()
+	sent := c.TakeSent()
 	if len(sent) != 2 {
 		t.Fatalf("sent %d datagrams, want 2", len(sent))
 	}
@@ -216,24 +213,24 @@ func TestARP(t *testing.T) {
 	dp, c := newDP(t, baseConfig())
 	req := make([]byte, packet.ARPLen)
 	packet.PutARP(req, packet.ARPRequest, node1MAC, addr("10.80.0.11").As4(), packet.MAC{}, addr("10.80.0.1").As4())
-	c.in <- datagram{vxlanFrame(packet.Broadcast, packet.EtherTypeARP, req), from1}
+	c.Push(vxlanFrame(packet.Broadcast, packet.EtherTypeARP, req), from1)
 	// Follow with a packet so that Read returns.
 	ping := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 1, Payload: pt.ICMP(8, 0, [4]byte{}, nil)}.Build()
-	c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, ping), from1}
+	c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, ping), from1)
 	for len(readPackets(t, dp)) == 0 {
 	}
-	sent := c.takeSent()
+	sent := c.TakeSent()
 	if len(sent) != 1 {
 		t.Fatalf("sent %d datagrams, want the ARP reply", len(sent))
 	}
-	vx, _ := packet.ParseVXLAN(sent[0].b)
+	vx, _ := packet.ParseVXLAN(sent[0].B)
 	eth := packet.Ethernet(vx.Payload())
 	a, err := packet.ParseARP(eth.Payload())
 	if err != nil || a.Op() != packet.ARPReply || a.SenderMAC() != gwMAC || a.TargetMAC() != node1MAC || ip4(a[14:18]) != "10.80.0.1" {
 		t.Errorf("ARP reply % x (%v)", eth.Payload(), err)
 	}
-	if sent[0].addr != netip.AddrPortFrom(node1, packet.VXLANPort) {
-		t.Errorf("ARP reply sent to %v, want node1's overlay port", sent[0].addr)
+	if sent[0].Addr != netip.AddrPortFrom(node1, packet.VXLANPort) {
+		t.Errorf("ARP reply sent to %v, want node1's overlay port", sent[0].Addr)
 	}
 	if cn := dp.Counters(); cn.Get(dataplane.ToTunnel, dataplane.ARPReplied) != 1 {
 		t.Errorf("counters %v", cn[dataplane.ToTunnel])
@@ -263,7 +260,7 @@ func TestTTLAndTooBig(t *testing.T) {
 	big := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, DF: true, Payload: pt.UDP("10.244.1.5", "10.71.2.7", 5, 6, make([]byte, 1400), false)}.Build()
 	bigNoDF := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.71.2.7", 5, 6, make([]byte, 1400), false)}.Build()
 	for _, p := range [][]byte{expiring, big, bigNoDF} {
-		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, p), from1}
+		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, p), from1)
 	}
 	var got [][]byte
 	for len(got) == 0 {
@@ -272,7 +269,7 @@ func TestTTLAndTooBig(t *testing.T) {
 	if len(got) != 1 || len(got[0]) != len(bigNoDF) {
 		t.Fatalf("into the tunnel %d packets, want only the one without DF (the tunnel's UDP is fragmented instead)", len(got))
 	}
-	sent := c.takeSent()
+	sent := c.TakeSent()
 	if len(sent) != 2 {
 		t.Fatalf("sent %d ICMP errors to the overlay, want 2", len(sent))
 	}
@@ -294,7 +291,7 @@ func TestTTLAndTooBig(t *testing.T) {
 		t.Fatalf("%d packets back into the tunnel, want the time exceeded", len(back))
 	}
 	checkICMPError(t, back[0], "169.254.100.1", "10.244.2.7", 11, 0, expiringIn)
-	if len(c.takeSent()) != 0 {
+	if len(c.TakeSent()) != 0 {
 		t.Errorf("an expired packet reached the overlay")
 	}
 }
@@ -306,16 +303,16 @@ func TestICMPRateLimit(t *testing.T) {
 	expiring := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, TTL: 1, Payload: pt.UDP("10.244.1.5", "10.71.2.7", 1, 2, nil, false)}.Build()
 	ok := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.71.2.7", 1, 2, nil, false)}.Build()
 	for range 5 {
-		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, expiring), from1}
+		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, expiring), from1)
 	}
-	c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, ok), from1}
+	c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, ok), from1)
 	for n := 0; n < 1; n += len(readPackets(t, dp)) {
 	}
 	cn := dp.Counters()
 	if s, l := cn.Get(dataplane.ToTunnel, dataplane.ICMPSent), cn.Get(dataplane.ToTunnel, dataplane.ICMPRateLimited); s != 2 || l != 3 {
 		t.Errorf("ICMP sent %d, rate-limited %d; want 2 and 3 (burst 2)", s, l)
 	}
-	if n := len(c.takeSent()); n != 2 {
+	if n := len(c.TakeSent()); n != 2 {
 		t.Errorf("%d errors on the wire, want 2", n)
 	}
 }
@@ -328,27 +325,27 @@ func TestDrops(t *testing.T) {
 	packet.PutVXLAN(wrongVNI, vni+1)
 	cases := []struct {
 		name string
-		d    datagram
+		d    overlaytest.Datagram
 		want dataplane.Counter
 	}{
-		{"unknown vtep", datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, good), netip.MustParseAddrPort("192.168.10.99:4789")}, dataplane.DropUnknownVTEP},
-		{"wrong vni", datagram{wrongVNI, from1}, dataplane.DropWrongVNI},
-		{"short datagram", datagram{wrongVNI[:10], from1}, dataplane.DropMalformedOverlay},
-		{"other mac", datagram{vxlanFrame(node2MAC, packet.EtherTypeIPv4, good), from1}, dataplane.DropNotForUs},
-		{"ipv6", datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv6, make([]byte, 40)), from1}, dataplane.DropEtherType},
-		{"bad ip checksum", datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, badSum), from1}, dataplane.DropMalformedIP},
-		{"garbage ip", datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, []byte{0x45, 1, 2}), from1}, dataplane.DropMalformedIP},
-		{"no route", datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.99.0.1", Proto: 17, Payload: make([]byte, 8)}.Build()), from1}, dataplane.DropNoRoute},
-		{"loop to a local pod", datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.244.2.1", Proto: 17, Payload: make([]byte, 8)}.Build()), from1}, dataplane.DropLoop},
-		{"truncated tcp", datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 6, Payload: make([]byte, 6)}.Build()), from1}, dataplane.DropNATTruncated},
-		{"no local handler", datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.80.0.1", Proto: 1, Payload: pt.ICMP(8, 0, [4]byte{}, nil)}.Build()), from1}, dataplane.DropLocalUnavailable},
+		{"unknown vtep", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, good), Addr: netip.MustParseAddrPort("192.168.10.99:4789")}, dataplane.DropUnknownVTEP},
+		{"wrong vni", overlaytest.Datagram{B: wrongVNI, Addr: from1}, dataplane.DropWrongVNI},
+		{"short datagram", overlaytest.Datagram{B: wrongVNI[:10], Addr: from1}, dataplane.DropMalformedOverlay},
+		{"other mac", overlaytest.Datagram{B: vxlanFrame(node2MAC, packet.EtherTypeIPv4, good), Addr: from1}, dataplane.DropNotForUs},
+		{"ipv6", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv6, make([]byte, 40)), Addr: from1}, dataplane.DropEtherType},
+		{"bad ip checksum", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, badSum), Addr: from1}, dataplane.DropMalformedIP},
+		{"garbage ip", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, []byte{0x45, 1, 2}), Addr: from1}, dataplane.DropMalformedIP},
+		{"no route", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.99.0.1", Proto: 17, Payload: make([]byte, 8)}.Build()), Addr: from1}, dataplane.DropNoRoute},
+		{"loop to a local pod", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.244.2.1", Proto: 17, Payload: make([]byte, 8)}.Build()), Addr: from1}, dataplane.DropLoop},
+		{"truncated tcp", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 6, Payload: make([]byte, 6)}.Build()), Addr: from1}, dataplane.DropNATTruncated},
+		{"no local handler", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.80.0.1", Proto: 1, Payload: pt.ICMP(8, 0, [4]byte{}, nil)}.Build()), Addr: from1}, dataplane.DropLocalUnavailable},
 	}
 	dp, c := newDP(t, baseConfig())
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := dp.Counters()
-			c.in <- tc.d
-			c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, good), from1}
+			c.Push(tc.d.B, tc.d.Addr)
+			c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, good), from1)
 			if got := readPackets(t, dp); len(got) != 1 || !bytes.Equal(got[0][12:16], good[12:16]) {
 				t.Fatalf("the dropped datagram was forwarded, or the good one was not: %d packets", len(got))
 			}
@@ -361,7 +358,7 @@ func TestDrops(t *testing.T) {
 			}
 		})
 	}
-	if len(c.takeSent()) != 0 {
+	if len(c.TakeSent()) != 0 {
 		t.Errorf("drops caused datagrams to be sent")
 	}
 
@@ -389,8 +386,8 @@ func TestUnmatchedPolicy(t *testing.T) {
 		dp, c := newDP(t, cfg)
 		p := pt.IPv4{Src: "10.244.1.5", Dst: "10.99.0.1", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.99.0.1", 1, 2, nil, false)}.Build()
 		good := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.0.1", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.71.0.1", 1, 2, nil, false)}.Build()
-		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, p), from1}
-		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, good), from1}
+		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, p), from1)
+		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, good), from1)
 		n := 0
 		for n < 1 {
 			n += len(readPackets(t, dp))
@@ -428,9 +425,9 @@ func TestLocalAndInject(t *testing.T) {
 	dp.SetLocalHandler(h)
 	ping := pt.IPv4{Src: "10.244.1.5", Dst: "10.80.0.1", Proto: 1, Payload: pt.ICMP(8, 0, [4]byte{0, 1, 0, 1}, []byte("hi"))}.Build()
 	probe := pt.IPv4{Src: "169.254.100.2", Dst: "169.254.100.1", Proto: 1, Payload: pt.ICMP(8, 0, [4]byte{0, 2, 0, 1}, nil)}.Build()
-	c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, ping), from1}
+	c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, ping), from1)
 	good := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.0.1", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.71.0.1", 1, 2, nil, false)}.Build()
-	c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, good), from1}
+	c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, good), from1)
 	if got := readPackets(t, dp); len(got) != 1 {
 		t.Fatalf("%d packets into the tunnel, want 1 (the ping is local)", len(got))
 	}
@@ -464,7 +461,7 @@ func TestLocalAndInject(t *testing.T) {
 		t.Errorf("local handler got %d packets, want the ping and the probe", len(h.got))
 	}
 	h.mu.Unlock()
-	sent := c.takeSent()
+	sent := c.TakeSent()
 	if len(sent) != 1 || !bytes.Equal(decapSent(t, sent[0], node1, node1MAC), pong) {
 		t.Errorf("injected reply to a local pod not sent to node1")
 	}
@@ -539,7 +536,7 @@ func TestReconfig(t *testing.T) {
 	// schedule), at most 20000 packets.
 	sent := 0
 	for ; sent < 20000 && (seen["10.244.2.7"] < 20 || seen["10.250.2.7"] < 20); sent++ {
-		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, p), from1}
+		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, p), from1)
 		for _, q := range readPackets(t, dp) {
 			seen[ip4(q[16:20])]++
 			checkSums(t, "packet during reconfig", q)
@@ -614,7 +611,7 @@ func TestConfigErrors(t *testing.T) {
 	for _, tc := range cases {
 		cfg := baseConfig()
 		tc.mut(&cfg)
-		_, err := dataplane.New(cfg, newChanConn())
+		_, err := dataplane.New(cfg, overlaytest.New(0))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New: %v, want an error containing %q", err, tc.want)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/overlaytest"
 	"github.com/skein-net/skein/dataplane/packet"
 	pt "github.com/skein-net/skein/dataplane/packet/packettest"
 )
@@ -29,7 +30,7 @@ func FuzzPath(f *testing.F) {
 
 	cfg := baseConfig()
 	cfg.ICMPRate, cfg.ICMPBurst = 1000000, 1000000
-	c := newChanConn()
+	c := overlaytest.New(0)
 	dp, err := dataplane.New(cfg, c)
 	if err != nil {
 		f.Fatal(err)
@@ -46,8 +47,8 @@ func FuzzPath(f *testing.F) {
 		fixIPv4(d, overlay.HeaderLen)
 		fixIPv4(fromTunnel, 0)
 		before := dp.Counters()
-		c.in <- datagram{d, from1}
-		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, sentinel), from1}
+		c.Push(d, from1)
+		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, sentinel), from1)
 		for done := false; !done; {
 			n, err := dp.Read(bufs, sizes, offset)
 			if err != nil {
@@ -67,8 +68,8 @@ func FuzzPath(f *testing.F) {
 			}
 		}
 		write(t, dp, fromTunnel)
-		for _, s := range c.takeSent() {
-			if _, err := packet.ParseVXLAN(s.b); err != nil {
+		for _, s := range c.TakeSent() {
+			if _, err := packet.ParseVXLAN(s.B); err != nil {
 				t.Fatalf("sent a datagram that is not VXLAN: %v", err)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/skein-net/skein/dataplane"
+	"github.com/skein-net/skein/dataplane/overlaytest"
 	"github.com/skein-net/skein/dataplane/packet"
 	pt "github.com/skein-net/skein/dataplane/packet/packettest"
 )
@@ -64,7 +65,7 @@ func TestSuperpacketSplit(t *testing.T) {
 
 	t.Run("last in its batch: free slots", func(t *testing.T) {
 		dp, c := newDP(t, baseConfig())
-		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, superpacket(data)), from1}
+		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, superpacket(data)), from1)
 		var segs [][]byte
 		for len(segs) < nseg {
 			segs = append(segs, readPackets(t, dp)...)
@@ -76,8 +77,8 @@ func TestSuperpacketSplit(t *testing.T) {
 	})
 	t.Run("mid-batch: queued in order", func(t *testing.T) {
 		dp, c := newDP(t, baseConfig())
-		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, superpacket(data)), from1}
-		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, small), from1}
+		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, superpacket(data)), from1)
+		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, small), from1)
 		var pkts [][]byte
 		for len(pkts) < nseg+1 {
 			pkts = append(pkts, readPackets(t, dp)...)
@@ -90,8 +91,8 @@ func TestSuperpacketSplit(t *testing.T) {
 	t.Run("udp over the MTU still gets fragmentation needed", func(t *testing.T) {
 		dp, c := newDP(t, baseConfig())
 		big := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, DF: true, Payload: pt.UDP("10.244.1.5", "10.71.2.7", 5, 6, make([]byte, 1400), false)}.Build()
-		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, big), from1}
-		c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, small), from1}
+		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, big), from1)
+		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, small), from1)
 		readPackets(t, dp)
 		if cn := dp.Counters(); cn.Get(dataplane.ToTunnel, dataplane.DropTooBig) != 1 {
 			t.Errorf("counters %v", cn[dataplane.ToTunnel])
@@ -105,7 +106,7 @@ func TestCompleteChecksums(t *testing.T) {
 	dp, c := newDP(t, cfg)
 	p := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.71.2.7", 1, 2, []byte("partial"), false)}.Build()
 	binary.BigEndian.PutUint16(p[26:], 0x1234) // an unfinished checksum
-	c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, p), from1}
+	c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, p), from1)
 	got := readPackets(t, dp)
 	if len(got) != 1 || pt.Problem(got[0]) != "" {
 		t.Fatalf("checksum not completed: %v", pt.Problem(got[0]))
@@ -118,9 +119,7 @@ func TestCompleteChecksums(t *testing.T) {
 // has seen superpackets (one batch holds them all and spills into the queue) or after (it
 // takes as many datagrams as fit).
 func TestSuperpacketBursts(t *testing.T) {
-	c := newChanConn()
-	c.in = make(chan datagram, 256)
-	c.batch = 128
+	c := overlaytest.New(128)
 	dp, err := dataplane.New(baseConfig(), c)
 	if err != nil {
 		t.Fatal(err)
@@ -138,11 +137,11 @@ func TestSuperpacketBursts(t *testing.T) {
 			for i := range data {
 				data[i] = byte(i*13 + j + burst)
 			}
-			c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, superpacket(data)), from1}
+			c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, superpacket(data)), from1)
 			wants = append(wants, want{data: data})
 			if j%3 == 2 {
 				small := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.9.9", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.71.9.9", 1, 2, []byte{byte(j)}, false)}.Build()
-				c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, small), from1}
+				c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, small), from1)
 				wants = append(wants, want{small: byte(j)})
 			}
 		}

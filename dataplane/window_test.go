@@ -194,7 +194,7 @@ func TestDataplaneWindows(t *testing.T) {
 	out, in := dataplane.NewWindow(2, time.Hour), dataplane.NewWindow(2, time.Hour)
 	dp.SetWindows(out, in)
 	data := make([]byte, 5000) // four segments
-	c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, superpacket(data)), from1}
+	c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, superpacket(data)), from1)
 	if got := readPackets(t, dp); len(got) != 4 {
 		t.Fatalf("read %d packets, want 4", len(got))
 	}
@@ -204,7 +204,7 @@ func TestDataplaneWindows(t *testing.T) {
 	// The window is full (4 > 2): the next Read waits before it reads the socket, and reads
 	// once half the window is free.
 	small := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.71.2.7", 1, 2, []byte("x"), false)}.Build()
-	c.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, small), from1}
+	c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, small), from1)
 	go func() {
 		for out.Stats().Waits == 0 {
 			time.Sleep(time.Millisecond)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/nat"
+	"github.com/skein-net/skein/dataplane/overlaytest"
 	"github.com/skein-net/skein/dataplane/packet"
 	pt "github.com/skein-net/skein/dataplane/packet/packettest"
 )
@@ -91,7 +92,7 @@ func TestThroughWireguardGo(t *testing.T) {
 	// Node B's pods: put 10.244.2.0/24 on B's node2 as configured by baseConfig.
 	req := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 6, DF: true,
 		Payload: pt.TCP("10.244.1.5", "10.71.2.7", 40000, 80, packet.TCPFlagSYN, pt.MSSOption(1460), nil)}.Build()
-	ovA.in <- datagram{vxlanFrame(gwMAC, packet.EtherTypeIPv4, req), from1}
+	ovA.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, req), from1)
 	got := waitSent(t, ovB)
 	inner := decapSent(t, got, node2, node2MAC)
 	if s, d := ip4(inner[12:16]), ip4(inner[16:20]); s != "10.72.1.5" || d != "10.244.2.7" {
@@ -110,7 +111,7 @@ func TestThroughWireguardGo(t *testing.T) {
 		Payload: pt.TCP("10.244.2.7", "10.72.1.5", 80, 40000, packet.TCPFlagSYN|packet.TCPFlagACK, pt.MSSOption(1460), nil)}.Build()
 	frame := vxlanFrame(gwMAC, packet.EtherTypeIPv4, reply)
 	packet.PutEthernet(frame[8:], gwMAC, node2MAC, packet.EtherTypeIPv4)
-	ovB.in <- datagram{frame, netip.AddrPortFrom(node2, 40002)}
+	ovB.Push(frame, netip.AddrPortFrom(node2, 40002))
 	back := decapSent(t, waitSent(t, ovA), node1, node1MAC)
 	if s, d := ip4(back[12:16]), ip4(back[16:20]); s != "10.71.2.7" || d != "10.244.1.5" {
 		t.Fatalf("A's node received %s -> %s, want 10.71.2.7 -> 10.244.1.5", s, d)
@@ -119,18 +120,14 @@ func TestThroughWireguardGo(t *testing.T) {
 }
 
 // waitSent waits for the dataplane to send one overlay datagram.
-func waitSent(t *testing.T, c *chanConn) datagram {
+func waitSent(t *testing.T, c *overlaytest.Conn) overlaytest.Datagram {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if s := c.takeSent(); len(s) > 0 {
-			if len(s) != 1 {
-				t.Fatalf("%d datagrams sent, want 1", len(s))
-			}
-			return s[0]
-		}
-		time.Sleep(5 * time.Millisecond)
+	d, err := c.Receive(10 * time.Second)
+	if err != nil {
+		t.Fatal("nothing came out of the tunnel within 10s")
 	}
-	t.Fatal("nothing came out of the tunnel within 10s")
-	return datagram{}
+	if more := c.TakeSent(); len(more) != 0 {
+		t.Fatalf("%d datagrams sent, want 1", 1+len(more))
+	}
+	return d
 }
