@@ -94,11 +94,5 @@ func fixSegment(seg packet.IPv4, s split, k int) {
 		tcp[13] &^= tcpFlagCWR
 	}
 	tcp[16], tcp[17] = 0, 0
-	binary.BigEndian.PutUint16(tcp[16:], transportChecksum(seg, tcp))
-}
-
-// transportChecksum computes in full the TCP or UDP checksum of l4, the payload of ip, whose
-// checksum field must be zero.
-func transportChecksum(ip packet.IPv4, l4 []byte) uint16 {
-	return ^packet.Fold(packet.Sum(l4, packet.PseudoSum4(ip.Src(), ip.Dst(), ip.Protocol(), len(l4))))
+	binary.BigEndian.PutUint16(tcp[16:], packet.TransportChecksum(seg, tcp))
 }

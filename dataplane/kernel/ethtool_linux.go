@@ -1,8 +1,3 @@
-// Package kernel is the node agent's kernel programming: the overlay device, its FDB and
-// neighbour entries, the routes and rules of table 18952, loose reverse-path filtering, and its
-// own nftables table for host-network SNAT, behind the small Kernel interface (a Fake records
-// what would be done as iproute2 commands). It needs CAP_NET_ADMIN in the namespace it works
-// on.
 package kernel
 
 import (

@@ -99,3 +99,41 @@ func UpdateChecksum2(hc, old, new uint16) uint16 {
 	s = (s & 0xffff) + (s >> 16)
 	return ^uint16(s)
 }
+
+// TransportChecksum computes in full the TCP or UDP checksum of l4, the payload of ip (the
+// pseudo-header from ip's addresses and protocol), with l4's checksum field zero.
+func TransportChecksum(ip IPv4, l4 []byte) uint16 {
+	return ^Fold(Sum(l4, PseudoSum4(ip.Src(), ip.Dst(), ip.Protocol(), len(l4))))
+}
+
+// CompleteTransportChecksum recomputes in full the TCP or UDP checksum of an unfragmented
+// packet: one sent with checksum offload carries only the pseudo-header's sum there. A UDP
+// checksum of 0 ("none") stays 0; fragments, other protocols and headers too short to hold a
+// checksum are left alone.
+func CompleteTransportChecksum(ip IPv4) {
+	if ip.IsFragment() {
+		return
+	}
+	l4 := ip.Payload()
+	var off int
+	switch ip.Protocol() {
+	case ProtoTCP:
+		if len(l4) < TCPMinHeaderLen {
+			return
+		}
+		off = TCPChecksumOffset
+	case ProtoUDP:
+		if len(l4) < UDPHeaderLen || l4[6]|l4[7] == 0 {
+			return
+		}
+		off = UDPChecksumOffset
+	default:
+		return
+	}
+	l4[off], l4[off+1] = 0, 0
+	c := TransportChecksum(ip, l4)
+	if c == 0 && ip.Protocol() == ProtoUDP {
+		c = 0xffff
+	}
+	l4[off], l4[off+1] = byte(c>>8), byte(c)
+}

@@ -1,0 +1,110 @@
+package dataplane
+
+import (
+	"os"
+
+	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/packet"
+)
+
+// The direction out of the tunnel: what wireguard-go decrypted, written through Write, routed
+// to the node hosting its destination, translated (source), clamped, and sent over the overlay;
+// ICMP errors go back into the tunnel through the queue.
+
+// Write takes packets out of the tunnel (decrypted by wireguard-go, at bufs[i][offset:]) and
+// sends them to the nodes hosting their destinations. It always reports every packet consumed:
+// drops are counted, not returned as errors, so wireguard-go keeps going.
+func (d *Dataplane) Write(bufs [][]byte, offset int) (int, error) {
+	if d.closed.Load() {
+		return 0, os.ErrClosed
+	}
+	d.in.Leave(len(bufs))
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	if len(bufs) > len(d.wmsgs) {
+		d.wmsgs = make([]Message, len(bufs))
+		d.wheads = make([][overlay.HeaderLen]byte, len(bufs))
+	}
+	b := &d.wb
+	b.start(d.t.Load())
+	k := 0
+	for _, buf := range bufs {
+		if len(buf) <= offset {
+			b.tl[DropMalformedIP]++
+			continue
+		}
+		node, ip, ok := d.fromTunnel(b, buf[offset:])
+		if !ok {
+			continue
+		}
+		b.t.vtep.PutHeader(d.wheads[k][:], node.mac, packet.EtherTypeIPv4)
+		d.wmsgs[k] = Message{Head: d.wheads[k][:], Body: ip, Addr: node.addr}
+		k++
+	}
+	if k > 0 {
+		sent, _ := d.conn.WriteBatch(d.wmsgs[:k])
+		for _, m := range d.wmsgs[:sent] {
+			b.tl[Bytes] += uint64(len(m.Body))
+		}
+		b.tl[Forwarded] += uint64(sent)
+		b.tl[DropSend] += uint64(k - sent)
+		clear(d.wmsgs[:k])
+	}
+	d.ctr.add(FromTunnel, &b.tl)
+	return len(bufs), nil
+}
+
+// fromTunnel routes, checks, translates and clamps a packet out of the tunnel; ok means send
+// ip to node.
+func (d *Dataplane) fromTunnel(b *batch, pkt []byte) (node nodeHop, ip packet.IPv4, ok bool) {
+	t := b.t
+	ip, err := packet.ParseIPv4(pkt)
+	if err != nil {
+		b.tl[DropMalformedIP]++
+		return node, nil, false
+	}
+	hop, found := t.routes.Lookup4(ip.Dst())
+	switch {
+	case !found:
+		b.tl[DropNoRoute]++
+		return node, nil, false
+	case hop == hopLocal:
+		d.deliverLocal(b, ip)
+		return node, nil, false
+	case hop == hopTunnel:
+		b.tl[DropLoop]++
+		return node, nil, false
+	}
+	if ip.TTL() <= 1 {
+		b.tl[DropTTL]++
+		d.icmpToTunnel(b, ip, errTTLExceeded)
+		return node, nil, false
+	}
+	if len(ip) > t.overlayMTU && ip.DontFragment() {
+		b.tl[DropTooBig]++
+		d.icmpToTunnel(b, ip, errFragNeeded(t.overlayMTU))
+		return node, nil, false
+	}
+	ip.DecTTL()
+	if c, drop := b.natVerdict(t.out.RewriteSrc(ip)); drop {
+		b.tl[c]++
+		return node, nil, false
+	}
+	b.clamp(ip)
+	return t.nodes[hop-hopNode], ip, true
+}
+
+// icmpToTunnel queues an ICMP error about orig back into the tunnel, from the gateway's tunnel
+// address.
+func (d *Dataplane) icmpToTunnel(b *batch, orig packet.IPv4, e icmpError) {
+	if !b.t.hasTunIP || !mayAnswer(orig) || !d.allowICMP(b) {
+		return
+	}
+	buf := b.scratch[0]
+	n := buildICMPError(buf, b.t.tunnelIP, e.typ, e.code, e.rest, orig)
+	if !d.queue.push(buf[:n]) {
+		b.tl[DropQueueFull]++
+		return
+	}
+	d.conn.Wake()
+}

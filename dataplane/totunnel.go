@@ -1,0 +1,248 @@
+package dataplane
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+
+	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/packet"
+)
+
+// The direction into the tunnel: what local pods send over the overlay, read by wireguard-go
+// through Read, routed, translated (destination), clamped and cut to the tunnel MTU; ARP
+// replies and ICMP errors go back onto the overlay.
+
+// Read fills bufs with packets for the tunnel: packets injected by the netstack and ICMP
+// errors first, then what local pods send over the overlay, in the order they came.
+//
+// Datagrams are received into the last slots of bufs and their packets packed from the
+// first slot on: a packet already in its slot stays where it is, a TCP superpacket is cut
+// into the slots in front of it (its last segment in place), so one Read turns a few 64 KiB
+// datagrams into wireguard-go's full batch with one copy per segment. What does not fit
+// waits in the queue for the next Read.
+func (d *Dataplane) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	limit := min(len(bufs), len(sizes))
+	for {
+		if d.closed.Load() {
+			return 0, os.ErrClosed
+		}
+		d.out.Wait(d.done)
+		if n := d.queue.drain(bufs, sizes, offset); n > 0 {
+			d.out.Enter(n)
+			return n, nil
+		}
+		k := min(limit, d.batch)
+		if d.rsegs > 1 {
+			k = max(1, min(k, limit/d.rsegs))
+		}
+		base := limit - k
+		msgs := d.rmsgs[:k]
+		for i := range msgs {
+			msgs[i] = Message{Head: d.rheads[i][:], Body: bufs[base+i][offset:]}
+		}
+		got, err := d.conn.ReadBatch(msgs)
+		if err != nil {
+			if d.closed.Load() {
+				return 0, os.ErrClosed
+			}
+			return 0, fmt.Errorf("overlay receive: %w", err)
+		}
+		b := &d.rb
+		b.start(d.t.Load())
+		cur := 0 // the next free output slot
+		// queued: a packet of this batch did not fit and went to the queue, so everything
+		// after it goes there too, keeping the order.
+		queued := false
+		d.rsegs /= 2 // forget superpackets slowly: the next batch likely has them too
+		for i := range got {
+			src := base + i
+			replies := len(b.replies)
+			size, sp := d.toTunnel(b, &msgs[i], i)
+			if len(b.replies) > replies && src >= cur {
+				// An ARP reply is written over its request, which must stay until
+				// flushOverlay: skip over its slot (zero sizes are skipped by wireguard-go).
+				for j := cur; j <= src; j++ {
+					sizes[j] = 0
+				}
+				cur = src + 1
+			}
+			if size == 0 {
+				continue
+			}
+			pkt := packet.IPv4(bufs[src][offset : offset+size])
+			d.rsegs = max(d.rsegs, sp.n)
+			if queued {
+				d.queuePacket(pkt, sp, 0)
+				continue
+			}
+			// Free output slots: up to this datagram's own, or to the end for the last one.
+			avail := src + 1 - cur
+			if i == got-1 {
+				avail = limit - cur
+			}
+			n := max(1, sp.n)
+			place := min(n, avail)
+			own := src - cur // index of the segment that lands in this datagram's slot
+			for j := range place {
+				if j == own {
+					continue
+				}
+				if sp.n == 0 {
+					sizes[cur+j] = copy(bufs[cur+j][offset:], pkt)
+				} else {
+					sizes[cur+j] = writeSegment(bufs[cur+j][offset:], pkt, sp, j)
+				}
+			}
+			if place < n {
+				d.queuePacket(pkt, sp, place)
+				queued = true
+			}
+			if own < place {
+				sizes[src] = segmentInPlace(pkt, sp, own)
+			}
+			cur += place
+		}
+		d.flushOverlay(b)
+		d.ctr.add(ToTunnel, &b.tl)
+		if cur > 0 {
+			d.out.Enter(cur)
+			return cur, nil
+		}
+		if d.queue.pending.Load() > 0 {
+			continue
+		}
+	}
+}
+
+// queuePacket moves a processed packet, or the segments of a superpacket from segment from
+// on, into the queue, which grows for them.
+func (d *Dataplane) queuePacket(pkt packet.IPv4, sp split, from int) {
+	if sp.n == 0 {
+		d.queue.spill(pkt)
+		return
+	}
+	for k := from; k < sp.n; k++ {
+		d.queue.spillSegment(pkt, sp, k)
+	}
+}
+
+var overlayDrops = [overlay.NumResults]Counter{
+	overlay.DropUnknownPeer:   DropUnknownVTEP,
+	overlay.DropMalformed:     DropMalformedOverlay,
+	overlay.DropVNI:           DropWrongVNI,
+	overlay.DropGeneveControl: DropGeneveControl,
+	overlay.DropNotForUs:      DropNotForUs,
+	overlay.DropEtherType:     DropEtherType,
+	overlay.DropARP:           DropARP,
+}
+
+// toTunnel handles datagram m (slot i of the batch) from the overlay and returns the size of
+// the packet to hand to wireguard-go, which then starts at the start of m.Body, or 0.
+func (d *Dataplane) toTunnel(b *batch, m *Message, slot int) (int, split) {
+	if m.N < overlay.HeaderLen {
+		b.tl[DropMalformedOverlay]++
+		return 0, split{}
+	}
+	inner, res := b.t.vtep.Decap(m.Addr.Addr(), m.Head, m.Body[:m.N-overlay.HeaderLen])
+	switch res {
+	case overlay.Deliver:
+	case overlay.Reply:
+		b.tl[ARPReplied]++
+		b.replies = append(b.replies, Message{Head: m.Head, Body: inner, Addr: netip.AddrPortFrom(m.Addr.Addr(), b.t.cfg.OverlayPort)})
+		return 0, split{}
+	default:
+		b.tl[overlayDrops[res]]++
+		return 0, split{}
+	}
+	return d.forwardToTunnel(b, inner, slot)
+}
+
+// forwardToTunnel routes, checks, translates and clamps an inner packet from the overlay. It
+// returns the packet's size (0: not for the tunnel) and, for a TCP superpacket larger than the
+// tunnel MTU, how to cut it.
+func (d *Dataplane) forwardToTunnel(b *batch, inner []byte, slot int) (int, split) {
+	t := b.t
+	ip, err := packet.ParseIPv4(inner)
+	if err != nil {
+		b.tl[DropMalformedIP]++
+		return 0, split{}
+	}
+	hop, ok := t.routes.Lookup4(ip.Dst())
+	if !ok {
+		b.tl[DropNoRoute]++
+		return 0, split{}
+	}
+	switch {
+	case hop == hopLocal:
+		d.deliverLocal(b, ip)
+		return 0, split{}
+	case hop != hopTunnel:
+		b.tl[DropLoop]++
+		return 0, split{}
+	}
+	if ip.TTL() <= 1 {
+		b.tl[DropTTL]++
+		d.icmpToOverlay(b, ip, errTTLExceeded, slot)
+		return 0, split{}
+	}
+	var sp split
+	if len(ip) > t.tunnelMTU {
+		sp = planSplit(ip, t.tunnelMTU)
+		if sp.n == 0 && ip.DontFragment() {
+			b.tl[DropTooBig]++
+			d.icmpToOverlay(b, ip, errFragNeeded(t.tunnelMTU), slot)
+			return 0, split{}
+		}
+	}
+	if t.cfg.CompleteChecksums && sp.n == 0 {
+		packet.CompleteTransportChecksum(ip)
+	}
+	ip.DecTTL()
+	if c, drop := b.natVerdict(t.in.RewriteDst(ip)); drop {
+		b.tl[c]++
+		return 0, split{}
+	}
+	if sp.n > 0 {
+		// Checksums are computed per segment; counted as the packets they become.
+		b.tl[Segmented]++
+		b.tl[Forwarded] += uint64(sp.n)
+		b.tl[Bytes] += uint64(len(ip) + (sp.n-1)*sp.hdrLen)
+		return len(ip), sp
+	}
+	b.clamp(ip)
+	b.tl[Forwarded]++
+	b.tl[Bytes] += uint64(len(ip))
+	return len(ip), split{}
+}
+
+// icmpToOverlay sends an ICMP error about orig back to the local pod that sent it, from the
+// gateway's overlay IP, using the batch slot's scratch buffer.
+func (d *Dataplane) icmpToOverlay(b *batch, orig packet.IPv4, e icmpError, slot int) {
+	if !mayAnswer(orig) {
+		return
+	}
+	hop, ok := b.t.routes.Lookup4(orig.Src())
+	if !ok || hop < hopNode {
+		return
+	}
+	if !d.allowICMP(b) {
+		return
+	}
+	node := b.t.nodes[hop-hopNode]
+	buf := b.scratch[slot]
+	n := buildICMPError(buf[overlay.HeaderLen:], b.t.overlayIP, e.typ, e.code, e.rest, orig)
+	b.t.vtep.PutHeader(buf[:overlay.HeaderLen], node.mac, packet.EtherTypeIPv4)
+	b.replies = append(b.replies, Message{Head: buf[:overlay.HeaderLen], Body: buf[overlay.HeaderLen : overlay.HeaderLen+n], Addr: node.addr})
+}
+
+// flushOverlay sends the ARP replies and ICMP errors a read batch produced.
+func (d *Dataplane) flushOverlay(b *batch) {
+	if len(b.replies) == 0 {
+		return
+	}
+	n, _ := d.conn.WriteBatch(b.replies)
+	b.tl[DropSend] += uint64(len(b.replies) - n)
+	clear(b.replies)
+	b.replies = b.replies[:0]
+}
