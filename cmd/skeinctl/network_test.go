@@ -21,6 +21,7 @@ import (
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/internal/apitest"
+	"github.com/skein-net/skein/internal/golden"
 )
 
 // cluster starts an API server with skein "installed": the identity ConfigMaps and the
@@ -63,7 +64,7 @@ func TestNetworkInitReset(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	golden(t, "network-init", out)
+	golden.Check(t, "network-init", out)
 	ctx := context.Background()
 	for _, s := range []struct {
 		env  *apitest.Env
@@ -85,7 +86,7 @@ func TestNetworkInitReset(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	golden(t, "network-connect", out)
+	golden.Check(t, "network-connect", out)
 	gs := &netv1alpha1.GatewayServer{}
 	must(t, b.Client.Get(ctx, client.ObjectKey{Namespace: tenantNamespace(idA), Name: "gw-" + identity.ClusterName(idA)}, gs))
 	gc := &netv1alpha1.GatewayClient{}
@@ -125,7 +126,7 @@ func TestNetworkInitReset(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	golden(t, "network-disconnect", out)
+	golden.Check(t, "network-disconnect", out)
 	if err := a.Client.Get(ctx, client.ObjectKeyFromObject(gc), &netv1alpha1.GatewayClient{}); err == nil {
 		t.Error("the GatewayClient survived disconnect")
 	}
@@ -143,7 +144,7 @@ func TestNetworkInitReset(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	golden(t, "network-reset", out)
+	golden.Check(t, "network-reset", out)
 	for _, s := range []struct {
 		env  *apitest.Env
 		peer string

@@ -3,10 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,9 +15,8 @@ import (
 	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/internal/apitest"
+	"github.com/skein-net/skein/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -29,21 +25,6 @@ func run(t *testing.T, args ...string) (string, error) {
 	root.SetArgs(args)
 	err := root.Execute()
 	return out.String(), err
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		os.WriteFile(path, []byte(got), 0o644)
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test -update creates it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs:\ngot:\n%s\nwant:\n%s", name, got, want)
-	}
 }
 
 // TestCreateGolden: `create ... -o yaml` prints what spec/003 shows (plus the namespace).
@@ -60,7 +41,7 @@ func TestCreateGolden(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		golden(t, tc.name, out)
+		golden.Check(t, tc.name, out)
 	}
 }
 
@@ -159,12 +140,12 @@ func TestGenerateGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "generate-configuration", out)
+	golden.Check(t, "generate-configuration", out)
 	out, err = run(t, "--kubeconfig", kc, "generate", "publickey", "--gateway-type", "client", "--gateway-name", "client")
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "generate-publickey", out)
+	golden.Check(t, "generate-publickey", out)
 	if _, err := run(t, "--kubeconfig", kc, "-n", "not-installed", "generate", "configuration"); err == nil || !strings.Contains(err.Error(), "is skein installed") {
 		t.Errorf("skein not installed: %v", err)
 	}

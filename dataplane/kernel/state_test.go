@@ -1,19 +1,15 @@
 package kernel_test
 
 import (
-	"flag"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/dataplane/packet"
+	"github.com/skein-net/skein/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 func desired() kernel.Desired {
 	return kernel.Desired{
@@ -25,26 +21,6 @@ func desired() kernel.Desired {
 			{OverlayIP: netip.MustParseAddr("10.80.0.2"), MAC: packet.MAC{2, 0x5b, 0, 0, 0, 2}, VTEP: netip.MustParseAddr("10.244.2.30"),
 				Routes: []netip.Prefix{netip.MustParsePrefix("10.73.0.0/16")}},
 		},
-	}
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s: commands differ\ngot:\n%s\nwant:\n%s", name, got, want)
 	}
 }
 
@@ -80,7 +56,7 @@ func TestGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	all.WriteString("# cleanup\n" + f.Script())
-	golden(t, "reconcile", all.String())
+	golden.Check(t, "reconcile", all.String())
 }
 
 func TestValidate(t *testing.T) {
