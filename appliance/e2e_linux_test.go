@@ -17,7 +17,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +26,7 @@ import (
 
 	pt "github.com/skein-net/skein/dataplane/packet/packettest"
 	"github.com/skein-net/skein/internal/netnstest"
+	"github.com/skein-net/skein/internal/safebuffer"
 )
 
 // buildGateway compiles cmd/skein-gateway into dir.
@@ -59,7 +59,7 @@ type cluster struct {
 	nodeMAC  string
 	gwMAC    string
 	proc     *exec.Cmd
-	logs     *syncBuffer
+	logs     *safebuffer.Buffer
 	sub      string // third byte of the site's underlay 192.168.<sub>.0/24
 	podCIDR  string
 }
@@ -150,27 +150,10 @@ func twoClusters(t testing.TB) (a, b *cluster) {
 	return a, b
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // start runs the gateway binary in the gateway namespace as nobody, without capabilities.
 func (c *cluster) start(t testing.TB, bin, cfg string) {
 	t.Helper()
-	c.logs = &syncBuffer{}
+	c.logs = &safebuffer.Buffer{}
 	c.proc = exec.Command("ip", "netns", "exec", c.gw.Name,
 		"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--",
 		bin, "--config", cfg)
@@ -605,7 +588,7 @@ func startStockWG(t testing.TB, ns *netnstest.NS, bin, prefix string) string {
 	t.Helper()
 	ifname := fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
 	proc := exec.Command("ip", "netns", "exec", ns.Name, bin, "-f", ifname)
-	logs := &syncBuffer{}
+	logs := &safebuffer.Buffer{}
 	proc.Stdout, proc.Stderr = logs, logs
 	proc.Env = childEnv()
 	proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -24,6 +24,7 @@ import (
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/dataplane/packet"
 	"github.com/skein-net/skein/internal/apitest"
+	"github.com/skein-net/skein/internal/safebuffer"
 )
 
 // TestFailover runs two replicas of an in-cluster gateway client (the real binary, against a
@@ -101,7 +102,7 @@ func TestFailover(t *testing.T) {
 		cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--mode", "client", "--gateway-name", "gw", "--gateway-namespace", ns,
 			"--pod-name", name, "--pod-ip", replicas[name], "--node-name", "node-"+name, "--overlay-port", "47893",
 			"--http-listen", "off", "--probe-interval", "100ms", "--probe-fail-after", "3", "--log-level", "warn")
-		logs := &syncBuffer{}
+		logs := &safebuffer.Buffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		must(t, cmd.Start())

@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,12 +24,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/skein-net/skein/control/agent"
 	"github.com/skein-net/skein/control/agent/plan"
@@ -39,25 +36,8 @@ import (
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/internal/apitest"
+	"github.com/skein-net/skein/internal/safebuffer"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func saUser(ns, sa string) string { return "system:serviceaccount:" + ns + ":" + sa }
 
@@ -109,39 +89,6 @@ func can(ctx context.Context, c client.Client, user string, groups []string, a a
 		return false, err
 	}
 	return sar.Status.Allowed, nil
-}
-
-// applyFile creates the manifest at path, in ns unless it names its own namespace.
-func applyFile(t *testing.T, c client.Client, path, ns string) *unstructured.Unstructured {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(b, &u.Object); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	if u.GetNamespace() == "" {
-		u.SetNamespace(ns)
-	}
-	if err := c.Create(context.Background(), u); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return u
-}
-
-// eventually polls ok until it holds or 60 s pass; then it fails the test with what and the
-// details more() returns.
-func eventually(t *testing.T, what string, ok func() bool, more func() string) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 60s\n%s", what, more())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // TestChartInstall installs the chart with `helm install` into a real API server and runs the
@@ -213,7 +160,7 @@ func TestChartInstall(t *testing.T) {
 	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(e string) bool {
 		return strings.HasPrefix(e, "KUBECONFIG=") || strings.HasPrefix(e, "POD_")
 	}), podEnv(t, ctr, ns, "skein-controller-0")...)
-	var ctrLog syncBuffer
+	var ctrLog safebuffer.Buffer
 	cmd.Stdout, cmd.Stderr = &ctrLog, &ctrLog
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	must(cmd.Start())
@@ -236,14 +183,14 @@ func TestChartInstall(t *testing.T) {
 
 	// It read the id the chart created, published the chart's networks, and leads.
 	var network *identity.Network
-	eventually(t, "skein-network ConfigMap", func() bool {
+	apitest.Eventually(t, "skein-network ConfigMap", 60*time.Second, func() bool {
 		network, err = identity.ReadNetwork(ctx, c, ns)
 		return err == nil
 	}, ctrLogs)
 	if got := fmt.Sprint(network.PodCIDRs); got != "[10.244.0.0/16]" || network.InternalCIDR.String() != "10.80.0.0/16" {
 		t.Errorf("skein-controller publishes pod CIDRs %s and internal CIDR %s, not the chart's defaults", got, network.InternalCIDR)
 	}
-	eventually(t, "leader election Lease", func() bool {
+	apitest.Eventually(t, "leader election Lease", 60*time.Second, func() bool {
 		l := &coordinationv1.Lease{}
 		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "skein-controller"}, l) == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
 	}, ctrLogs)
@@ -261,26 +208,26 @@ func TestChartInstall(t *testing.T) {
 	dir := filepath.Join("..", "control", "api", "networking", "v1alpha1", "testdata", "spec003")
 	where := map[string]string{}
 	for _, f := range []string{"configuration.yaml", "gatewayserver.yaml", "gatewayclient.yaml", "publickey-server.yaml", "publickey-client.yaml"} {
-		u := applyFile(t, c, filepath.Join(dir, f), gwNS)
+		u := apitest.CreateFromFile(t, c, filepath.Join(dir, f), gwNS)
 		where[f] = u.GetNamespace()
 		t.Cleanup(func() { _ = c.Delete(context.Background(), u) })
 	}
 	conf := &netv1alpha1.Configuration{}
-	eventually(t, "Configuration status.remote", func() bool {
+	apitest.Eventually(t, "Configuration status.remote", 60*time.Second, func() bool {
 		return c.Get(ctx, client.ObjectKey{Namespace: gwNS, Name: "dry-paper"}, conf) == nil && conf.Status.Remote != nil && conf.Status.Remote.CIDR.Pod != ""
 	}, ctrLogs)
 	gs := &netv1alpha1.GatewayServer{}
-	eventually(t, "GatewayServer status.endpoint and internalEndpoint", func() bool {
+	apitest.Eventually(t, "GatewayServer status.endpoint and internalEndpoint", 60*time.Second, func() bool {
 		return c.Get(ctx, client.ObjectKey{Namespace: gwNS, Name: "server"}, gs) == nil && gs.Status.Endpoint != nil &&
 			len(gs.Status.Endpoint.Addresses) > 0 && gs.Status.InternalEndpoint != nil && gs.Status.InternalEndpoint.IP != nil
 	}, ctrLogs)
 	gc := &netv1alpha1.GatewayClient{}
-	eventually(t, "GatewayClient status.internalEndpoint", func() bool {
+	apitest.Eventually(t, "GatewayClient status.internalEndpoint", 60*time.Second, func() bool {
 		return c.Get(ctx, client.ObjectKey{Namespace: where["gatewayclient.yaml"], Name: "client"}, gc) == nil &&
 			gc.Status.InternalEndpoint != nil && gc.Status.InternalEndpoint.IP != nil
 	}, ctrLogs)
 	pk := &netv1alpha1.PublicKey{}
-	eventually(t, "PublicKey checked", func() bool {
+	apitest.Eventually(t, "PublicKey checked", 60*time.Second, func() bool {
 		return c.Get(ctx, client.ObjectKey{Namespace: where["publickey-server.yaml"], Name: "crimson-field"}, pk) == nil && len(pk.Status.Conditions) > 0
 	}, ctrLogs)
 
@@ -301,7 +248,7 @@ func TestChartInstall(t *testing.T) {
 	// A failure is an Event (events.k8s.io): a second Configuration for the same cluster.
 	dup := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: "dup", Namespace: gwNS, Labels: conf.Labels}, Spec: conf.Spec}
 	must(c.Create(ctx, dup))
-	eventually(t, "DuplicateClusterID event", func() bool {
+	apitest.Eventually(t, "DuplicateClusterID event", 60*time.Second, func() bool {
 		var evs eventsv1.EventList
 		if c.List(ctx, &evs, client.InNamespace(gwNS)) != nil {
 			return false
@@ -315,13 +262,13 @@ func TestChartInstall(t *testing.T) {
 	agentCfg := rest.CopyConfig(env.Config)
 	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: saUser(ns, agentSA), Groups: saGroups(ns)}
 	in := &netv1alpha1.InternalNode{}
-	eventually(t, "InternalNode of the node", func() bool {
+	apitest.Eventually(t, "InternalNode of the node", 60*time.Second, func() bool {
 		return c.Get(ctx, client.ObjectKey{Name: node.Name}, in) == nil && in.Spec.OverlayIP != nil
 	}, ctrLogs)
 	agentPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "skein-agent-test", Namespace: ns},
 		Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "agent", Image: "skein-agent"}}}}
 	must(c.Create(ctx, agentPod))
-	var agentLog syncBuffer
+	var agentLog safebuffer.Buffer
 	a, err := agent.New(agentCfg, agent.Options{
 		Node:         plan.Node{Name: node.Name, IP: netip.MustParseAddr("192.168.77.1"), PodCIDRs: network.PodCIDRs, InternalCIDR: network.InternalCIDR},
 		PodNamespace: ns, PodName: agentPod.Name, Resync: time.Second,
@@ -345,10 +292,10 @@ func TestChartInstall(t *testing.T) {
 	vtep, _ := json.Marshal(map[string]any{"status": map[string]any{"internalEndpoint": map[string]any{"vtep": map[string]string{"ip": "10.244.1.20", "mac": "02:5b:00:00:00:01"}}}})
 	must(c.Status().Patch(ctx, gs, client.RawPatch(types.MergePatchType, vtep)))
 	agentLogs := func() string { return "agent log:\n" + agentLog.String() }
-	eventually(t, "the agent publishes its VTEP", func() bool {
+	apitest.Eventually(t, "the agent publishes its VTEP", 60*time.Second, func() bool {
 		return c.Get(ctx, client.ObjectKey{Name: node.Name}, in) == nil && in.Status.VTEP != nil && in.Status.VTEP.IP == "192.168.77.1"
 	}, agentLogs)
-	eventually(t, "the agent annotates its pod", func() bool {
+	apitest.Eventually(t, "the agent annotates its pod", 60*time.Second, func() bool {
 		return c.Get(ctx, client.ObjectKeyFromObject(agentPod), agentPod) == nil && agentPod.Annotations[agent.MACAnnotation] == string(in.Status.VTEP.MAC)
 	}, agentLogs)
 
@@ -388,7 +335,7 @@ func TestChartInstall(t *testing.T) {
 
 	// Deleting the gateway removes what the controller made for it.
 	must(c.Delete(ctx, gs))
-	eventually(t, "GatewayServer removed with its ClusterRoleBinding", func() bool {
+	apitest.Eventually(t, "GatewayServer removed with its ClusterRoleBinding", 60*time.Second, func() bool {
 		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(gs), gs)) && apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(crb), crb))
 	}, ctrLogs)
 

@@ -78,7 +78,7 @@ func TestNoFightWithKubeControllerManager(t *testing.T) {
 	key := client.ObjectKeyFromObject(gs)
 	const revision, pool = "deployment.kubernetes.io/revision", "metallb.universe.tf/ip-allocated-from-pool"
 	dep := &appsv1.Deployment{}
-	eventually(t, "the Deployment controller's revision annotation on the gateway's Deployment", func() bool {
+	apitest.Eventually(t, "the Deployment controller's revision annotation on the gateway's Deployment", 30*time.Second, func() bool {
 		return c.Get(ctx, key, dep) == nil && dep.Annotations[revision] != ""
 	})
 	svc := &corev1.Service{}
@@ -115,7 +115,7 @@ func TestNoFightWithKubeControllerManager(t *testing.T) {
 	must(t, err)
 	tmpl.Spec.Template.Raw = raw
 	must(t, c.Update(ctx, tmpl))
-	eventually(t, "the template's new image in the gateway's Deployment and a second ReplicaSet", func() bool {
+	apitest.Eventually(t, "the template's new image in the gateway's Deployment and a second ReplicaSet", 30*time.Second, func() bool {
 		var sets appsv1.ReplicaSetList
 		return c.Get(ctx, key, dep) == nil && dep.Spec.Template.Spec.Containers[0].Image == "skein-gateway:next" &&
 			c.List(ctx, &sets, client.InNamespace(ns)) == nil && len(sets.Items) == 2

@@ -69,17 +69,6 @@ func installTemplates(t *testing.T, c client.Client, ns string) {
 	}
 }
 
-func eventually(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func TestGatewayServer(t *testing.T) {
 	env := apitest.Start(t)
 	c := env.Client
@@ -99,7 +88,7 @@ func TestGatewayServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(gs)
-	eventually(t, "status", func() bool {
+	apitest.Eventually(t, "status", 30*time.Second, func() bool {
 		c.Get(ctx, key, gs)
 		return gs.Status.SecretRef != nil && gs.Status.InternalEndpoint != nil && gs.Status.InternalEndpoint.IP != nil
 	})
@@ -132,7 +121,7 @@ func TestGatewayServer(t *testing.T) {
 	must(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "server-abc", Namespace: ns,
 		Labels: map[string]string{"networking.liqo.io/gateway": "server", "networking.liqo.io/active": "true"}},
 		Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "gateway", Image: "skein-gateway"}}}}))
-	eventually(t, "endpoint", func() bool {
+	apitest.Eventually(t, "endpoint", 30*time.Second, func() bool {
 		c.Get(ctx, key, gs)
 		return gs.Status.Endpoint != nil
 	})
@@ -157,7 +146,7 @@ func TestGatewayServer(t *testing.T) {
 
 	// Deleting the GatewayServer removes everything it created.
 	must(t, c.Delete(ctx, gs))
-	eventually(t, "cleanup", func() bool {
+	apitest.Eventually(t, "cleanup", 30*time.Second, func() bool {
 		gone := func(o client.Object, k client.ObjectKey) bool { return apierrors.IsNotFound(c.Get(ctx, k, o)) }
 		return gone(&netv1alpha1.GatewayServer{}, key) && gone(&appsv1.Deployment{}, key) && gone(&corev1.Service{}, key) &&
 			gone(&corev1.ServiceAccount{}, key) && gone(&rbacv1.RoleBinding{}, key) && gone(&corev1.Secret{}, client.ObjectKeyFromObject(secret)) &&
@@ -179,7 +168,7 @@ func TestGatewayClientAndTemplateErrors(t *testing.T) {
 			ClientTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: "wireguard-client"}},
 	}
 	must(t, c.Create(ctx, gc))
-	eventually(t, "client deployment", func() bool {
+	apitest.Eventually(t, "client deployment", 30*time.Second, func() bool {
 		return c.Get(ctx, client.ObjectKeyFromObject(gc), &appsv1.Deployment{}) == nil
 	})
 	if err := c.Get(ctx, client.ObjectKeyFromObject(gc), &corev1.Service{}); !apierrors.IsNotFound(err) {
@@ -198,7 +187,7 @@ func TestGatewayClientAndTemplateErrors(t *testing.T) {
 		bad.ObjectMeta = metav1.ObjectMeta{Name: tc.name, Namespace: ns}
 		bad.Spec.ClientTemplateRef = tc.ref
 		must(t, c.Create(ctx, bad))
-		eventually(t, tc.name+" condition", func() bool {
+		apitest.Eventually(t, tc.name+" condition", 30*time.Second, func() bool {
 			c.Get(ctx, client.ObjectKeyFromObject(bad), bad)
 			cond := meta.FindStatusCondition(bad.Status.Conditions, "Ready")
 			return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "TemplateError" && strings.Contains(cond.Message, tc.want)
@@ -212,7 +201,7 @@ func TestGatewayClientAndTemplateErrors(t *testing.T) {
 	bad.ObjectMeta = metav1.ObjectMeta{Name: "uses-malformed", Namespace: ns}
 	bad.Spec.ClientTemplateRef = netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: "malformed"}
 	must(t, c.Create(ctx, bad))
-	eventually(t, "malformed condition", func() bool {
+	apitest.Eventually(t, "malformed condition", 30*time.Second, func() bool {
 		c.Get(ctx, client.ObjectKeyFromObject(bad), bad)
 		cond := meta.FindStatusCondition(bad.Status.Conditions, "Ready")
 		return cond != nil && strings.Contains(cond.Message, "spec.template.spec.deployment.replicas")
@@ -242,14 +231,14 @@ func TestLoadBalancerEndpoint(t *testing.T) {
 	}
 	must(t, c.Create(ctx, gs))
 	svc := &corev1.Service{}
-	eventually(t, "service", func() bool { return c.Get(ctx, client.ObjectKeyFromObject(gs), svc) == nil })
+	apitest.Eventually(t, "service", 30*time.Second, func() bool { return c.Get(ctx, client.ObjectKeyFromObject(gs), svc) == nil })
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.LoadBalancerIP != lbIP {
 		t.Errorf("service %+v", svc.Spec)
 	}
 	// What a load balancer controller would report.
 	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP}}
 	must(t, c.Status().Update(ctx, svc))
-	eventually(t, "endpoint", func() bool {
+	apitest.Eventually(t, "endpoint", 30*time.Second, func() bool {
 		c.Get(ctx, client.ObjectKeyFromObject(gs), gs)
 		return gs.Status.Endpoint != nil
 	})

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -61,19 +62,14 @@ func TestPublicKeys(t *testing.T) {
 
 	want := map[string]string{pk.Name: "Valid", "second": "DuplicateClusterID", "unlabelled": "MissingClusterID"}
 	for name, reason := range want {
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			got := &netv1alpha1.PublicKey{}
-			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got); err == nil {
-				if cond := meta.FindStatusCondition(got.Status.Conditions, "Ready"); cond != nil && cond.Reason == reason {
-					break
-				}
+		got := &netv1alpha1.PublicKey{}
+		apitest.Eventually(t, name+": a Ready condition with reason "+reason, 20*time.Second, func() bool {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got); err != nil {
+				return false
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no Ready condition with reason %s: %+v", name, reason, got.Status)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			cond := meta.FindStatusCondition(got.Status.Conditions, netv1alpha1.ConditionReady)
+			return cond != nil && cond.Reason == reason
+		}, func() string { return fmt.Sprintf("status: %+v", got.Status) })
 	}
 	if _, err := gateway.PeerPublicKey(&corev1.Secret{}, "x", ns); err == nil || !strings.Contains(err.Error(), "not a WireGuard key") {
 		t.Errorf("empty secret: %v", err)

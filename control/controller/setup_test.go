@@ -17,39 +17,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/internal/apitest"
 )
-
-// apply creates the manifest at path, in ns unless it names its own namespace, and returns
-// the namespace it went to.
-func apply(t testing.TB, c client.Client, path, ns string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(b, &u.Object); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	if u.GetNamespace() == "" {
-		u.SetNamespace(ns)
-	}
-	if err := c.Create(context.Background(), u); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	t.Cleanup(func() { c.Delete(context.Background(), u) })
-	return u.GetNamespace()
-}
 
 // TestSpec003 applies every manifest of spec/003 in the spec's order, with the default
 // templates installed in namespace liqo, and waits for the status fields the spec's script
@@ -64,7 +40,7 @@ func TestSpec003(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"wireguard-server.yaml", "wireguard-client.yaml"} {
-		apply(t, c, filepath.Join("..", "..", "deploy", "templates", f), "liqo")
+		apitest.CreateFromFile(t, c, filepath.Join("..", "..", "deploy", "templates", f), "liqo")
 	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Controller: crconfig.Controller{SkipNameValidation: &skipNameValidation}}) // the package's tests run every reconciler, some more than once, in one process
@@ -101,7 +77,7 @@ func TestSpec003(t *testing.T) {
 	dir := filepath.Join("..", "api", "networking", "v1alpha1", "testdata", "spec003")
 	where := map[string]string{}
 	for _, f := range []string{"configuration.yaml", "gatewayserver.yaml", "gatewayclient.yaml", "publickey-server.yaml", "publickey-client.yaml"} {
-		where[f] = apply(t, c, filepath.Join(dir, f), ns)
+		where[f] = apitest.CreateFromFile(t, c, filepath.Join(dir, f), ns).GetNamespace()
 	}
 	waitFor := func(what string, obj client.Object, file, name string, ok func() bool) {
 		t.Helper()
@@ -180,7 +156,7 @@ func BenchmarkPeerings100(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, f := range []string{"wireguard-server.yaml", "wireguard-client.yaml"} {
-		apply(b, c, filepath.Join("..", "..", "deploy", "templates", f), "liqo")
+		apitest.CreateFromFile(b, c, filepath.Join("..", "..", "deploy", "templates", f), "liqo")
 	}
 	bin := filepath.Join(b.TempDir(), "skein-controller")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/skein-controller").CombinedOutput(); err != nil {
