@@ -43,7 +43,7 @@ var (
 type Config struct {
 	Options
 	// K8sBin holds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy
-	// and kubectl (bench/k8sbin).
+	// and kubectl (internal/k8sbin).
 	K8sBin string
 	// LabBinary is the lab command (bench/cmd/lab): it runs the node kubelets and the shims.
 	LabBinary string

@@ -1,5 +1,5 @@
 // Package apitest starts a real Kubernetes API server (etcd and kube-apiserver built by
-// bench/k8sbin, driven by controller-runtime's envtest) with skein's CRDs installed, for tests
+// internal/k8sbin, driven by controller-runtime's envtest) with skein's CRDs installed, for tests
 // that need admission, status subresources, generations or finalizers to behave for real.
 //
 // Every test that needs an API server uses this package, so all of them run against the same

@@ -1,5 +1,5 @@
 // Command k8s-binaries builds etcd, the Kubernetes control-plane binaries and helm from the Go
-// module proxy into skein's cache (see package bench/k8sbin) and prints the directory holding
+// module proxy into skein's cache (see package internal/k8sbin) and prints the directory holding
 // the Kubernetes binaries.
 //
 //	go run ./bench/cmd/k8s-binaries          # build if needed, print the bin directory

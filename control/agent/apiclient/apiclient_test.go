@@ -21,7 +21,7 @@ import (
 func TestWatchAndPatch(t *testing.T) {
 	env := apitest.Start(t)
 	c := env.Client
-	ns := env.Namespace(t, "apiwatch")
+	ns := env.Namespace(t, "apiclient")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
