@@ -98,14 +98,18 @@ func printObj(w io.Writer, format string, obj any) error {
 	if err != nil {
 		return err
 	}
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
+	// Through JSON once, so that YAML uses the JSON field names; an object's empty status is
+	// left out, as kubectl does. A list stays a list.
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
 		return err
 	}
-	if st, ok := m["status"].(map[string]any); ok && len(st) == 0 {
-		delete(m, "status")
+	if m, ok := v.(map[string]any); ok {
+		if st, ok := m["status"].(map[string]any); ok && len(st) == 0 {
+			delete(m, "status")
+		}
 	}
-	obj = m
+	obj = v
 	switch format {
 	case "", "yaml":
 		b, err := yaml.Marshal(obj)
@@ -123,6 +127,15 @@ func printObj(w io.Writer, format string, obj any) error {
 		return err
 	}
 	return fmt.Errorf("output format %q: want yaml or json", format)
+}
+
+// checkOutput refuses an output format printObj does not know, before any API call.
+func checkOutput(format string) error {
+	switch format {
+	case "", "yaml", "json":
+		return nil
+	}
+	return fmt.Errorf("--output %q: want yaml or json (or nothing, for a table)", format)
 }
 
 var typeMeta = func(kind string) metav1.TypeMeta {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -113,6 +114,29 @@ func TestNetworkInitReset(t *testing.T) {
 	}
 	if out, err := run(t, "--kubeconfig", kcA, "status", "-o", "json"); err != nil || !strings.Contains(out, `"clusterID": "`+idA) {
 		t.Errorf("status -o json: %v\n%s", err, out)
+	}
+	// -o json and yaml of the peerings: a list, decodable, with the peer in it.
+	for _, format := range []string{"json", "yaml"} {
+		out, err := run(t, "--kubeconfig", kcA, "network", "status", "-o", format)
+		var rows []map[string]any
+		if err == nil {
+			err = yaml.Unmarshal([]byte(out), &rows)
+		}
+		if err != nil || len(rows) != 1 || rows[0]["remoteClusterID"] != idB || rows[0]["gatewayRole"] != "client" {
+			t.Errorf("network status -o %s: %v\n%s", format, err, out)
+		}
+	}
+	// A controller installed under any release name is found by the chart's labels.
+	replicas := int32(1)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "fabric-controller", Namespace: "liqo",
+		Labels: map[string]string{"app.kubernetes.io/name": "skein", "app.kubernetes.io/component": "controller"}},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "x"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "skein-controller"}}}}}}
+	must(t, a.Client.Create(ctx, dep))
+	t.Cleanup(func() { a.Client.Delete(context.Background(), dep) })
+	if out, err := run(t, "--kubeconfig", kcA, "status"); err != nil || !strings.Contains(out, "0/1 ready") {
+		t.Errorf("status with a controller released as fabric: %v\n%s", err, out)
 	}
 
 	// Again: fine, and says so; a different MTU is refused.

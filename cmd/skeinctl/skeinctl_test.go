@@ -55,6 +55,9 @@ func TestCreateErrors(t *testing.T) {
 		{[]string{"create", "gatewayserver", "s", "--remote-cluster-id", "x", "--service-type", "Ingress", "-o", "yaml"}, `--service-type "Ingress"`},
 		{[]string{"create", "gatewayclient", "c", "--remote-cluster-id", "x", "-o", "yaml"}, "--addresses is required"},
 		{[]string{"create", "gatewayserver", "s", "--remote-cluster-id", "x", "-o", "xml"}, `output format "xml"`},
+		// -o is checked before the API is reached: the kubeconfig does not exist.
+		{[]string{"--kubeconfig", "/nonexistent", "network", "status", "-o", "xml"}, `--output "xml": want yaml or json`},
+		{[]string{"--kubeconfig", "/nonexistent", "status", "-o", "table"}, `--output "table": want yaml or json`},
 		{[]string{"generate", "configuration", "--kubeconfig", "/nonexistent/kubeconfig"}, "reading kubeconfig"},
 		{[]string{"generate", "publickey", "--gateway-type", "router"}, `--gateway-type "router"`},
 	} {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
@@ -36,6 +35,9 @@ internal CIDRs: what a Configuration written by hand holds) and whether skein's 
 		Example: "  skeinctl status\n  skeinctl status -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
 			defer cancel()
 			cl, id, err := g.cluster(ctx, g.kubeconfig)
@@ -54,8 +56,8 @@ internal CIDRs: what a Configuration written by hand holds) and whether skein's 
 			for _, p := range n.ServiceCIDRs {
 				st.ServiceCIDRs = append(st.ServiceCIDRs, p.String())
 			}
-			st.Components["skein-controller"] = deploymentHealth(ctx, cl, g.namespace, "skein-controller")
-			st.Components["skein-agent"] = daemonSetHealth(ctx, cl, g.namespace, "skein-agent")
+			st.Components["skein-controller"] = deploymentHealth(ctx, cl, g.namespace)
+			st.Components["skein-agent"] = daemonSetHealth(ctx, cl, g.namespace)
 			if output != "" {
 				return printObj(g.out, output, st)
 			}
@@ -72,30 +74,54 @@ internal CIDRs: what a Configuration written by hand holds) and whether skein's 
 	return cmd
 }
 
-func deploymentHealth(ctx context.Context, c client.Client, ns, name string) string {
-	d := &appsv1.Deployment{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "not installed"
-		}
-		return "unknown: " + err.Error()
-	}
-	want := int32(1)
-	if d.Spec.Replicas != nil {
-		want = *d.Spec.Replicas
-	}
-	return fmt.Sprintf("%d/%d ready", d.Status.ReadyReplicas, want)
+// componentLabels select a component of skein's chart, whatever the Helm release is called.
+func componentLabels(component string) client.MatchingLabels {
+	return client.MatchingLabels{"app.kubernetes.io/name": "skein", "app.kubernetes.io/component": component}
 }
 
-func daemonSetHealth(ctx context.Context, c client.Client, ns, name string) string {
-	d := &appsv1.DaemonSet{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "not installed"
-		}
+// deploymentHealth reports the controller's Deployment in ns, found by the chart's labels.
+func deploymentHealth(ctx context.Context, c client.Client, ns string) string {
+	var list appsv1.DeploymentList
+	if err := c.List(ctx, &list, client.InNamespace(ns), componentLabels("controller")); err != nil {
 		return "unknown: " + err.Error()
 	}
-	return fmt.Sprintf("%d/%d ready", d.Status.NumberReady, d.Status.DesiredNumberScheduled)
+	var states, names []string
+	for _, d := range list.Items {
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		states, names = append(states, fmt.Sprintf("%d/%d ready", d.Status.ReadyReplicas, want)), append(names, d.Name)
+	}
+	return health(states, names)
+}
+
+// daemonSetHealth reports the agent's DaemonSet in ns, found by the chart's labels.
+func daemonSetHealth(ctx context.Context, c client.Client, ns string) string {
+	var list appsv1.DaemonSetList
+	if err := c.List(ctx, &list, client.InNamespace(ns), componentLabels("agent")); err != nil {
+		return "unknown: " + err.Error()
+	}
+	var states, names []string
+	for _, d := range list.Items {
+		states, names = append(states, fmt.Sprintf("%d/%d ready", d.Status.NumberReady, d.Status.DesiredNumberScheduled)), append(names, d.Name)
+	}
+	return health(states, names)
+}
+
+// health joins the states of the workloads found: "not installed" for none, the state for one,
+// each named for several (two releases in one namespace).
+func health(states, names []string) string {
+	switch len(states) {
+	case 0:
+		return "not installed"
+	case 1:
+		return states[0]
+	}
+	for i := range states {
+		states[i] = names[i] + ": " + states[i]
+	}
+	return strings.Join(states, ", ")
 }
 
 type peeringStatus struct {
@@ -119,6 +145,9 @@ func networkStatusCmd(g *globals) *cobra.Command {
 		Example: "  skeinctl network status\n  skeinctl network status -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
 			defer cancel()
 			cl, err := g.client(ctx, g.kubeconfig)
@@ -134,7 +163,7 @@ func networkStatusCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
-			var rows []peeringStatus
+			rows := []peeringStatus{} // "[]", not null, when there is no peering
 			for _, cf := range confs.Items {
 				id := cf.Labels[netv1alpha1.RemoteClusterIDLabel]
 				row := peeringStatus{RemoteClusterID: id, Namespace: cf.Namespace, RemotePodCIDR: string(cf.Spec.Remote.CIDR.Pod),
