@@ -373,6 +373,9 @@ func TestChartTemplate(t *testing.T) {
 			for _, p := range checkFlags(t, objs, v) {
 				t.Error(p)
 			}
+			for _, p := range checkPodSecurity(v, objs) {
+				t.Error(p)
+			}
 			if err := dryRunApply(ctx, env, objs); err != nil {
 				t.Error(err)
 			}
