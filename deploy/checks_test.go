@@ -102,6 +102,7 @@ type chartValues struct {
 		Image          imageValues
 		LeaderElection bool
 		MetricsPort    int32
+		HealthPort     int32
 		KubeAPI        struct {
 			QPS   float64
 			Burst int
@@ -304,7 +305,8 @@ func checkController(v chartValues, objs []*unstructured.Unstructured) []string 
 		"--pod-cidrs=" + v.IPAM.PodCIDR.String(), "--service-cidr=" + v.IPAM.ServiceCIDR.String(),
 		"--external-cidr=" + v.IPAM.ExternalCIDR, "--internal-cidr=" + v.IPAM.InternalCIDR,
 		"--reserved=" + strings.Join(v.IPAM.Reserved, ","), "--pools=" + strings.Join(v.IPAM.Pools, ","),
-		fmt.Sprintf("--metrics-listen=:%d", v.Controller.MetricsPort), fmt.Sprintf("--leader-elect=%t", v.Controller.LeaderElection),
+		fmt.Sprintf("--metrics-listen=:%d", v.Controller.MetricsPort), fmt.Sprintf("--health-listen=:%d", v.Controller.HealthPort),
+		fmt.Sprintf("--leader-elect=%t", v.Controller.LeaderElection),
 		fmt.Sprintf("--kube-api-qps=%g", v.Controller.KubeAPI.QPS), fmt.Sprintf("--kube-api-burst=%d", v.Controller.KubeAPI.Burst),
 	}
 	if m := missingArgs(c.Args, want); len(m) > 0 {
@@ -315,6 +317,17 @@ func checkController(v chartValues, objs []*unstructured.Unstructured) []string 
 	}
 	if !hasPort(c, v.Controller.MetricsPort) {
 		bad("no metrics port %d", v.Controller.MetricsPort)
+	}
+	if !hasPort(c, v.Controller.HealthPort) {
+		bad("no health port %d", v.Controller.HealthPort)
+	}
+	for _, p := range []struct {
+		probe *corev1.Probe
+		path  string
+	}{{c.ReadinessProbe, "/readyz"}, {c.LivenessProbe, "/healthz"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != "health" {
+			bad("probe %+v, want GET %s on port health", p.probe, p.path)
+		}
 	}
 	if psc := pod.SecurityContext; psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
 		bad("does not run as non-root")

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -155,7 +157,8 @@ func TestChartInstall(t *testing.T) {
 	ctrPod := dep.Spec.Template.Spec
 	ctr := ctrPod.Containers[0]
 	ctrUser := saUser(ns, ctrPod.ServiceAccountName)
-	args := append(slices.Clone(ctr.Args), "--metrics-listen=0", "--kubeconfig="+saKubeconfig(t, env, ns, ctrPod.ServiceAccountName))
+	healthAddr := freeLoopbackPort(t)
+	args := append(slices.Clone(ctr.Args), "--metrics-listen=0", "--health-listen="+healthAddr, "--kubeconfig="+saKubeconfig(t, env, ns, ctrPod.ServiceAccountName))
 	cmd := exec.Command(filepath.Join(bins, "skein-controller"), args...)
 	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(e string) bool {
 		return strings.HasPrefix(e, "KUBECONFIG=") || strings.HasPrefix(e, "POD_")
@@ -194,6 +197,18 @@ func TestChartInstall(t *testing.T) {
 		l := &coordinationv1.Lease{}
 		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "skein-controller"}, l) == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != ""
 	}, ctrLogs)
+
+	// The kubelet's probes: alive, and ready once its caches are synced.
+	for _, path := range []string{"/healthz", "/readyz"} {
+		apitest.Eventually(t, "skein-controller answers "+path, 30*time.Second, func() bool {
+			resp, err := http.Get("http://" + healthAddr + path)
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}, ctrLogs)
+	}
 
 	// spec/003's manual flow, as in control/controller's TestSpec003, in a namespace of its own.
 	gwNS := env.Namespace(t, "chart-spec003")
@@ -408,4 +423,16 @@ func TestChartInstall(t *testing.T) {
 	if got := getID(); got != idB {
 		t.Errorf("after uninstall: id %q, want the controller's %q", got, idB)
 	}
+}
+
+// freeLoopbackPort returns an address on 127.0.0.1 with a port free a moment ago, for a
+// process that takes its listen address as a flag.
+func freeLoopbackPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

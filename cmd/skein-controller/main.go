@@ -5,15 +5,20 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -64,6 +69,7 @@ func main() {
 	reserved := fs.String("reserved", "", "more CIDRs never given to peers, comma-separated")
 	pools := fs.String("pools", "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16", "remap pools, comma-separated")
 	metrics := fs.String("metrics-listen", ":9473", "address of /metrics (\"0\" disables it)")
+	health := fs.String("health-listen", ":9474", "address of /healthz (the process serves) and /readyz (its caches are synced) for the kubelet's probes (\"0\" disables them)")
 	qps := fs.Float64("kube-api-qps", 50, "requests per second to the API server (client-go's default of 5 makes 100 peerings take a minute)")
 	burst := fs.Int("kube-api-burst", 100, "burst of requests to the API server")
 	leaderElect := fs.Bool("leader-elect", true, "elect one active replica through a Lease in --namespace")
@@ -89,6 +95,7 @@ func main() {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  kube.Scheme(),
 		Metrics:                 metricsserver.Options{BindAddress: *metrics},
+		HealthProbeBindAddress:  *health,
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "skein-controller",
 		LeaderElectionNamespace: *namespace,
@@ -111,6 +118,21 @@ func main() {
 		fail(fmt.Errorf("publishing the network parameters: %w", err))
 	}
 	if err := controller.Setup(mgr, opts); err != nil {
+		fail(err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		fail(err)
+	}
+	// Ready once the caches every reconciler reads are synced (a standby replica, waiting for
+	// the Lease, is ready too: it serves nothing, but it is healthy and will take over).
+	if err := mgr.AddReadyzCheck("caches", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("the caches are not synced yet")
+		}
+		return nil
+	}); err != nil {
 		fail(err)
 	}
 	if err := mgr.Start(ctx); err != nil {
