@@ -94,6 +94,7 @@ func main() {
 	cfg.QPS, cfg.Burst = float32(*qps), *burst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  kube.Scheme(),
+		Cache:                   controller.CacheOptions(),
 		Metrics:                 metricsserver.Options{BindAddress: *metrics},
 		HealthProbeBindAddress:  *health,
 		LeaderElection:          *leaderElect,

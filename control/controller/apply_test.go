@@ -82,7 +82,7 @@ func TestNoFightWithKubeControllerManager(t *testing.T) {
 		return c.Get(ctx, key, dep) == nil && dep.Annotations[revision] != ""
 	})
 	svc := &corev1.Service{}
-	must(t, c.Get(ctx, key, svc))
+	apitest.Eventually(t, "the gateway's Service", 30*time.Second, func() bool { return c.Get(ctx, key, svc) == nil })
 	patch := client.MergeFrom(svc.DeepCopy())
 	metav1.SetMetaDataAnnotation(&svc.ObjectMeta, pool, "pool-a")
 	must(t, c.Patch(ctx, svc, patch))

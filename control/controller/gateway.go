@@ -45,7 +45,9 @@ const (
 
 // GatewayReconciler handles one kind of gateway.
 type GatewayReconciler struct {
-	Client  client.Client
+	Client client.Client
+	// Reader reads around the cache (nil: Client), for objects the scoped cache does not hold.
+	Reader  client.Reader
 	Overlay *OverlayAddresses
 	// Server selects GatewayServers (true) or GatewayClients.
 	Server bool
@@ -168,6 +170,10 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	// Keys: generated once, never rotated.
 	secretName := obj.GetName() + "-wg-key"
 	if err := r.ensureKeys(ctx, obj, secretName); err != nil {
+		var conflict *conflictError
+		if errors.As(err, &conflict) {
+			return ctrl.Result{}, r.fail(ctx, g, before, "SecretConflict", err.Error())
+		}
 		return ctrl.Result{}, err
 	}
 	*g.secretRef = &netv1alpha1.ObjectRef{Name: secretName, Namespace: obj.GetNamespace()}
@@ -212,8 +218,9 @@ func (r *GatewayReconciler) fail(ctx context.Context, g *gatewayObject, before c
 }
 
 func (r *GatewayReconciler) ensureKeys(ctx context.Context, owner client.Object, name string) error {
+	key := types.NamespacedName{Namespace: owner.GetNamespace(), Name: name}
 	s := &corev1.Secret{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: owner.GetNamespace(), Name: name}, s)
+	err := r.Client.Get(ctx, key, s)
 	if err == nil {
 		if len(s.Data[config.SecretPrivateKey]) == 0 {
 			return fmt.Errorf("secret %s/%s exists without %s; delete it to generate a new key pair", owner.GetNamespace(), name, config.SecretPrivateKey)
@@ -228,13 +235,32 @@ func (r *GatewayReconciler) ensureKeys(ctx context.Context, owner client.Object,
 		return err
 	}
 	s = &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: owner.GetNamespace(), Name: name, Labels: owner.GetLabels()},
+		ObjectMeta: metav1.ObjectMeta{Namespace: owner.GetNamespace(), Name: name, Labels: withManagedBy(owner.GetLabels())},
 		Data:       map[string][]byte{config.SecretPrivateKey: []byte(k.String()), config.SecretPublicKey: []byte(k.Public().String())},
 	}
 	if err := controllerutil.SetControllerReference(owner, s, r.Client.Scheme()); err != nil {
 		return err
 	}
-	return r.Client.Create(ctx, s)
+	err = r.Client.Create(ctx, s)
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	// It exists but the cache does not hold it: a Secret from before the cache was scoped (no
+	// ManagedByLabel yet), or someone else's. Ours gets the label; another's is left alone.
+	reader := r.Reader
+	if reader == nil {
+		reader = r.Client
+	}
+	existing := &corev1.Secret{}
+	if err := reader.Get(ctx, key, existing); err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(existing, owner) {
+		return &conflictError{fmt.Sprintf("secret %s/%s exists and does not belong to this gateway: skein does not take over objects it did not create; remove or rename it", key.Namespace, key.Name)}
+	}
+	patch := client.MergeFrom(existing.DeepCopy())
+	metav1.SetMetaDataLabel(&existing.ObjectMeta, ManagedByLabel, FieldOwner)
+	return r.Client.Patch(ctx, existing, patch)
 }
 
 func (r *GatewayReconciler) render(ctx context.Context, g *gatewayObject, secretName string) (*render.Rendered, error) {
@@ -274,6 +300,11 @@ func (r *GatewayReconciler) render(ctx context.Context, g *gatewayObject, secret
 	return rendered, nil
 }
 
+// conflictError is an object in the way that the controller does not own and will not take.
+type conflictError struct{ msg string }
+
+func (e *conflictError) Error() string { return e.msg }
+
 // FieldOwner is the field manager of everything skein-controller applies.
 const FieldOwner = "skein-controller"
 
@@ -283,7 +314,7 @@ const FieldOwner = "skein-controller"
 // API server and of webhooks) stays, and an unchanged template writes nothing.
 func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *render.Rendered) error {
 	name, ns := owner.GetName(), owner.GetNamespace()
-	labels := rd.Labels
+	labels := withManagedBy(rd.Labels)
 	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}
 	objs := []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}},

@@ -31,14 +31,14 @@ func startGateways(t *testing.T, env *apitest.Env) func() {
 	t.Helper()
 	skip := true
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Controller: crconfig.Controller{SkipNameValidation: &skip}})
+		Cache: controller.CacheOptions(), Controller: crconfig.Controller{SkipNameValidation: &skip}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hosts, _ := ipam.NewHosts(netip.MustParsePrefix("10.80.0.0/16"), 0)
 	ov := &controller.OverlayAddresses{Hosts: hosts, Reader: mgr.GetAPIReader()}
 	for _, server := range []bool{true, false} {
-		if err := (&controller.GatewayReconciler{Client: mgr.GetClient(), Overlay: ov, Server: server}).SetupWithManager(mgr); err != nil {
+		if err := (&controller.GatewayReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Overlay: ov, Server: server}).SetupWithManager(mgr); err != nil {
 			t.Fatal(err)
 		}
 	}

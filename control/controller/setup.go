@@ -45,8 +45,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		&ConfigurationReconciler{Client: c, Reader: reader, IPAM: alloc, Events: ev},
 		&InternalNodeReconciler{Client: c, Reader: reader, Overlay: overlay, External: externalHosts},
 		&PublicKeyReconciler{Client: c},
-		&GatewayReconciler{Client: c, Overlay: overlay, Server: true, Events: ev},
-		&GatewayReconciler{Client: c, Overlay: overlay, Server: false, Events: ev},
+		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: true, Events: ev},
+		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: false, Events: ev},
 	} {
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err

@@ -43,7 +43,7 @@ func TestSpec003(t *testing.T) {
 		apitest.CreateFromFile(t, c, filepath.Join("..", "..", "deploy", "templates", f), "liqo")
 	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Controller: crconfig.Controller{SkipNameValidation: &skipNameValidation}}) // the package's tests run every reconciler, some more than once, in one process
+		Cache: controller.CacheOptions(), Controller: crconfig.Controller{SkipNameValidation: &skipNameValidation}}) // the package's tests run every reconciler, some more than once, in one process
 	if err != nil {
 		t.Fatal(err)
 	}
