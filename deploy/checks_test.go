@@ -74,6 +74,7 @@ func (c cidrList) String() string { return strings.Join(c, ",") }
 // keys case-insensitively).
 type chartValues struct {
 	ClusterID string
+	LogFormat string
 	IPAM      struct {
 		PodCIDR, ServiceCIDR       cidrList
 		ExternalCIDR, InternalCIDR string
@@ -103,6 +104,7 @@ type chartValues struct {
 		LeaderElection bool
 		MetricsPort    int32
 		HealthPort     int32
+		LogLevel       string
 		KubeAPI        struct {
 			QPS   float64
 			Burst int
@@ -306,7 +308,7 @@ func checkController(v chartValues, objs []*unstructured.Unstructured) []string 
 		"--external-cidr=" + v.IPAM.ExternalCIDR, "--internal-cidr=" + v.IPAM.InternalCIDR,
 		"--reserved=" + strings.Join(v.IPAM.Reserved, ","), "--pools=" + strings.Join(v.IPAM.Pools, ","),
 		fmt.Sprintf("--metrics-listen=:%d", v.Controller.MetricsPort), fmt.Sprintf("--health-listen=:%d", v.Controller.HealthPort),
-		fmt.Sprintf("--leader-elect=%t", v.Controller.LeaderElection),
+		fmt.Sprintf("--leader-elect=%t", v.Controller.LeaderElection), "--log-level=" + v.Controller.LogLevel, "--log-format=" + v.LogFormat,
 		fmt.Sprintf("--kube-api-qps=%g", v.Controller.KubeAPI.QPS), fmt.Sprintf("--kube-api-burst=%d", v.Controller.KubeAPI.Burst),
 	}
 	if m := missingArgs(c.Args, want); len(m) > 0 {
@@ -413,7 +415,7 @@ func checkAgent(v chartValues, objs []*unstructured.Unstructured) []string {
 	}
 	want := append(overlayArgs(v, "mtu"), "--device="+v.Overlay.Device, "--internal-cidr="+v.IPAM.InternalCIDR,
 		"--pod-cidrs="+v.IPAM.PodCIDR.String(), fmt.Sprintf("--metrics-listen=:%d", v.Agent.MetricsPort),
-		fmt.Sprintf("--rule-priority=%d", v.Agent.RulePriority), "--resync="+v.Agent.Resync, "--log-level="+v.Agent.LogLevel)
+		fmt.Sprintf("--rule-priority=%d", v.Agent.RulePriority), "--resync="+v.Agent.Resync, "--log-level="+v.Agent.LogLevel, "--log-format="+v.LogFormat)
 	if m := missingArgs(c.Args, want); len(m) > 0 {
 		bad("args %q lack %q", c.Args, m)
 	}

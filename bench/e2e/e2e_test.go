@@ -116,13 +116,52 @@ func TestE2E(t *testing.T) {
 	if !t.Run("connect", func(t *testing.T) { e.t = t; e.connect(ctx) }) {
 		return
 	}
+	gens, since := e.gatewayGenerations(ctx), time.Now()
 	t.Run("matrix", func(t *testing.T) { e.t = t; e.matrix(ctx) })
 	t.Run("throughput", func(t *testing.T) { e.t = t; e.throughput(ctx, 3*time.Second) })
 	t.Run("agent-restart", func(t *testing.T) { e.t = t; e.agentRestart(ctx) })
 	t.Run("failover", func(t *testing.T) { e.t = t; e.failover(ctx) })
+	t.Run("flat-generations", func(t *testing.T) { e.t = t; e.flatGenerations(ctx, gens, since) })
 	if t.Run("disconnect-reset", func(t *testing.T) { e.t = t; e.disconnectReset(ctx) }) {
 		t.Run("manual", func(t *testing.T) { e.t = t; e.manual(ctx) })
 	}
+}
+
+// gatewayGenerations returns the generation of every Deployment skein-controller made in both
+// clusters, by cluster, namespace and name.
+func (e *env) gatewayGenerations(ctx context.Context) map[string]int64 {
+	e.t.Helper()
+	gens := map[string]int64{}
+	for i, c := range e.c {
+		var deps appsv1.DeploymentList
+		if err := c.List(ctx, &deps, client.MatchingLabels{"app.kubernetes.io/managed-by": "skein-controller"}); err != nil {
+			e.t.Fatal(err)
+		}
+		for _, d := range deps.Items {
+			gens[fmt.Sprintf("cluster %d: %s/%s", i+1, d.Namespace, d.Name)] = d.Generation
+		}
+	}
+	return gens
+}
+
+// flatGenerations: at least a minute after gens were taken (matrix, throughput, an agent
+// restart and a gateway failover in between, with the real Deployment controller running),
+// no gateway Deployment's generation moved: skein-controller does not fight
+// kube-controller-manager.
+func (e *env) flatGenerations(ctx context.Context, gens map[string]int64, since time.Time) {
+	if len(gens) == 0 {
+		e.t.Fatal("no Deployment of skein-controller's found in the lab")
+	}
+	if wait := time.Minute - time.Since(since); wait > 0 {
+		time.Sleep(wait)
+	}
+	now := e.gatewayGenerations(ctx)
+	for k, g := range gens {
+		if now[k] != g {
+			e.t.Errorf("%s: generation %d -> %d in %s", k, g, now[k], time.Since(since).Round(time.Second))
+		}
+	}
+	e.reportf("generations: %d gateway Deployments, generation unchanged over %s", len(gens), time.Since(since).Round(time.Second))
 }
 
 // manualScript is spec/003's "manual on single cluster" script with skeinctl for liqoctl and

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -26,6 +27,7 @@ import (
 	"github.com/skein-net/skein/control/agent"
 	"github.com/skein-net/skein/control/agent/plan"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/logging"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/overlay"
 )
@@ -61,7 +63,8 @@ func main() {
 	metricsAddr := fs.String("metrics-listen", ":9472", "address of /metrics and /healthz (\"off\" disables them)")
 	netnsPath := fs.String("netns", "", "program the network namespace at this path (such as /var/run/netns/NAME) instead of the agent's own; for labs and tests")
 	cleanup := fs.Bool("cleanup", false, "remove everything the agent created on this node and exit")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logLevel := fs.String("log-level", "info", logging.LevelUsage)
+	logFormat := fs.String("log-format", logging.FormatText, logging.FormatUsage)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -69,11 +72,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "skein-agent: "+format+"\n", a...)
 		os.Exit(code)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fail(2, "--log-level %q: want debug, info, warn or error", *logLevel)
+	log, err := logging.New(os.Stderr, *logLevel, *logFormat)
+	if err != nil {
+		fail(2, "%v", err)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	// client-go's reflectors log through klog (watch errors,
 	// such as a missing RBAC rule, would otherwise go unseen).
 	klog.SetSlogLogger(log)
@@ -190,6 +192,8 @@ func underlayMTU(ip netip.Addr) (int, error) {
 
 func serveMetrics(addr string, a *agent.Agent, log *slog.Logger) {
 	reg := prometheus.NewRegistry()
+	// The agent's memory is part of what it promises: its Go runtime and process are measured.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gauge := func(name, help string, f func(agent.Stats) float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(a.Stats()) }))
 	}
@@ -204,7 +208,13 @@ func serveMetrics(addr string, a *agent.Agent, log *slog.Logger) {
 	gauge("skein_agent_reconcile_latency_seconds", "Time from the last API event to the kernel being reconciled.", func(s agent.Stats) float64 { return s.LastLatency.Seconds() })
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := a.Health(time.Now()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {

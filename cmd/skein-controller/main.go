@@ -15,17 +15,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/control/kube"
+	"github.com/skein-net/skein/control/logging"
 )
 
 const usage = `skein-controller reconciles skein's networking.liqo.io API for this cluster.
@@ -73,10 +75,18 @@ func main() {
 	qps := fs.Float64("kube-api-qps", 50, "requests per second to the API server (client-go's default of 5 makes 100 peerings take a minute)")
 	burst := fs.Int("kube-api-burst", 100, "burst of requests to the API server")
 	leaderElect := fs.Bool("leader-elect", true, "elect one active replica through a Lease in --namespace")
+	logLevel := fs.String("log-level", "info", logging.LevelUsage)
+	logFormat := fs.String("log-format", logging.FormatText, logging.FormatUsage)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
-	ctrl.SetLogger(zap.New())
+	slogger, err := logging.New(os.Stderr, *logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "skein-controller: %v\n", err)
+		os.Exit(2)
+	}
+	ctrl.SetLogger(logr.FromSlogHandler(slogger.Handler()))
+	klog.SetSlogLogger(slogger)
 	log := ctrl.Log.WithName("skein-controller")
 	internal, external := prefixes("internal-cidr", *internalCIDR), prefixes("external-cidr", *externalCIDR)
 	if len(internal) != 1 || len(external) != 1 {

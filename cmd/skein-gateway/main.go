@@ -7,7 +7,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -23,6 +22,7 @@ import (
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/control/gateway/config"
+	"github.com/skein-net/skein/control/logging"
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/overlay"
 )
@@ -56,7 +56,8 @@ func main() {
 	}
 	configPath := fs.String("config", "", "standalone: path of the gateway's YAML config file")
 	check := fs.Bool("check", false, "standalone: validate the config file, print the public key, and exit")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logLevel := fs.String("log-level", "info", logging.LevelUsage)
+	logFormat := fs.String("log-format", logging.FormatText, logging.FormatUsage)
 
 	mode := fs.String("mode", "", "in-cluster: server (a GatewayServer) or client (a GatewayClient)")
 	name := fs.String("gateway-name", "", "in-cluster: name of the GatewayServer or GatewayClient")
@@ -94,11 +95,10 @@ func main() {
 	if *window < 1 || *window > config.MaxWindow {
 		fail(2, "--window %d: want 1-%d packets", *window, config.MaxWindow)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fail(2, "--log-level %q: want debug, info, warn or error", *logLevel)
+	log, err := logging.New(os.Stderr, *logLevel, *logFormat)
+	if err != nil {
+		fail(2, "%v", err)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	// controller-runtime's caches and client-go's reflectors log through these (watch errors,
 	// such as a missing RBAC rule, would otherwise go unseen).
 	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))

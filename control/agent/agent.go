@@ -50,6 +50,9 @@ type Stats struct {
 	Reconciles, Changes, DriftRepairs, Errors uint64
 	Programmed                                int // peers programmed
 	LastLatency                               time.Duration
+	// LastSuccess is when a reconcile last ended without an error (waiting for objects the
+	// controller or a gateway has yet to create counts as success: the node is as it should be).
+	LastSuccess time.Time
 }
 
 // Agent reconciles one node.
@@ -68,6 +71,7 @@ type Agent struct {
 	lastErr   string
 	published string // VTEP last written
 	lastEvent time.Time
+	started   time.Time // Run began
 }
 
 // New prepares an agent on kernel k; snat may be nil (no host-network SNAT).
@@ -103,6 +107,26 @@ func New(cfg *rest.Config, opts Options, k kernel.Kernel, snat SNAT) (*Agent, er
 	return a, nil
 }
 
+// Health reports whether the agent keeps its node programmed: an error once no reconcile has
+// succeeded for two resync periods and a half (it cannot program the kernel, or cannot reach
+// the API to publish what it must), with the last error. A starting agent has that long too.
+func (a *Agent) Health(now time.Time) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	grace := 5 * a.opts.Resync / 2
+	last := a.stats.LastSuccess
+	if last.IsZero() {
+		if a.started.IsZero() || now.Sub(a.started) <= grace {
+			return nil
+		}
+		return fmt.Errorf("no successful reconcile in the %v since the agent started; last error: %s", now.Sub(a.started).Round(time.Second), a.lastErr)
+	}
+	if since := now.Sub(last); since > grace {
+		return fmt.Errorf("no successful reconcile for %v; last error: %s", since.Round(time.Second), a.lastErr)
+	}
+	return nil
+}
+
 // Stats returns the counters.
 func (a *Agent) Stats() Stats {
 	a.mu.Lock()
@@ -122,6 +146,9 @@ func (a *Agent) wake() {
 
 // Run reconciles until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
+	a.mu.Lock()
+	a.started = time.Now()
+	a.mu.Unlock()
 	if err := apiclient.Start(ctx, a.nodes, a.confs, a.servers, a.clients); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -176,13 +203,17 @@ func (a *Agent) reconcile(ctx context.Context, resync bool) {
 	}
 	a.stats.Programmed = peers
 	msg := ""
+	waiting := errors.Is(err, errWaiting) || errors.Is(err, plan.ErrNoOverlayIP)
 	if err != nil {
 		a.stats.Errors++
 		msg = err.Error()
 	}
+	if err == nil || waiting {
+		a.stats.LastSuccess = time.Now()
+	}
 	if msg != a.lastErr {
 		switch {
-		case errors.Is(err, errWaiting) || errors.Is(err, plan.ErrNoOverlayIP):
+		case waiting:
 			a.opts.Log.Info("waiting", "for", msg)
 		case err != nil:
 			a.opts.Log.Error("reconcile", "err", msg)
