@@ -292,6 +292,12 @@ var valueCases = []struct {
 	{name: "ha-clusterid", values: map[string]any{"clusterID": "3c8c2a8e-5d7b-4e47-9f1e-0a6b2f3d4c5e",
 		"controller": map[string]any{"replicas": 2, "metricsPort": 19473, "kubeAPI": map[string]any{"qps": 12.5, "burst": 25}},
 		"gateway":    map[string]any{"replicas": 2}}},
+	{name: "scheduling", values: map[string]any{"imagePullSecrets": []any{map[string]any{"name": "registry-a"}},
+		"agent": map[string]any{"priorityClassName": "system-cluster-critical"},
+		"gateway": map[string]any{"nodeSelector": map[string]any{"skein.example/edge": "true"},
+			"tolerations":       []any{map[string]any{"key": "edge", "operator": "Exists", "effect": "NoSchedule"}},
+			"priorityClassName": "gateway-critical", "annotations": map[string]any{"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"},
+			"imagePullSecrets": []any{map[string]any{"name": "registry-b"}}}}},
 }
 
 // TestChartLint runs `helm lint --strict` with every case's values.
@@ -374,6 +380,9 @@ func TestChartTemplate(t *testing.T) {
 				t.Error(p)
 			}
 			for _, p := range checkPodSecurity(v, objs) {
+				t.Error(p)
+			}
+			for _, p := range checkScheduling(v, objs) {
 				t.Error(p)
 			}
 			if err := dryRunApply(ctx, env, objs); err != nil {

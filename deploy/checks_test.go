@@ -73,9 +73,10 @@ func (c cidrList) String() string { return strings.Join(c, ",") }
 // chartValues is what the checks read of the merged values (field names match the values'
 // keys case-insensitively).
 type chartValues struct {
-	ClusterID string
-	LogFormat string
-	IPAM      struct {
+	ClusterID        string
+	LogFormat        string
+	ImagePullSecrets []corev1.LocalObjectReference
+	IPAM             struct {
 		PodCIDR, ServiceCIDR       cidrList
 		ExternalCIDR, InternalCIDR string
 		Reserved, Pools            []string
@@ -111,16 +112,22 @@ type chartValues struct {
 		}
 	}
 	Agent struct {
-		Image        imageValues
-		MetricsPort  int32
-		RulePriority int
-		Resync       string
-		LogLevel     string
+		PriorityClassName string
+		Image             imageValues
+		MetricsPort       int32
+		RulePriority      int
+		Resync            string
+		LogLevel          string
 	}
 	Gateway struct {
-		Replicas  int64
-		Image     imageValues
-		Resources corev1.ResourceRequirements
+		Replicas          int64
+		Image             imageValues
+		Resources         corev1.ResourceRequirements
+		NodeSelector      map[string]string
+		Tolerations       []corev1.Toleration
+		PriorityClassName string
+		Annotations       map[string]string
+		ImagePullSecrets  []corev1.LocalObjectReference
 	}
 }
 
@@ -502,6 +509,34 @@ func checkGatewayTemplates(v chartValues, ns string, objs []*unstructured.Unstru
 		}
 		if err := unstructured.SetNestedSlice(want.Object, containers, "spec", "template", "spec", "deployment", "template", "spec", "containers"); err != nil {
 			bad("%v", err)
+		}
+		// The scheduling values (checked on the rendered gateways by checkScheduling).
+		podPath := []string{"spec", "template", "spec", "deployment", "template", "spec"}
+		set := func(value any, path ...string) {
+			if err := unstructured.SetNestedField(want.Object, value, path...); err != nil {
+				bad("%v", err)
+			}
+		}
+		asJSON := func(x any) any {
+			b, _ := json.Marshal(x)
+			var out any
+			_ = json.Unmarshal(b, &out)
+			return out
+		}
+		if len(v.Gateway.NodeSelector) > 0 {
+			set(asJSON(v.Gateway.NodeSelector), append(podPath, "nodeSelector")...)
+		}
+		if len(v.Gateway.Tolerations) > 0 {
+			set(asJSON(v.Gateway.Tolerations), append(podPath, "tolerations")...)
+		}
+		if v.Gateway.PriorityClassName != "" {
+			set(v.Gateway.PriorityClassName, append(podPath, "priorityClassName")...)
+		}
+		if len(v.Gateway.ImagePullSecrets) > 0 {
+			set(asJSON(v.Gateway.ImagePullSecrets), append(podPath, "imagePullSecrets")...)
+		}
+		if len(v.Gateway.Annotations) > 0 {
+			set(asJSON(v.Gateway.Annotations), "spec", "template", "metadata", "annotations")
 		}
 		// replicas comes from gateway.replicas (compared as a number: YAML and JSON decoders
 		// differ in the Go type they give it).

@@ -62,7 +62,9 @@ skein.gatewayTemplate renders one default gateway template from the chart's file
 deploy/templates, kept equal by deploy/chart_test.go). The file is read with .Files.Get and
 parsed, never evaluated, so its '{{ .Name }}'-style strings reach the API untouched: skein-
 controller fills them per gateway. The chart sets the namespace, its labels, and the gateway
-container's image, pull policy, resources and overlay flags, and the replicas.
+container's image, pull policy, resources and overlay flags, the replicas, and from
+.Values.gateway the pods' node selector, tolerations, priority class and image pull secrets and
+the annotations of everything rendered.
 Pass dict "root" $ "file" "files/templates/wireguard-server.yaml".
 */}}
 {{- define "skein.gatewayTemplate" -}}
@@ -91,6 +93,24 @@ Pass dict "root" $ "file" "files/templates/wireguard-server.yaml".
 {{- end -}}
 {{- if not $found -}}
 {{- fail (printf "%s: no container named gateway" .file) -}}
+{{- end -}}
+{{- $g := $root.Values.gateway -}}
+{{- with $g.nodeSelector -}}
+{{- $_ := set $pod "nodeSelector" (merge (deepCopy .) ($pod.nodeSelector | default dict)) -}}
+{{- end -}}
+{{- with $g.tolerations -}}
+{{- $_ := set $pod "tolerations" (concat ($pod.tolerations | default list) .) -}}
+{{- end -}}
+{{- with $g.priorityClassName -}}
+{{- $_ := set $pod "priorityClassName" . -}}
+{{- end -}}
+{{- with $g.imagePullSecrets -}}
+{{- $_ := set $pod "imagePullSecrets" (concat ($pod.imagePullSecrets | default list) .) -}}
+{{- end -}}
+{{- with $g.annotations -}}
+{{- $meta := $t.spec.template.metadata | default dict -}}
+{{- $_ := set $meta "annotations" (merge (deepCopy .) ($meta.annotations | default dict)) -}}
+{{- $_ := set $t.spec.template "metadata" $meta -}}
 {{- end -}}
 {{ toYaml $t }}
 {{- end -}}
