@@ -111,7 +111,9 @@ func ping(t *testing.T, pod *netnstest.NS) bool {
 func dump(t *testing.T, ns *netnstest.NS) string {
 	var b strings.Builder
 	for _, cmd := range [][]string{
-		{"ip", "-d", "link", "show"}, {"ip", "-4", "addr", "show"}, {"ip", "rule", "show"},
+		// Brief link lines (name, state, MAC): the detailed form names a veth's peer namespace,
+		// which ip fails to resolve now and then while other tests add and remove namespaces.
+		{"ip", "-br", "link", "show"}, {"ip", "-4", "addr", "show"}, {"ip", "rule", "show"},
 		{"ip", "route", "show", "table", "all"}, {"ip", "neigh", "show", "nud", "permanent"},
 	} {
 		for _, l := range strings.Split(ns.Run(t, cmd...), "\n") {
