@@ -74,27 +74,27 @@ func TestFailover(t *testing.T) {
 		Spec: netv1alpha1.GatewayClientSpec{MTU: 1340, Endpoint: netv1alpha1.Endpoint{Addresses: []netv1alpha1.Address{"127.0.0.1"}, Port: int32(server.WireGuardPort())},
 			ClientTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: "wireguard-client"}},
 	}
-	must(t, c.Create(ctx, gc))
+	apitest.Must(t, c.Create(ctx, gc))
 	gc.Status = netv1alpha1.GatewayClientStatus{InternalEndpoint: &netv1alpha1.InternalEndpoint{IP: &overlayIP}, SecretRef: &netv1alpha1.ObjectRef{Name: "gw-key"}}
-	must(t, c.Status().Update(ctx, gc))
-	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-key", Namespace: ns}, Data: map[string][]byte{config.SecretPrivateKey: []byte(clientKey.String())}}))
-	must(t, c.Create(ctx, &netv1alpha1.PublicKey{
+	apitest.Must(t, c.Status().Update(ctx, gc))
+	apitest.Must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-key", Namespace: ns}, Data: map[string][]byte{config.SecretPrivateKey: []byte(clientKey.String())}}))
+	apitest.Must(t, c.Create(ctx, &netv1alpha1.PublicKey{
 		ObjectMeta: metav1.ObjectMeta{Name: "cluster-b", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b", netv1alpha1.GatewayResourceLabel: "true"}},
 		Spec:       netv1alpha1.PublicKeySpec{PublicKey: serverKey.Public().String()}}))
 	conf := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: "cluster-b", Namespace: ns, Labels: labels},
 		Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}
-	must(t, c.Create(ctx, conf))
+	apitest.Must(t, c.Create(ctx, conf))
 	conf.Status.Remote = &netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.71.0.0/16", External: "10.70.0.0/16"}}
-	must(t, c.Status().Update(ctx, conf))
+	apitest.Must(t, c.Status().Update(ctx, conf))
 	inode := &netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: ns + "-a1"}}
-	must(t, c.Create(ctx, inode))
+	apitest.Must(t, c.Create(ctx, inode))
 	t.Cleanup(func() { c.Delete(context.Background(), inode) })
 	inode.Status.VTEP = &netv1alpha1.VTEP{IP: "127.0.0.8", MAC: "02:00:00:00:00:21"}
-	must(t, c.Status().Update(ctx, inode))
+	apitest.Must(t, c.Status().Update(ctx, inode))
 
 	replicas := map[string]string{"rep-a": "127.0.0.3", "rep-b": "127.0.0.4"}
 	for name := range replicas {
-		must(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		apitest.Must(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "gateway", Image: "skein-gateway"}}}}))
 	}
 	procs := map[string]*exec.Cmd{}
@@ -105,7 +105,7 @@ func TestFailover(t *testing.T) {
 		logs := &safebuffer.Buffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		must(t, cmd.Start())
+		apitest.Must(t, cmd.Start())
 		procs[name] = cmd
 		t.Cleanup(func() {
 			cmd.Process.Kill()

@@ -80,7 +80,7 @@ func TestInCluster(t *testing.T) {
 			ClientTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: "wireguard-client"},
 		},
 	}
-	must(t, c.Create(ctx, gc))
+	apitest.Must(t, c.Create(ctx, gc))
 	ic, err := appliance.StartInCluster(env.Config, gateway.Options{
 		Namespace: ns, Name: "gw",
 		Local: gateway.Local{PodIP: netip.MustParseAddr("127.0.0.3"), OverlayPort: 47891, ProbeInterval: 200 * time.Millisecond, ProbeFail: 3, HTTPListen: "off"},
@@ -100,10 +100,10 @@ func TestInCluster(t *testing.T) {
 		InternalEndpoint: &netv1alpha1.InternalEndpoint{IP: &overlayIP},
 		SecretRef:        &netv1alpha1.ObjectRef{Name: "gw-key"},
 	}
-	must(t, c.Status().Update(ctx, gc))
-	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-key", Namespace: ns},
+	apitest.Must(t, c.Status().Update(ctx, gc))
+	apitest.Must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-key", Namespace: ns},
 		Data: map[string][]byte{config.SecretPrivateKey: []byte(clientKey.String()), config.SecretPublicKey: []byte(clientKey.Public().String())}}))
-	must(t, c.Create(ctx, &netv1alpha1.PublicKey{
+	apitest.Must(t, c.Create(ctx, &netv1alpha1.PublicKey{
 		ObjectMeta: metav1.ObjectMeta{Name: "cluster-b", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b", netv1alpha1.GatewayResourceLabel: "true"}},
 		Spec:       netv1alpha1.PublicKeySpec{PublicKey: serverKey.Public().String()},
 	}))
@@ -111,14 +111,14 @@ func TestInCluster(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "cluster-b", Namespace: ns, Labels: labels},
 		Spec:       netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}},
 	}
-	must(t, c.Create(ctx, conf))
+	apitest.Must(t, c.Create(ctx, conf))
 	conf.Status.Remote = &netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.71.0.0/16", External: "10.70.0.0/16"}}
-	must(t, c.Status().Update(ctx, conf))
+	apitest.Must(t, c.Status().Update(ctx, conf))
 	inode := &netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: ns + "-a1"}}
-	must(t, c.Create(ctx, inode))
+	apitest.Must(t, c.Create(ctx, inode))
 	t.Cleanup(func() { c.Delete(context.Background(), inode) })
 	inode.Status.VTEP = &netv1alpha1.VTEP{IP: "127.0.0.8", MAC: "02:00:00:00:00:21"}
-	must(t, c.Status().Update(ctx, inode))
+	apitest.Must(t, c.Status().Update(ctx, inode))
 
 	conn := waitConnection(t, c, ns, func(s netv1alpha1.ConnectionStatus) bool { return s.Value == netv1alpha1.Connected })
 	if conn.Spec.Type != netv1alpha1.ConnectionTypeClient || conn.Spec.GatewayRef.Name != "gw" || conn.Labels[netv1alpha1.RemoteClusterIDLabel] != "cluster-b" {
@@ -134,9 +134,9 @@ func TestInCluster(t *testing.T) {
 	}
 
 	// A live change: the remapped pod CIDR moves; the tunnel stays up.
-	must(t, c.Get(ctx, client.ObjectKeyFromObject(conf), conf))
+	apitest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(conf), conf))
 	conf.Status.Remote.CIDR.Pod = "10.73.0.0/16"
-	must(t, c.Status().Update(ctx, conf))
+	apitest.Must(t, c.Status().Update(ctx, conf))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if nat := gw.Dataplane().Config().NAT; len(nat) == 1 && nat[0].From.String() == "10.73.0.0/16" {
@@ -158,13 +158,6 @@ func TestInCluster(t *testing.T) {
 	server.Close()
 	serverClosed = true
 	waitConnection(t, c, ns, func(s netv1alpha1.ConnectionStatus) bool { return s.Value == netv1alpha1.ConnectionError })
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 func waitConnection(t *testing.T, c client.Client, ns string, ok func(netv1alpha1.ConnectionStatus) bool) *netv1alpha1.Connection {

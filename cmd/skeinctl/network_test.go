@@ -30,26 +30,26 @@ import (
 func cluster(t *testing.T, id string) (*apitest.Env, string) {
 	env := apitest.Start(t)
 	ctx := context.Background()
-	must(t, env.EnsureNamespace(ctx, "liqo"))
-	must(t, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: identity.ClusterIDConfigMap, Namespace: "liqo"},
+	apitest.Must(t, env.EnsureNamespace(ctx, "liqo"))
+	apitest.Must(t, env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: identity.ClusterIDConfigMap, Namespace: "liqo"},
 		Data: map[string]string{identity.ClusterIDKey: id}}))
 	for _, f := range []string{"wireguard-server.yaml", "wireguard-client.yaml"} {
 		b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "templates", f))
-		must(t, err)
+		apitest.Must(t, err)
 		u := &unstructured.Unstructured{}
-		must(t, yaml.Unmarshal(b, &u.Object))
-		must(t, env.Client.Create(ctx, u))
+		apitest.Must(t, yaml.Unmarshal(b, &u.Object))
+		apitest.Must(t, env.Client.Create(ctx, u))
 	}
 	p := netip.MustParsePrefix
 	opts := controller.Options{PodCIDRs: []netip.Prefix{p("10.244.0.0/16")}, ServiceCIDRs: []netip.Prefix{p("10.96.0.0/12")},
 		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16")}
-	must(t, identity.PublishNetwork(ctx, env.Client, "liqo", identity.Network{PodCIDRs: opts.PodCIDRs, ServiceCIDRs: opts.ServiceCIDRs,
+	apitest.Must(t, identity.PublishNetwork(ctx, env.Client, "liqo", identity.Network{PodCIDRs: opts.PodCIDRs, ServiceCIDRs: opts.ServiceCIDRs,
 		ExternalCIDR: opts.ExternalCIDR, InternalCIDR: opts.InternalCIDR}))
 	skip := true
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: &skip}})
-	must(t, err)
-	must(t, controller.Setup(mgr, opts))
+	apitest.Must(t, err)
+	apitest.Must(t, controller.Setup(mgr, opts))
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mctx) }()
@@ -72,7 +72,7 @@ func TestNetworkInitReset(t *testing.T) {
 		peer string
 	}{{a, idB}, {b, idA}} {
 		var confs netv1alpha1.ConfigurationList
-		must(t, s.env.Client.List(ctx, &confs, client.InNamespace(tenantNamespace(s.peer))))
+		apitest.Must(t, s.env.Client.List(ctx, &confs, client.InNamespace(tenantNamespace(s.peer))))
 		if len(confs.Items) != 1 || confs.Items[0].Status.Remote == nil || confs.Items[0].Status.Remote.CIDR.Pod == "10.244.0.0/16" {
 			t.Fatalf("configurations of %s: %+v", s.peer, confs.Items)
 		}
@@ -89,9 +89,9 @@ func TestNetworkInitReset(t *testing.T) {
 	}
 	golden.Check(t, "network-connect", out)
 	gs := &netv1alpha1.GatewayServer{}
-	must(t, b.Client.Get(ctx, client.ObjectKey{Namespace: tenantNamespace(idA), Name: "gw-" + identity.ClusterName(idA)}, gs))
+	apitest.Must(t, b.Client.Get(ctx, client.ObjectKey{Namespace: tenantNamespace(idA), Name: "gw-" + identity.ClusterName(idA)}, gs))
 	gc := &netv1alpha1.GatewayClient{}
-	must(t, a.Client.Get(ctx, client.ObjectKey{Namespace: tenantNamespace(idB), Name: "gw-" + identity.ClusterName(idB)}, gc))
+	apitest.Must(t, a.Client.Get(ctx, client.ObjectKey{Namespace: tenantNamespace(idB), Name: "gw-" + identity.ClusterName(idB)}, gc))
 	if gc.Spec.Endpoint.Addresses[0] != gs.Status.Endpoint.Addresses[0] || gc.Spec.Endpoint.Port != 51820 {
 		t.Errorf("client endpoint %+v, server status %+v", gc.Spec.Endpoint, gs.Status.Endpoint)
 	}
@@ -100,7 +100,7 @@ func TestNetworkInitReset(t *testing.T) {
 		peer string
 	}{{a, idB}, {b, idA}} {
 		var keys netv1alpha1.PublicKeyList
-		must(t, s.env.Client.List(ctx, &keys, client.InNamespace(tenantNamespace(s.peer))))
+		apitest.Must(t, s.env.Client.List(ctx, &keys, client.InNamespace(tenantNamespace(s.peer))))
 		if len(keys.Items) != 1 || keys.Items[0].Labels[netv1alpha1.RemoteClusterIDLabel] != s.peer {
 			t.Errorf("public keys for %s: %+v", s.peer, keys.Items)
 		}
@@ -133,7 +133,7 @@ func TestNetworkInitReset(t *testing.T) {
 		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "x"}},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "skein-controller"}}}}}}
-	must(t, a.Client.Create(ctx, dep))
+	apitest.Must(t, a.Client.Create(ctx, dep))
 	t.Cleanup(func() { a.Client.Delete(context.Background(), dep) })
 	if out, err := run(t, "--kubeconfig", kcA, "status"); err != nil || !strings.Contains(out, "0/1 ready") {
 		t.Errorf("status with a controller released as fabric: %v\n%s", err, out)
@@ -155,7 +155,7 @@ func TestNetworkInitReset(t *testing.T) {
 		t.Error("the GatewayClient survived disconnect")
 	}
 	var confsLeft netv1alpha1.ConfigurationList
-	must(t, a.Client.List(ctx, &confsLeft, client.InNamespace(tenantNamespace(idB))))
+	apitest.Must(t, a.Client.List(ctx, &confsLeft, client.InNamespace(tenantNamespace(idB))))
 	if len(confsLeft.Items) != 1 {
 		t.Error("disconnect removed the Configuration")
 	}
@@ -174,7 +174,7 @@ func TestNetworkInitReset(t *testing.T) {
 		peer string
 	}{{a, idB}, {b, idA}} {
 		var confs netv1alpha1.ConfigurationList
-		must(t, s.env.Client.List(ctx, &confs, client.InNamespace(tenantNamespace(s.peer))))
+		apitest.Must(t, s.env.Client.List(ctx, &confs, client.InNamespace(tenantNamespace(s.peer))))
 		if len(confs.Items) != 0 {
 			t.Errorf("configurations left after reset: %d", len(confs.Items))
 		}

@@ -125,18 +125,18 @@ func TestGenerateGolden(t *testing.T) {
 	env := apitest.Start(t)
 	c := env.Client
 	ctx := context.Background()
-	must(t, env.EnsureNamespace(ctx, "liqo"))
-	must(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: identity.ClusterIDConfigMap, Namespace: "liqo"},
+	apitest.Must(t, env.EnsureNamespace(ctx, "liqo"))
+	apitest.Must(t, c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: identity.ClusterIDConfigMap, Namespace: "liqo"},
 		Data: map[string]string{identity.ClusterIDKey: "ef7a1f41-c753-4a0e-83e5-bed013e7fe4f"}}))
-	must(t, identity.PublishNetwork(ctx, c, "liqo", identity.Network{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.243.0.0/16")},
+	apitest.Must(t, identity.PublishNetwork(ctx, c, "liqo", identity.Network{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.243.0.0/16")},
 		ExternalCIDR: netip.MustParsePrefix("10.70.0.0/16"), InternalCIDR: netip.MustParsePrefix("10.80.0.0/16")}))
 	gc := &netv1alpha1.GatewayClient{ObjectMeta: metav1.ObjectMeta{Name: "client", Namespace: "default"},
 		Spec: netv1alpha1.GatewayClientSpec{Endpoint: netv1alpha1.Endpoint{Addresses: []netv1alpha1.Address{"10.42.3.54"}, Port: 32133},
 			ClientTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: "wireguard-client"}}}
-	must(t, c.Create(ctx, gc))
+	apitest.Must(t, c.Create(ctx, gc))
 	gc.Status.SecretRef = &netv1alpha1.ObjectRef{Name: "client-wg-key"}
-	must(t, c.Status().Update(ctx, gc))
-	must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "client-wg-key", Namespace: "default"},
+	apitest.Must(t, c.Status().Update(ctx, gc))
+	apitest.Must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "client-wg-key", Namespace: "default"},
 		Data: map[string][]byte{config.SecretPublicKey: []byte("GExyYe7RJ3Lo5nQVa6K2Tp9zobXCvWmJawsLxu7hn10=")}}))
 	kc := env.KubeconfigFile(t)
 	out, err := run(t, "--kubeconfig", kc, "generate", "configuration")
@@ -151,12 +151,5 @@ func TestGenerateGolden(t *testing.T) {
 	golden.Check(t, "generate-publickey", out)
 	if _, err := run(t, "--kubeconfig", kc, "-n", "not-installed", "generate", "configuration"); err == nil || !strings.Contains(err.Error(), "is skein installed") {
 		t.Errorf("skein not installed: %v", err)
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }

@@ -86,27 +86,27 @@ func TestAgentReacts(t *testing.T) {
 		}
 	}
 
-	must(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-n1", Namespace: ns},
+	apitest.Must(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-n1", Namespace: ns},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "skein-agent"}}}}))
 	in := &netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: nodeName},
 		Spec: netv1alpha1.InternalNodeSpec{OverlayIP: ipp("10.80.0.11"), ExternalIP: ipp("10.70.0.11")}}
-	must(t, c.Create(ctx, in))
+	apitest.Must(t, c.Create(ctx, in))
 	t.Cleanup(func() { c.Delete(context.Background(), in) })
 	labels := map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b"}
 	conf := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns, Labels: labels},
 		Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}
-	must(t, c.Create(ctx, conf))
+	apitest.Must(t, c.Create(ctx, conf))
 	conf.Status.Remote = &netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.71.0.0/16", External: "10.72.0.0/16"}}
-	must(t, c.Status().Update(ctx, conf))
+	apitest.Must(t, c.Status().Update(ctx, conf))
 	gs := &netv1alpha1.GatewayServer{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: ns, Labels: labels},
 		Spec: netv1alpha1.GatewayServerSpec{ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server"}}}
-	must(t, c.Create(ctx, gs))
+	apitest.Must(t, c.Create(ctx, gs))
 	time.Sleep(500 * time.Millisecond)
 	if a.Stats().Programmed != 0 {
 		t.Fatal("programmed a peering whose gateway has no active replica")
 	}
 	gs.Status.InternalEndpoint = &netv1alpha1.InternalEndpoint{IP: ipp("10.80.0.1"), VTEP: &netv1alpha1.VTEP{IP: "10.244.1.20", MAC: "02:5b:00:00:00:01"}}
-	must(t, c.Status().Update(ctx, gs))
+	apitest.Must(t, c.Status().Update(ctx, gs))
 	wait("first peering",
 		"ip link add liqo.vxlan type vxlan id 18952 dstport 4789 local 192.168.77.1 nolearning",
 		"bridge fdb replace 02:5b:00:00:00:01 dev liqo.vxlan dst 10.244.1.20",
@@ -119,7 +119,7 @@ func TestAgentReacts(t *testing.T) {
 	// The VTEP is published.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		must(t, c.Get(ctx, client.ObjectKeyFromObject(in), in))
+		apitest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(in), in))
 		if v := in.Status.VTEP; v != nil && v.IP == "192.168.77.1" && string(v.MAC) == "02:5a:"+string(v.MAC)[6:] {
 			break
 		}
@@ -130,49 +130,42 @@ func TestAgentReacts(t *testing.T) {
 	}
 
 	pod := &corev1.Pod{}
-	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "agent-n1"}, pod))
+	apitest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "agent-n1"}, pod))
 	if got := pod.Annotations[agent.MACAnnotation]; got != string(in.Status.VTEP.MAC) {
 		t.Errorf("pod annotation %s = %q, want the device MAC %s", agent.MACAnnotation, got, in.Status.VTEP.MAC)
 	}
 
 	// Failover: the active replica moves.
-	must(t, c.Get(ctx, client.ObjectKeyFromObject(gs), gs))
+	apitest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(gs), gs))
 	gs.Status.InternalEndpoint.VTEP.IP = "10.244.2.30"
 	moved := time.Now()
-	must(t, c.Status().Update(ctx, gs))
+	apitest.Must(t, c.Status().Update(ctx, gs))
 	wait("failover", "bridge fdb replace 02:5b:00:00:00:01 dev liqo.vxlan dst 10.244.2.30")
 	t.Logf("failover: FDB repointed %v after the status update", time.Since(moved).Round(time.Millisecond))
 
 	// Remap.
-	must(t, c.Get(ctx, client.ObjectKeyFromObject(conf), conf))
+	apitest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(conf), conf))
 	conf.Status.Remote.CIDR.Pod = "10.73.0.0/16"
-	must(t, c.Status().Update(ctx, conf))
+	apitest.Must(t, c.Status().Update(ctx, conf))
 	wait("remap", "ip route del 10.71.0.0/16", "ip route add 10.73.0.0/16 via 10.80.0.1 dev liqo.vxlan onlink table 18952")
 
 	// The node's overlay address changes in its InternalNode.
-	must(t, c.Get(ctx, client.ObjectKeyFromObject(in), in))
+	apitest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(in), in))
 	in.Spec.OverlayIP = ipp("10.80.0.12")
-	must(t, c.Update(ctx, in))
+	apitest.Must(t, c.Update(ctx, in))
 	wait("overlay address change", "ip addr add 10.80.0.12/16 dev liqo.vxlan", "ip addr del 10.80.0.11/16 dev liqo.vxlan")
 
 	// Drift: a route removed behind the agent's back comes back on resync.
-	must(t, f.DelRoute("liqo.vxlan", kernel.Route{Dst: netip.MustParsePrefix("10.73.0.0/16"), Via: netip.MustParseAddr("10.80.0.1")}))
+	apitest.Must(t, f.DelRoute("liqo.vxlan", kernel.Route{Dst: netip.MustParsePrefix("10.73.0.0/16"), Via: netip.MustParseAddr("10.80.0.1")}))
 	wait("drift repair", "ip route add 10.73.0.0/16 via 10.80.0.1 dev liqo.vxlan onlink table 18952")
 	if a.Stats().DriftRepairs == 0 {
 		t.Error("drift repair not counted")
 	}
 
 	// The last peering goes: everything is removed.
-	must(t, c.Delete(ctx, gs))
+	apitest.Must(t, c.Delete(ctx, gs))
 	wait("cleanup", "ip link del liqo.vxlan")
 	if lastSNAT() != nil {
 		t.Error("host SNAT not removed")
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }

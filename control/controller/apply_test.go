@@ -74,7 +74,7 @@ func TestNoFightWithKubeControllerManager(t *testing.T) {
 		Spec: netv1alpha1.GatewayServerSpec{MTU: netv1alpha1.DefaultMTU, Endpoint: netv1alpha1.ServerEndpoint{Port: netv1alpha1.DefaultPort, ServiceType: netv1alpha1.ServiceTypeNodePort},
 			ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server"}},
 	}
-	must(t, c.Create(ctx, gs))
+	apitest.Must(t, c.Create(ctx, gs))
 	key := client.ObjectKeyFromObject(gs)
 	const revision, pool = "deployment.kubernetes.io/revision", "metallb.universe.tf/ip-allocated-from-pool"
 	dep := &appsv1.Deployment{}
@@ -85,16 +85,16 @@ func TestNoFightWithKubeControllerManager(t *testing.T) {
 	apitest.Eventually(t, "the gateway's Service", 30*time.Second, func() bool { return c.Get(ctx, key, svc) == nil })
 	patch := client.MergeFrom(svc.DeepCopy())
 	metav1.SetMetaDataAnnotation(&svc.ObjectMeta, pool, "pool-a")
-	must(t, c.Patch(ctx, svc, patch))
+	apitest.Must(t, c.Patch(ctx, svc, patch))
 	// A change of the gateway makes the controller apply again, with the annotations in place.
 	touch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"yes"}}}`))
-	must(t, c.Patch(ctx, gs, touch))
+	apitest.Must(t, c.Patch(ctx, gs, touch))
 
 	generation := dep.Generation
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		must(t, c.Get(ctx, key, dep))
-		must(t, c.Get(ctx, key, svc))
+		apitest.Must(t, c.Get(ctx, key, dep))
+		apitest.Must(t, c.Get(ctx, key, svc))
 		if dep.Generation != generation || dep.Annotations[revision] == "" || svc.Annotations[pool] != "pool-a" {
 			t.Fatalf("a fight: Deployment generation %d -> %d, revision annotation %q, Service annotation %s=%q",
 				generation, dep.Generation, dep.Annotations[revision], pool, svc.Annotations[pool])
@@ -106,15 +106,15 @@ func TestNoFightWithKubeControllerManager(t *testing.T) {
 	// A template edit rolls out: the image follows and the Deployment controller makes a new
 	// ReplicaSet for it.
 	tmpl := &netv1alpha1.WgGatewayServerTemplate{}
-	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "wireguard-server"}, tmpl))
+	apitest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "wireguard-server"}, tmpl))
 	var tree map[string]any
-	must(t, json.Unmarshal(tmpl.Spec.Template.Raw, &tree))
+	apitest.Must(t, json.Unmarshal(tmpl.Spec.Template.Raw, &tree))
 	containers := dig(tree, "spec", "deployment", "template", "spec")["containers"].([]any)
 	containers[0].(map[string]any)["image"] = "skein-gateway:next"
 	raw, err := json.Marshal(tree)
-	must(t, err)
+	apitest.Must(t, err)
 	tmpl.Spec.Template.Raw = raw
-	must(t, c.Update(ctx, tmpl))
+	apitest.Must(t, c.Update(ctx, tmpl))
 	apitest.Eventually(t, "the template's new image in the gateway's Deployment and a second ReplicaSet", 30*time.Second, func() bool {
 		var sets appsv1.ReplicaSetList
 		return c.Get(ctx, key, dep) == nil && dep.Spec.Template.Spec.Containers[0].Image == "skein-gateway:next" &&

@@ -46,15 +46,15 @@ func TestKeySecretsWithAScopedCache(t *testing.T) {
 	// The pre-existing key of gateway "old", owned by it but unmarked; a foreign Secret in the
 	// way of gateway "taken".
 	old, taken := serverGateway(ns, "old"), serverGateway(ns, "taken")
-	must(t, c.Create(ctx, old))
-	must(t, c.Create(ctx, taken))
+	apitest.Must(t, c.Create(ctx, old))
+	apitest.Must(t, c.Create(ctx, taken))
 	k, _ := config.GenerateKey()
 	oldKey := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "old-wg-key", Namespace: ns,
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "GatewayServer", Name: "old", UID: old.UID, Controller: ptrTrue()}}},
 		Data: map[string][]byte{config.SecretPrivateKey: []byte(k.String())}}
-	must(t, c.Create(ctx, oldKey))
+	apitest.Must(t, c.Create(ctx, oldKey))
 	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "taken-wg-key", Namespace: ns}, Data: map[string][]byte{"password": []byte("hunter2")}}
-	must(t, c.Create(ctx, foreign))
+	apitest.Must(t, c.Create(ctx, foreign))
 
 	stop := startGateways(t, env)
 	defer stop()
@@ -74,7 +74,7 @@ func TestKeySecretsWithAScopedCache(t *testing.T) {
 		return cond != nil && cond.Reason == "SecretConflict" && strings.Contains(cond.Message, "does not belong to this gateway")
 	})
 	s := &corev1.Secret{}
-	must(t, c.Get(ctx, client.ObjectKeyFromObject(foreign), s))
+	apitest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(foreign), s))
 	if string(s.Data["password"]) != "hunter2" || len(s.Labels) != 0 || len(s.OwnerReferences) != 0 {
 		t.Errorf("the foreign Secret was touched: %+v", s.ObjectMeta)
 	}

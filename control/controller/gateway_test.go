@@ -94,11 +94,11 @@ func TestGatewayServer(t *testing.T) {
 	})
 	dep := &appsv1.Deployment{}
 	svc := &corev1.Service{}
-	must(t, c.Get(ctx, key, dep))
-	must(t, c.Get(ctx, key, svc))
-	must(t, c.Get(ctx, key, &corev1.ServiceAccount{}))
-	must(t, c.Get(ctx, key, &rbacv1.RoleBinding{}))
-	must(t, c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + ns + "-server"}, &rbacv1.ClusterRoleBinding{}))
+	apitest.Must(t, c.Get(ctx, key, dep))
+	apitest.Must(t, c.Get(ctx, key, svc))
+	apitest.Must(t, c.Get(ctx, key, &corev1.ServiceAccount{}))
+	apitest.Must(t, c.Get(ctx, key, &rbacv1.RoleBinding{}))
+	apitest.Must(t, c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + ns + "-server"}, &rbacv1.ClusterRoleBinding{}))
 	if args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--gateway-name=server") || !strings.Contains(args, "--listen-port=51820") {
 		t.Errorf("deployment args %q", args)
 	}
@@ -106,7 +106,7 @@ func TestGatewayServer(t *testing.T) {
 		t.Errorf("service %+v", svc.Spec)
 	}
 	secret := &corev1.Secret{}
-	must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: gs.Status.SecretRef.Name}, secret))
+	apitest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: gs.Status.SecretRef.Name}, secret))
 	priv, err := config.ParseKey(string(secret.Data[config.SecretPrivateKey]))
 	if err != nil || priv.Public().String() != string(secret.Data[config.SecretPublicKey]) {
 		t.Errorf("key pair %v", err)
@@ -114,11 +114,11 @@ func TestGatewayServer(t *testing.T) {
 
 	// The endpoint appears once the active pod runs on a node.
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-node"}}
-	must(t, c.Create(ctx, node))
+	apitest.Must(t, c.Create(ctx, node))
 	t.Cleanup(func() { c.Delete(context.Background(), node) })
 	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.77.5"}}
-	must(t, c.Status().Update(ctx, node))
-	must(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "server-abc", Namespace: ns,
+	apitest.Must(t, c.Status().Update(ctx, node))
+	apitest.Must(t, c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "server-abc", Namespace: ns,
 		Labels: map[string]string{"networking.liqo.io/gateway": "server", "networking.liqo.io/active": "true"}},
 		Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "gateway", Image: "skein-gateway"}}}}))
 	apitest.Eventually(t, "endpoint", 30*time.Second, func() bool {
@@ -139,13 +139,13 @@ func TestGatewayServer(t *testing.T) {
 	stop = startGateways(t, env)
 	time.Sleep(time.Second)
 	again := &corev1.Secret{}
-	must(t, c.Get(ctx, client.ObjectKeyFromObject(secret), again))
+	apitest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(secret), again))
 	if string(again.Data[config.SecretPrivateKey]) != string(secret.Data[config.SecretPrivateKey]) {
 		t.Error("the key pair changed across a restart")
 	}
 
 	// Deleting the GatewayServer removes everything it created.
-	must(t, c.Delete(ctx, gs))
+	apitest.Must(t, c.Delete(ctx, gs))
 	apitest.Eventually(t, "cleanup", 30*time.Second, func() bool {
 		gone := func(o client.Object, k client.ObjectKey) bool { return apierrors.IsNotFound(c.Get(ctx, k, o)) }
 		return gone(&netv1alpha1.GatewayServer{}, key) && gone(&appsv1.Deployment{}, key) && gone(&corev1.Service{}, key) &&
@@ -167,7 +167,7 @@ func TestGatewayClientAndTemplateErrors(t *testing.T) {
 		Spec: netv1alpha1.GatewayClientSpec{MTU: 1340, Endpoint: netv1alpha1.Endpoint{Addresses: []netv1alpha1.Address{"10.42.3.54"}, Port: 32133},
 			ClientTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: "wireguard-client"}},
 	}
-	must(t, c.Create(ctx, gc))
+	apitest.Must(t, c.Create(ctx, gc))
 	apitest.Eventually(t, "client deployment", 30*time.Second, func() bool {
 		return c.Get(ctx, client.ObjectKeyFromObject(gc), &appsv1.Deployment{}) == nil
 	})
@@ -186,7 +186,7 @@ func TestGatewayClientAndTemplateErrors(t *testing.T) {
 		bad := gc.DeepCopy()
 		bad.ObjectMeta = metav1.ObjectMeta{Name: tc.name, Namespace: ns}
 		bad.Spec.ClientTemplateRef = tc.ref
-		must(t, c.Create(ctx, bad))
+		apitest.Must(t, c.Create(ctx, bad))
 		apitest.Eventually(t, tc.name+" condition", 30*time.Second, func() bool {
 			c.Get(ctx, client.ObjectKeyFromObject(bad), bad)
 			cond := meta.FindStatusCondition(bad.Status.Conditions, "Ready")
@@ -196,23 +196,16 @@ func TestGatewayClientAndTemplateErrors(t *testing.T) {
 	// A malformed template.
 	malformed := &netv1alpha1.WgGatewayClientTemplate{ObjectMeta: metav1.ObjectMeta{Name: "malformed", Namespace: ns}}
 	malformed.Spec.Template.Raw = []byte(`{"spec":{"deployment":{"replicas":"{{ .Spec.Nope }}"}}}`)
-	must(t, c.Create(ctx, malformed))
+	apitest.Must(t, c.Create(ctx, malformed))
 	bad := gc.DeepCopy()
 	bad.ObjectMeta = metav1.ObjectMeta{Name: "uses-malformed", Namespace: ns}
 	bad.Spec.ClientTemplateRef = netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: "malformed"}
-	must(t, c.Create(ctx, bad))
+	apitest.Must(t, c.Create(ctx, bad))
 	apitest.Eventually(t, "malformed condition", 30*time.Second, func() bool {
 		c.Get(ctx, client.ObjectKeyFromObject(bad), bad)
 		cond := meta.FindStatusCondition(bad.Status.Conditions, "Ready")
 		return cond != nil && strings.Contains(cond.Message, "spec.template.spec.deployment.replicas")
 	})
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestLoadBalancerEndpoint(t *testing.T) {
@@ -229,7 +222,7 @@ func TestLoadBalancerEndpoint(t *testing.T) {
 		Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: netv1alpha1.ServiceTypeLoadBalancer, LoadBalancerIP: &lbIP},
 			ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server"}},
 	}
-	must(t, c.Create(ctx, gs))
+	apitest.Must(t, c.Create(ctx, gs))
 	svc := &corev1.Service{}
 	apitest.Eventually(t, "service", 30*time.Second, func() bool { return c.Get(ctx, client.ObjectKeyFromObject(gs), svc) == nil })
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.LoadBalancerIP != lbIP {
@@ -237,7 +230,7 @@ func TestLoadBalancerEndpoint(t *testing.T) {
 	}
 	// What a load balancer controller would report.
 	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP}}
-	must(t, c.Status().Update(ctx, svc))
+	apitest.Must(t, c.Status().Update(ctx, svc))
 	apitest.Eventually(t, "endpoint", 30*time.Second, func() bool {
 		c.Get(ctx, client.ObjectKeyFromObject(gs), gs)
 		return gs.Status.Endpoint != nil

@@ -55,10 +55,10 @@ func TestPublicKeys(t *testing.T) {
 	}
 	dup := pk.DeepCopy()
 	dup.ObjectMeta = metav1.ObjectMeta{Name: "second", Namespace: ns, Labels: pk.Labels}
-	must(t, c.Create(ctx, dup))
+	apitest.Must(t, c.Create(ctx, dup))
 	unlabelled := pk.DeepCopy()
 	unlabelled.ObjectMeta = metav1.ObjectMeta{Name: "unlabelled", Namespace: ns}
-	must(t, c.Create(ctx, unlabelled))
+	apitest.Must(t, c.Create(ctx, unlabelled))
 
 	want := map[string]string{pk.Name: "Valid", "second": "DuplicateClusterID", "unlabelled": "MissingClusterID"}
 	for name, reason := range want {

@@ -52,3 +52,12 @@ func CreateFromFile(tb testing.TB, c client.Client, path, ns string) *unstructur
 	tb.Cleanup(func() { _ = c.Delete(context.Background(), u) })
 	return u
 }
+
+// Must fails tb at once on err: the one-line check of a setup step (creating an object,
+// patching a status) that the rest of a test depends on.
+func Must(tb testing.TB, err error) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
