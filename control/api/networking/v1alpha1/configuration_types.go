@@ -41,6 +41,7 @@ type ConfigurationStatus struct {
 // and (in status) how this cluster sees them.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:metadata:labels="app.kubernetes.io/part-of=skein"
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=liqo;skein,shortName=netcfg
 // +kubebuilder:printcolumn:name="Desired Pod CIDR",type=string,JSONPath=`.spec.remote.cidr.pod`

@@ -60,6 +60,7 @@ type ConnectionStatus struct {
 // Connection shows the state of the tunnel between this cluster and one peer.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:metadata:labels="app.kubernetes.io/part-of=skein"
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=liqo;skein,shortName=conn
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`

@@ -35,6 +35,7 @@ type GatewayClientStatus struct {
 // GatewayClient deploys a gateway that connects to the peer cluster's GatewayServer.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:metadata:labels="app.kubernetes.io/part-of=skein"
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=liqo;skein,shortName=gwc
 // +kubebuilder:printcolumn:name="Template Name",type=string,JSONPath=`.spec.clientTemplateRef.name`

@@ -82,6 +82,7 @@ type GatewayServerStatus struct {
 // GatewayServer deploys a gateway that the peer cluster's GatewayClient connects to.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:metadata:labels="app.kubernetes.io/part-of=skein"
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=liqo;skein,shortName=gws
 // +kubebuilder:printcolumn:name="Template Name",type=string,JSONPath=`.spec.serverTemplateRef.name`

@@ -37,6 +37,7 @@ type InternalNodeStatus struct {
 // VTEP. It is cluster-scoped and named after the Node.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:metadata:labels="app.kubernetes.io/part-of=skein"
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,categories=skein,shortName=inode
 // +kubebuilder:printcolumn:name="Overlay IP",type=string,JSONPath=`.spec.overlayIP`

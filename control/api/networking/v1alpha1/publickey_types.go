@@ -30,6 +30,7 @@ type PublicKeyStatus struct {
 // cluster id (liqo.io/remote-cluster-id) and networking.liqo.io/gateway-resource=true.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:metadata:labels="app.kubernetes.io/part-of=skein"
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=liqo;skein,shortName=pubkey
 // +kubebuilder:printcolumn:name="Remote Cluster ID",type=string,JSONPath=`.metadata.labels.liqo\.io/remote-cluster-id`

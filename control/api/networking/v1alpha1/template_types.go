@@ -20,6 +20,7 @@ type GatewayTemplateSpec struct {
 // WgGatewayServerTemplate is the template GatewayServers using WireGuard are rendered from.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:metadata:labels="app.kubernetes.io/part-of=skein"
 // +kubebuilder:resource:categories=liqo;skein,shortName=wgst
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type WgGatewayServerTemplate struct {
@@ -41,6 +42,7 @@ type WgGatewayServerTemplateList struct {
 // WgGatewayClientTemplate is the template GatewayClients using WireGuard are rendered from.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:metadata:labels="app.kubernetes.io/part-of=skein"
 // +kubebuilder:resource:categories=liqo;skein,shortName=wgct
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type WgGatewayClientTemplate struct {
