@@ -23,96 +23,129 @@ import (
 // waits in the queue for the next Read.
 func (d *Dataplane) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	limit := min(len(bufs), len(sizes))
+	bufs, sizes = bufs[:limit], sizes[:limit]
 	for {
 		if d.closed.Load() {
 			return 0, os.ErrClosed
 		}
 		d.out.Wait(d.done)
-		if n := d.queue.drain(bufs, sizes, offset); n > 0 {
+		n := d.queue.drain(bufs, sizes, offset)
+		if n == 0 {
+			var err error
+			if n, err = d.readOverlay(bufs, sizes, offset); err != nil {
+				return 0, err
+			}
+		}
+		if n > 0 {
 			d.out.Enter(n)
 			return n, nil
 		}
-		k := min(limit, d.batch)
-		if d.rsegs > 1 {
-			k = max(1, min(k, limit/d.rsegs))
+		// The socket batch held nothing for the tunnel (dropped, answered, or all queued):
+		// again, the queue first.
+	}
+}
+
+// receive reads one batch from the overlay socket into the last slots of bufs: as many as
+// superpackets' segments leave room for in front of them. It returns the first slot used and
+// how many datagrams arrived.
+func (d *Dataplane) receive(bufs [][]byte, offset int) (base, got int, err error) {
+	k := min(len(bufs), d.batch)
+	if d.rsegs > 1 {
+		k = max(1, min(k, len(bufs)/d.rsegs))
+	}
+	base = len(bufs) - k
+	msgs := d.rmsgs[:k]
+	for i := range msgs {
+		msgs[i] = Message{Head: d.rheads[i][:], Body: bufs[base+i][offset:]}
+	}
+	if got, err = d.conn.ReadBatch(msgs); err != nil {
+		if d.closed.Load() {
+			return 0, 0, os.ErrClosed
 		}
-		base := limit - k
-		msgs := d.rmsgs[:k]
-		for i := range msgs {
-			msgs[i] = Message{Head: d.rheads[i][:], Body: bufs[base+i][offset:]}
+		return 0, 0, fmt.Errorf("overlay receive: %w", err)
+	}
+	return base, got, nil
+}
+
+// readOverlay processes one socket batch and packs what goes into the tunnel from the first
+// slot on; it returns how many slots it filled (0 when nothing of the batch was for the
+// tunnel, or all of it went to the queue).
+func (d *Dataplane) readOverlay(bufs [][]byte, sizes []int, offset int) (int, error) {
+	base, got, err := d.receive(bufs, offset)
+	if err != nil {
+		return 0, err
+	}
+	b := &d.rb
+	b.start(d.t.Load())
+	cur := 0 // the next free output slot
+	// queued: a packet of this batch did not fit and went to the queue, so everything after
+	// it goes there too, keeping the order.
+	queued := false
+	d.rsegs /= 2 // forget superpackets slowly: the next batch likely has them too
+	for i := range got {
+		src := base + i
+		replies := len(b.replies)
+		size, sp := d.toTunnel(b, &d.rmsgs[i], i)
+		if len(b.replies) > replies && src >= cur {
+			// An ARP reply is written over its request, which must stay until
+			// flushOverlay: skip over its slot (zero sizes are skipped by wireguard-go).
+			for j := cur; j <= src; j++ {
+				sizes[j] = 0
+			}
+			cur = src + 1
 		}
-		got, err := d.conn.ReadBatch(msgs)
-		if err != nil {
-			if d.closed.Load() {
-				return 0, os.ErrClosed
-			}
-			return 0, fmt.Errorf("overlay receive: %w", err)
-		}
-		b := &d.rb
-		b.start(d.t.Load())
-		cur := 0 // the next free output slot
-		// queued: a packet of this batch did not fit and went to the queue, so everything
-		// after it goes there too, keeping the order.
-		queued := false
-		d.rsegs /= 2 // forget superpackets slowly: the next batch likely has them too
-		for i := range got {
-			src := base + i
-			replies := len(b.replies)
-			size, sp := d.toTunnel(b, &msgs[i], i)
-			if len(b.replies) > replies && src >= cur {
-				// An ARP reply is written over its request, which must stay until
-				// flushOverlay: skip over its slot (zero sizes are skipped by wireguard-go).
-				for j := cur; j <= src; j++ {
-					sizes[j] = 0
-				}
-				cur = src + 1
-			}
-			if size == 0 {
-				continue
-			}
-			pkt := packet.IPv4(bufs[src][offset : offset+size])
-			d.rsegs = max(d.rsegs, sp.n)
-			if queued {
-				d.queuePacket(pkt, sp, 0)
-				continue
-			}
-			// Free output slots: up to this datagram's own, or to the end for the last one.
-			avail := src + 1 - cur
-			if i == got-1 {
-				avail = limit - cur
-			}
-			n := max(1, sp.n)
-			place := min(n, avail)
-			own := src - cur // index of the segment that lands in this datagram's slot
-			for j := range place {
-				if j == own {
-					continue
-				}
-				if sp.n == 0 {
-					sizes[cur+j] = copy(bufs[cur+j][offset:], pkt)
-				} else {
-					sizes[cur+j] = writeSegment(bufs[cur+j][offset:], pkt, sp, j)
-				}
-			}
-			if place < n {
-				d.queuePacket(pkt, sp, place)
-				queued = true
-			}
-			if own < place {
-				sizes[src] = segmentInPlace(pkt, sp, own)
-			}
-			cur += place
-		}
-		d.flushOverlay(b)
-		d.ctr.add(ToTunnel, &b.tl)
-		if cur > 0 {
-			d.out.Enter(cur)
-			return cur, nil
-		}
-		if d.queue.pending.Load() > 0 {
+		if size == 0 {
 			continue
 		}
+		pkt := packet.IPv4(bufs[src][offset : offset+size])
+		d.rsegs = max(d.rsegs, sp.n)
+		if queued {
+			d.queuePacket(pkt, sp, 0)
+			continue
+		}
+		if sp.n == 0 && src == cur {
+			sizes[src] = size // the common case: a packet in the next free slot stays there
+			cur++
+			continue
+		}
+		// Free output slots: up to this datagram's own, or to the end for the last one.
+		end := src + 1
+		if i == got-1 {
+			end = len(bufs)
+		}
+		var n int
+		n, queued = d.place(bufs[cur:end], sizes[cur:end], offset, pkt, sp, src-cur)
+		cur += n
 	}
+	d.flushOverlay(b)
+	d.ctr.add(ToTunnel, &b.tl)
+	return cur, nil
+}
+
+// place puts a packet, or the segments of a superpacket, into the free slots bufs, the last
+// of which (own) holds the packet itself: the segment that lands in own is cut in place, the
+// others copied in front of it, and what does not fit goes to the queue. It returns how many
+// slots it filled and whether it queued anything.
+func (d *Dataplane) place(bufs [][]byte, sizes []int, offset int, pkt packet.IPv4, sp split, own int) (int, bool) {
+	n := max(1, sp.n)
+	k := min(n, len(bufs))
+	for j := range k {
+		if j == own {
+			continue
+		}
+		if sp.n == 0 {
+			sizes[j] = copy(bufs[j][offset:], pkt)
+		} else {
+			sizes[j] = writeSegment(bufs[j][offset:], pkt, sp, j)
+		}
+	}
+	if k < n {
+		d.queuePacket(pkt, sp, k)
+	}
+	if own < k {
+		sizes[own] = segmentInPlace(pkt, sp, own)
+	}
+	return k, k < n
 }
 
 // queuePacket moves a processed packet, or the segments of a superpacket from segment from
