@@ -3,6 +3,7 @@ package controller
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -11,8 +12,8 @@ import (
 )
 
 // ManagedByLabel, set to FieldOwner, marks every object skein-controller creates for a
-// gateway: its key Secret, Deployment, Service, ServiceAccount, RoleBinding and
-// ClusterRoleBinding. The controller's cache holds only objects so marked.
+// gateway: its key Secret, Deployment, Service, ServiceAccount, RoleBinding, ClusterRoleBinding
+// and PodDisruptionBudget. The controller's cache holds only objects so marked.
 const ManagedByLabel = "app.kubernetes.io/managed-by"
 
 // GatewayPodLabel names the gateway a pod belongs to; the templates put it on gateway pods
@@ -30,13 +31,14 @@ func CacheOptions() cache.Options {
 		panic(err) // a constant label name
 	}
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Secret{}:             mine,
-		&appsv1.Deployment{}:         mine,
-		&corev1.Service{}:            mine,
-		&corev1.ServiceAccount{}:     mine,
-		&rbacv1.RoleBinding{}:        mine,
-		&rbacv1.ClusterRoleBinding{}: mine,
-		&corev1.Pod{}:                {Label: labels.NewSelector().Add(*req)},
+		&corev1.Secret{}:                mine,
+		&appsv1.Deployment{}:            mine,
+		&corev1.Service{}:               mine,
+		&corev1.ServiceAccount{}:        mine,
+		&rbacv1.RoleBinding{}:           mine,
+		&rbacv1.ClusterRoleBinding{}:    mine,
+		&policyv1.PodDisruptionBudget{}: mine,
+		&corev1.Pod{}:                   {Label: labels.NewSelector().Add(*req)},
 	}}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,7 +59,7 @@ type GatewayReconciler struct {
 
 // SetupWithManager registers the reconciler, watching what it creates.
 func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	b := ctrl.NewControllerManagedBy(mgr).Owns(&appsv1.Deployment{}).Owns(&corev1.Secret{})
+	b := ctrl.NewControllerManagedBy(mgr).Owns(&appsv1.Deployment{}).Owns(&corev1.Secret{}).Owns(&policyv1.PodDisruptionBudget{})
 	if r.Server {
 		// The active pod's node decides a NodePort server's endpoint.
 		byPod := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
@@ -333,6 +335,16 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 		}
 		objs = append(objs, svc)
 	}
+	// With more than one replica, a voluntary disruption (a node drain) keeps one running.
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	if rd.Deployment.Replicas != nil && *rd.Deployment.Replicas > 1 && rd.Deployment.Selector != nil {
+		one := intstr.FromInt32(1)
+		pdb.Labels = labels
+		pdb.Spec = policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: rd.Deployment.Selector}
+		objs = append(objs, pdb)
+	} else if err := r.deleteOwned(ctx, owner, pdb); err != nil {
+		return err
+	}
 	for _, obj := range objs {
 		if err := controllerutil.SetControllerReference(owner, obj, r.Client.Scheme()); err != nil {
 			return err
@@ -345,6 +357,17 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 	// removeAll deletes it.
 	return applyObject(ctx, r.Client, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name), Labels: labels},
 		Subjects: subjects, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: GatewayNodesClusterRole}})
+}
+
+// deleteOwned deletes obj (by name) if it exists and owner controls it.
+func (r *GatewayReconciler) deleteOwned(ctx context.Context, owner, obj client.Object) error {
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(obj, owner) {
+		return nil
+	}
+	return client.IgnoreNotFound(r.Client.Delete(ctx, obj))
 }
 
 // applyObject server-side applies a typed object as FieldOwner, forcing ownership of the
@@ -470,6 +493,7 @@ func (r *GatewayReconciler) removeAll(ctx context.Context, owner client.Object) 
 	var errs []error
 	for _, obj := range []client.Object{
 		&appsv1.Deployment{ObjectMeta: meta}, &corev1.Service{ObjectMeta: meta}, &rbacv1.RoleBinding{ObjectMeta: meta},
+		&policyv1.PodDisruptionBudget{ObjectMeta: meta},
 		&corev1.ServiceAccount{ObjectMeta: meta}, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-wg-key", Namespace: ns}},
 		&netv1alpha1.Connection{ObjectMeta: meta},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name)}},
