@@ -15,6 +15,12 @@ CRD_DIR   := deploy/crds
 CHART_CRD_DIR := deploy/chart/crds
 BIN_DIR   := bin
 
+# The version the binaries report (skeinctl version, skein_*_build_info, the start-up log);
+# both are stamped at link time (GOFLAGS may carry -buildvcs=false).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X github.com/skein-net/skein/control/buildinfo.Version=$(VERSION) -X github.com/skein-net/skein/control/buildinfo.Commit=$(COMMIT)
+
 # Test knobs: `make test GOTESTFLAGS='-run TestAPI -v'`.
 GOTESTFLAGS ?=
 
@@ -28,7 +34,7 @@ build: ## Compile every package, the commands and the lab's into ./bin.
 	go build ./...
 	@mkdir -p $(BIN_DIR)
 	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./cmd/... ./bench/cmd/lab ./bench/cmd/lab-probe 2>/dev/null || true); \
-	if [ -n "$$cmds" ]; then go build -o $(BIN_DIR)/ $$cmds; fi
+	if [ -n "$$cmds" ]; then go build -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/ $$cmds; fi
 
 .PHONY: k8s-binaries
 k8s-binaries: ## Build etcd and the Kubernetes control plane from the module proxy into the cache (idempotent).

@@ -73,7 +73,7 @@ func TestMakeVerify(t *testing.T) {
 	}{
 		{"control/api/networking/v1alpha1/zz_generated.deepcopy.go", "func (in *Configuration) DeepCopyInto(out *Configuration) {\n", "func (in *Configuration) DeepCopyInto(out *Configuration) {\n\t// hand edit\n"},
 		{"deploy/crds/networking.liqo.io_gatewayservers.yaml", "minimum: 576", "minimum: 1"},
-		{"go.mod", "go 1.26.0\n", "go 1.26.0\n\nrequire github.com/google/uuid v1.6.0\n"},
+		{"go.mod", "module github.com/skein-net/skein\n", "module github.com/skein-net/skein\n\nrequire github.com/google/uuid v1.6.0\n"},
 	}
 	for _, e := range edits {
 		path := filepath.Join(dir, e.file)

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	pt "github.com/skein-net/skein/dataplane/packet/packettest"
+	"github.com/skein-net/skein/internal/metricsdoc"
 	"github.com/skein-net/skein/internal/netnstest"
 	"github.com/skein-net/skein/internal/safebuffer"
 )
@@ -60,6 +61,7 @@ type cluster struct {
 	gwMAC    string
 	proc     *exec.Cmd
 	logs     *safebuffer.Buffer
+	cfgPath  string
 	sub      string // third byte of the site's underlay 192.168.<sub>.0/24
 	podCIDR  string
 }
@@ -153,6 +155,7 @@ func twoClusters(t testing.TB) (a, b *cluster) {
 // start runs the gateway binary in the gateway namespace as nobody, without capabilities.
 func (c *cluster) start(t testing.TB, bin, cfg string) {
 	t.Helper()
+	c.cfgPath = cfg
 	c.logs = &safebuffer.Buffer{}
 	c.proc = exec.Command("ip", "netns", "exec", c.gw.Name,
 		"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--",
@@ -429,7 +432,7 @@ func TestTwoClusters(t *testing.T) {
 			t.Fatalf("reply: %d bytes, %v", n, err)
 		}
 		t.Logf("16 MiB through the gateways in %v", time.Since(start).Round(time.Millisecond))
-		if v := a.metric(t, `skein_gateway_packets_total{counter="mss-clamped",direction="to-tunnel"}`); v < 1 {
+		if v := a.metric(t, `skein_gateway_packet_events_total{direction="to-tunnel",event="mss_clamped"}`); v < 1 {
 			t.Errorf("A clamped no SYN (mss-clamped = %v)", v)
 		}
 	})
@@ -453,6 +456,85 @@ func TestTwoClusters(t *testing.T) {
 		}
 		if mtu != 1340 {
 			t.Errorf("path MTU to the remote pod is %d after a large DF datagram, want 1340 (the tunnel MTU)", mtu)
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		// Both are Connected (waited for above). Three datagrams from A's pod to B's: forwarded into A's tunnel and out of B's.
+		in(t, a.node, func() error {
+			c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.244.1.5")}, &net.UDPAddr{IP: net.ParseIP("10.71.2.7"), Port: 9})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for range 3 {
+				c.Write([]byte("metrics"))
+			}
+			return nil
+		})
+		deadline := time.Now().Add(5 * time.Second)
+		for b.metric(t, `skein_gateway_packets_handled_total{direction="from-tunnel",outcome="forwarded"}`) < 1 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		for _, c := range []struct {
+			site *cluster
+			role string
+			dir  string
+		}{{a, "client", "to-tunnel"}, {b, "server", "from-tunnel"}} {
+			text, err := c.site.get("/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			metricsdoc.Check(t, "gateway", text)
+			if v := c.site.metric(t, `skein_gateway_packets_handled_total{direction="`+c.dir+`",outcome="forwarded"}`); v < 1 {
+				t.Errorf("%s: forwarded %v packets %s", c.role, v, c.dir)
+			}
+			if v := c.site.metric(t, "skein_gateway_probe_round_trip_seconds_count"); v < 1 {
+				t.Errorf("%s: %v probes answered", c.role, v)
+			}
+			if v := c.site.metric(t, "skein_gateway_last_handshake_timestamp_seconds"); time.Since(time.Unix(int64(v), 0)) > 3*time.Minute {
+				t.Errorf("%s: last handshake at %v", c.role, v)
+			}
+			if v := c.site.metric(t, `skein_gateway_peer_info{peer_endpoint="`); v != 1 {
+				t.Errorf("%s: no peer_info with an endpoint", c.role)
+			}
+			if !strings.Contains(text, `role="`+c.role+`"`) || c.site.metric(t, "skein_gateway_active") != 1 {
+				t.Errorf("%s: peer_info's role or active wrong", c.role)
+			}
+		}
+	})
+
+	t.Run("SIGHUP reloads", func(t *testing.T) {
+		waitLog := func(what string) {
+			t.Helper()
+			deadline := time.Now().Add(5 * time.Second)
+			for !strings.Contains(a.logs.String(), what) {
+				if time.Now().After(deadline) {
+					t.Fatalf("A did not log %q after SIGHUP:\n%s", what, a.logs.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		good, err := os.ReadFile(a.cfgPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.proc.Process.Signal(syscall.SIGHUP)
+		waitLog("SIGHUP: configuration reloaded")
+		// A broken file: refused, the running configuration stays, the tunnel too.
+		if err := os.WriteFile(a.cfgPath, append(good, []byte("bogus: 1\n")...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		a.proc.Process.Signal(syscall.SIGHUP)
+		waitLog("the configuration was not reloaded; the running one stays")
+		if err := os.WriteFile(a.cfgPath, good, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if a.proc.ProcessState != nil {
+			t.Fatal("A exited on SIGHUP")
+		}
+		if v := a.metric(t, `skein_gateway_connection_state{state="Connected"}`); v != 1 {
+			t.Errorf("A is not Connected after the reloads (%v)", v)
 		}
 	})
 

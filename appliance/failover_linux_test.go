@@ -33,14 +33,26 @@ import (
 // stop of the new active the restarted replica does. The gaps, measured from the server's
 // side (the time until its probes are answered again), are logged: typically 6.3-7.0 s after
 // SIGKILL with the 6 s lease, 0-0.9 s after a graceful stop.
-func TestFailover(t *testing.T) {
+// rig is an in-cluster gateway client's objects in a real API server, a standalone server
+// peer, and a way to start replicas of the client (the real binary) with a given kubeconfig.
+type rig struct {
+	env      *apitest.Env
+	c        client.Client
+	ns       string
+	server   *appliance.Gateway
+	replicas map[string]string // name -> pod IP
+	procs    map[string]*exec.Cmd
+	start    func(name, kubeconfig string)
+	ctx      context.Context
+}
+
+func newRig(t *testing.T) *rig {
 	env := apitest.Start(t)
 	ns := env.Namespace(t, "fo")
 	c := env.Client
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
 	_, bin := workdir(t)
-	kubeconfig := env.KubeconfigFile(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	serverKey, _ := config.GenerateKey()
@@ -65,7 +77,7 @@ func TestFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer server.Close()
+	t.Cleanup(server.Close)
 
 	labels := map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b"}
 	overlayIP := netv1alpha1.IP("10.80.0.2")
@@ -98,7 +110,7 @@ func TestFailover(t *testing.T) {
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "gateway", Image: "skein-gateway"}}}}))
 	}
 	procs := map[string]*exec.Cmd{}
-	start := func(name string) {
+	start := func(name, kubeconfig string) {
 		cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--mode", "client", "--gateway-name", "gw", "--gateway-namespace", ns,
 			"--pod-name", name, "--pod-ip", replicas[name], "--node-name", "node-"+name, "--overlay-port", "47893",
 			"--http-listen", "off", "--probe-interval", "100ms", "--probe-fail-after", "3", "--log-level", "warn")
@@ -115,6 +127,14 @@ func TestFailover(t *testing.T) {
 			}
 		})
 	}
+	return &rig{env: env, c: c, ns: ns, server: server, replicas: replicas, procs: procs, start: start, ctx: ctx}
+}
+
+func TestFailover(t *testing.T) {
+	r := newRig(t)
+	c, ns, server, replicas, procs := r.c, r.ns, r.server, r.replicas, r.procs
+	kubeconfig := r.env.KubeconfigFile(t)
+	start := func(name string) { r.start(name, kubeconfig) }
 	start("rep-a")
 	start("rep-b")
 
@@ -189,3 +209,65 @@ func waitAnswered(t *testing.T, server *appliance.Gateway, since time.Time, time
 	t.Fatalf("the server's probes were not answered within %v", timeout)
 	return 0
 }
+
+// TestAPIOutage: the data plane survives its control plane. Two replicas reach the API server
+// through a proxy that the test freezes for apiOutage (open connections hang, new ones are
+// never answered): the active replica stays active (nobody could take over, and it sees no
+// other holder), so the peer's probes through the tunnel, every 100 ms, keep being answered;
+// after the thaw the same replica is still the only active one. With client-go's leader
+// election the active replica stepped down after its 4 s renew deadline and the tunnel was
+// down for the rest of the outage.
+func TestAPIOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 60 s API server outage")
+	}
+	r := newRig(t)
+	proxy := r.env.Proxy(t)
+	kubeconfig := proxy.KubeconfigFile(t, r.env)
+	r.start("rep-a", kubeconfig)
+	r.start("rep-b", kubeconfig)
+	active := waitActive(t, r.c, r.ns, "", r.replicas)
+	waitAnswered(t, r.server, time.Now(), 10*time.Second)
+
+	before := r.server.ProbeHistory()
+	proxy.Freeze()
+	frozen := time.Now()
+	// Watch the server's view through the outage: the longest time without a new answer.
+	var longest time.Duration
+	last := r.server.Status().LastReply
+	for time.Since(frozen) < apiOutage {
+		time.Sleep(50 * time.Millisecond)
+		s := r.server.Status()
+		if s.LastReply.After(last) {
+			last = s.LastReply
+		}
+		longest = max(longest, time.Since(last))
+	}
+	during := r.server.ProbeHistory()
+	proxy.Thaw()
+	lost, answered := during.Lost-before.Lost, during.Answered-before.Answered
+	t.Logf("API server unreachable for %v: the peer's probes (every 100 ms) through the tunnel: %d answered, %d lost, longest silence %v",
+		apiOutage, answered, lost, longest.Round(time.Millisecond))
+	if lost > 1 || longest > 500*time.Millisecond {
+		t.Errorf("the tunnel lost %d probes during the outage (longest silence %v), want at most one probe interval", lost, longest)
+	}
+
+	// After the outage: the same replica, and only it, is active.
+	time.Sleep(3 * time.Second)
+	if got := waitActive(t, r.c, r.ns, "", r.replicas); got != active {
+		t.Errorf("active after the outage: %s, was %s", got, active)
+	}
+	pod := &corev1.Pod{}
+	other := "rep-a"
+	if active == "rep-a" {
+		other = "rep-b"
+	}
+	apitest.Must(t, r.c.Get(r.ctx, client.ObjectKey{Namespace: r.ns, Name: other}, pod))
+	if pod.Labels[gateway.ActiveLabel] == "true" {
+		t.Errorf("both replicas are labelled active after the outage")
+	}
+	waitAnswered(t, r.server, time.Now(), 5*time.Second)
+}
+
+// apiOutage is how long TestAPIOutage keeps the API server unreachable.
+const apiOutage = 60 * time.Second

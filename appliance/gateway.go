@@ -2,6 +2,8 @@ package appliance
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/dataplane"
+	"github.com/skein-net/skein/dataplane/packet"
 	"github.com/skein-net/skein/dataplane/udp"
 	"github.com/skein-net/skein/netstack"
 )
@@ -50,6 +53,10 @@ type Gateway struct {
 	reconnects   atomic.Uint64
 	once         sync.Once
 	observer     atomic.Pointer[func(netstack.ProbeStatus)]
+	goodbyeKey   atomic.Pointer[packet.GoodbyeKey] // nil: goodbyes off
+	lastGoodbye  atomic.Int64                      // unix nanoseconds of the last goodbye accepted
+	resets       resetBucket                       // rations the peer resets of reconnects
+	wgDrops      [numWGDrops]atomic.Uint64         // drops wireguard-go reports, by reason
 	applyMu      sync.Mutex
 }
 
@@ -96,6 +103,7 @@ func New(plan *config.Gateway, opts Options) (_ *Gateway, err error) {
 		bind = conn.NewDefaultBind()
 	}
 	g := &Gateway{plan: plan, log: log, stopped: make(chan struct{})}
+	g.setGoodbyeKey(plan)
 	// The environment (GOMEMLIMIT, GOGC) wins over the configuration.
 	if plan.MemoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(plan.MemoryLimit)
@@ -124,7 +132,7 @@ func New(plan *config.Gateway, opts Options) (_ *Gateway, err error) {
 
 	g.out, g.in = dataplane.NewWindow(plan.Window, 0), dataplane.NewWindow(plan.Window, 0)
 	g.dp.SetWindows(g.out, g.in)
-	g.wg = device.NewDevice(g.dp, dataplane.NewPacedBind(bind, g.out, g.in), wgLogger(log))
+	g.wg = device.NewDevice(g.dp, dataplane.NewPacedBind(bind, g.out, g.in), wgLogger(log, &g.wgDrops))
 	if err := g.wg.IpcSet(plan.UAPI()); err != nil {
 		return nil, fmt.Errorf("wireguard: %w", err)
 	}
@@ -226,6 +234,9 @@ func (g *Gateway) Apply(next *config.Gateway) error {
 			return fmt.Errorf("wireguard: %w", err)
 		}
 	}
+	if next.PrivateKey != cur.PrivateKey || next.PeerPublicKey != cur.PeerPublicKey {
+		g.setGoodbyeKey(next)
+	}
 	g.plan = next
 	return nil
 }
@@ -235,6 +246,20 @@ func (g *Gateway) Dataplane() *dataplane.Dataplane { return g.dp }
 
 // Status is the prober's view of the connection.
 func (g *Gateway) Status() netstack.ProbeStatus { return g.prober.Status() }
+
+// WireGuardDrops is how many packets wireguard-go dropped and reported for reason (a value of
+// skein_gateway_wireguard_drops_total's label).
+func (g *Gateway) WireGuardDrops(reason string) uint64 {
+	for i, name := range wgDropNames {
+		if name == reason {
+			return g.wgDrops[i].Load()
+		}
+	}
+	return 0
+}
+
+// ProbeHistory counts the probes answered and lost since the gateway started.
+func (g *Gateway) ProbeHistory() netstack.ProbeHistory { return g.prober.History() }
 
 // HTTPAddr is where the HTTP endpoints listen (nil when off).
 func (g *Gateway) HTTPAddr() net.Addr {
@@ -264,13 +289,57 @@ func (g *Gateway) ipcInts(keys ...string) map[string]int64 {
 func (g *Gateway) listenPort() int { return int(g.ipcInts("listen_port")["listen_port"]) }
 
 // lastHandshake reads the peer's last handshake time from wireguard-go.
-func (g *Gateway) lastHandshake() time.Time {
-	v := g.ipcInts("last_handshake_time_sec", "last_handshake_time_nsec")
-	sec, nsec := v["last_handshake_time_sec"], v["last_handshake_time_nsec"]
-	if sec == 0 && nsec == 0 {
-		return time.Time{}
+func (g *Gateway) lastHandshake() time.Time { return g.peerState().lastHandshake }
+
+// wgPeer is what wireguard-go reports of the one peer.
+type wgPeer struct {
+	publicKey        string // base64, as wg shows it
+	endpoint         string // "" until known
+	lastHandshake    time.Time
+	rxBytes, txBytes int64
+}
+
+// peerState reads the peer's state from wireguard-go's UAPI in one call.
+func (g *Gateway) peerState() wgPeer {
+	var p wgPeer
+	s, err := g.wg.IpcGet()
+	if err != nil {
+		return p
 	}
-	return time.Unix(sec, nsec)
+	var sec, nsec int64
+	for l := range strings.Lines(s) {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "public_key":
+			if raw, err := hex.DecodeString(v); err == nil {
+				p.publicKey = base64.StdEncoding.EncodeToString(raw)
+			}
+		case "endpoint":
+			p.endpoint = v
+		case "last_handshake_time_sec":
+			sec, _ = strconv.ParseInt(v, 10, 64)
+		case "last_handshake_time_nsec":
+			nsec, _ = strconv.ParseInt(v, 10, 64)
+		case "rx_bytes":
+			p.rxBytes, _ = strconv.ParseInt(v, 10, 64)
+		case "tx_bytes":
+			p.txBytes, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if sec != 0 || nsec != 0 {
+		p.lastHandshake = time.Unix(sec, nsec)
+	}
+	return p
+}
+
+// currentPlan is the configuration in force (Apply replaces it).
+func (g *Gateway) currentPlan() *config.Gateway {
+	g.applyMu.Lock()
+	defer g.applyMu.Unlock()
+	return g.plan
 }
 
 // Close stops everything and releases the sockets. An active gateway first says goodbye to
@@ -299,16 +368,77 @@ func (g *Gateway) Close() {
 	})
 }
 
-// wgLogger routes wireguard-go's logs to slog: errors as errors, the rest at debug level.
+// wgDropReasons are the packets wireguard-go drops and says so (at its verbose level), by the
+// format string it logs them with. (It drops what fails to decrypt without a word.)
+var wgDropReasons = map[string]int{
+	"IPv4 packet with disallowed source address from %v": wgDropDisallowedSource,
+	"IPv6 packet with disallowed source address from %v": wgDropDisallowedSource,
+	"Packet with invalid IP version from %v":             wgDropInvalidIPVersion,
+	"Received packet with invalid mac1":                  wgDropInvalidMAC1,
+	"Received invalid initiation message from %s":        wgDropInvalidHandshake,
+	"Received invalid response message from %s":          wgDropInvalidHandshake,
+	"Could not decrypt invalid cookie response":          wgDropInvalidCookie,
+}
+
+const (
+	wgDropDisallowedSource = iota
+	wgDropInvalidIPVersion
+	wgDropInvalidMAC1
+	wgDropInvalidHandshake
+	wgDropInvalidCookie
+	numWGDrops
+)
+
+var wgDropNames = [numWGDrops]string{"disallowed_source", "invalid_ip_version", "invalid_mac1", "invalid_handshake", "invalid_cookie"}
+
+// wgErrorEvery is how often one kind of wireguard-go error is logged; the repeats in between
+// are counted and reported with the next.
+const wgErrorEvery = 10 * time.Second
+
+// wgLogger routes wireguard-go's logs to slog: errors as errors (each kind at most once per
+// wgErrorEvery, so an outage is a few lines, not hundreds), the rest at debug level,
+// formatted only when debug is on; the drops it reports are counted in drops.
 // wireguard-go names peers by an abbreviated public key and never logs private keys.
-func wgLogger(log *slog.Logger) *device.Logger {
+func wgLogger(log *slog.Logger, drops *[numWGDrops]atomic.Uint64) *device.Logger {
+	var mu sync.Mutex
+	type seen struct {
+		at         time.Time
+		suppressed int
+	}
+	last := map[string]*seen{}
 	return &device.Logger{
-		Verbosef: func(format string, args ...any) { log.Debug(fmt.Sprintf(format, args...), "component", "wireguard") },
+		Verbosef: func(format string, args ...any) {
+			if i, ok := wgDropReasons[format]; ok {
+				drops[i].Add(1)
+			}
+			if log.Enabled(context.Background(), slog.LevelDebug) {
+				log.Debug(fmt.Sprintf(format, args...), "component", "wireguard")
+			}
+		},
 		Errorf: func(format string, args ...any) {
 			msg := fmt.Sprintf(format, args...)
 			if strings.Contains(msg, "no known endpoint for peer") {
 				// A server's probes before its client first connects: expected, not an error.
 				log.Debug(msg, "component", "wireguard")
+				return
+			}
+			mu.Lock()
+			s := last[format]
+			if s == nil {
+				s = &seen{}
+				last[format] = s
+			}
+			now := time.Now()
+			if !s.at.IsZero() && now.Sub(s.at) < wgErrorEvery {
+				s.suppressed++
+				mu.Unlock()
+				return
+			}
+			suppressed := s.suppressed
+			s.at, s.suppressed = now, 0
+			mu.Unlock()
+			if suppressed > 0 {
+				log.Error(msg, "component", "wireguard", "repeatsSinceLastLogged", suppressed)
 				return
 			}
 			log.Error(msg, "component", "wireguard")

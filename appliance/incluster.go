@@ -10,9 +10,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/rest"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/buildinfo"
 	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/dataplane/overlay"
@@ -191,6 +195,11 @@ func (ic *InCluster) serveWaiting(addr string) error {
 		return fmt.Errorf("httpListen %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
+	// Monitoring sees a waiting gateway too: its build and skein_gateway_configured 0.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("gateway"),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: configuredName, Help: configuredHelp}, func() float64 { return 0 }))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	ok := func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok: waiting for the gateway's configuration (see the log)")
 	}

@@ -2,9 +2,13 @@ package appliance_test
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +25,7 @@ import (
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/dataplane/packet"
 	"github.com/skein-net/skein/internal/apitest"
+	"github.com/skein-net/skein/internal/metricsdoc"
 )
 
 // TestInCluster runs a gateway client configured from API objects on a real API server
@@ -81,9 +86,10 @@ func TestInCluster(t *testing.T) {
 		},
 	}
 	apitest.Must(t, c.Create(ctx, gc))
+	httpAddr := freeLoopbackAddr(t)
 	ic, err := appliance.StartInCluster(env.Config, gateway.Options{
 		Namespace: ns, Name: "gw",
-		Local: gateway.Local{PodIP: netip.MustParseAddr("127.0.0.3"), OverlayPort: 47891, ProbeInterval: 200 * time.Millisecond, ProbeFail: 3, HTTPListen: "off"},
+		Local: gateway.Local{PodIP: netip.MustParseAddr("127.0.0.3"), OverlayPort: 47891, ProbeInterval: 200 * time.Millisecond, ProbeFail: 3, HTTPListen: httpAddr},
 	}, nil, log)
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +100,10 @@ func TestInCluster(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	if ic.Gateway() != nil {
 		t.Fatal("the gateway started without its key, peer key, Configuration and nodes")
+	}
+	// Monitoring sees the waiting gateway: its build, and configured 0.
+	if m := scrape(t, httpAddr); !strings.Contains(m, "\nskein_gateway_configured 0\n") || !strings.Contains(m, "skein_gateway_build_info{") {
+		t.Errorf("a waiting gateway's /metrics:\n%s", m)
 	}
 	overlayIP := netv1alpha1.IP("10.80.0.2")
 	gc.Status = netv1alpha1.GatewayClientStatus{
@@ -127,6 +137,12 @@ func TestInCluster(t *testing.T) {
 	conn = waitConnection(t, c, ns, func(s netv1alpha1.ConnectionStatus) bool { return s.Latency != nil })
 	if l := conn.Status.Latency.Value.Duration; l <= 0 || l > time.Second {
 		t.Errorf("latency %v", l)
+	}
+	// Running: every metric of docs/metrics.md, and configured 1.
+	m := scrape(t, httpAddr)
+	metricsdoc.Check(t, "gateway", m)
+	if !strings.Contains(m, "\nskein_gateway_configured 1\n") {
+		t.Errorf("a running gateway is not configured 1")
 	}
 	gw := ic.Gateway()
 	if nat := gw.Dataplane().Config().NAT; len(nat) != 1 || nat[0].From.String() != "10.71.0.0/16" {
@@ -174,4 +190,30 @@ func waitConnection(t *testing.T, c client.Client, ns string, ok func(netv1alpha
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// freeLoopbackAddr is 127.0.0.1 with a port that was free a moment ago.
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// scrape fetches /metrics from addr.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s %v", resp.Status, err)
+	}
+	return string(b)
 }

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/skein-net/skein/dataplane/overlaytest"
 	"github.com/skein-net/skein/dataplane/packet"
 	pt "github.com/skein-net/skein/dataplane/packet/packettest"
+	"github.com/skein-net/skein/internal/apitest"
 )
 
 // memSite is one cluster of the in-memory test: its gateway's keys and overlay socket, and one
@@ -151,4 +153,143 @@ func TestTwoGatewaysInMemory(t *testing.T) {
 	}
 	a.send(echo(packet.ICMPEcho, "10.244.1.5", "10.71.2.7"))
 	wantAddrs(t, b.receive(t), "10.73.1.5", "10.244.2.7")
+}
+
+// TestGoodbyeForgeries: only the peer gateway's own, fresh goodbye makes a client reconnect.
+// A node of A's cluster sends one over the overlay from the server's tunnel address: dropped
+// as a link-local source. Through the tunnel, from the server's tunnel address, one keyed
+// wrongly and one two minutes old: delivered, but refused. The genuine one: a reconnect; the
+// same bytes again (a replay): nothing more.
+func TestGoodbyeForgeries(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	binds := bindtest.NewChannelBinds()
+	a, b := newMemSite(1), newMemSite(2)
+	clientPlan := a.plan(t, false, b.key, "10.71.0.0/16", 1, time.Minute)
+	client := a.start(t, clientPlan, binds[0], log)
+	serverPlan := b.plan(t, true, a.key, "10.72.0.0/16", 2, 100*time.Millisecond)
+	server := b.start(t, serverPlan, binds[1], log)
+	waitAnswered(t, server, time.Now(), 10*time.Second)
+
+	from, to := serverPlan.TunnelIP.As4(), clientPlan.TunnelIP.As4()
+	goodbye := func(key *packet.GoodbyeKey, at time.Time) []byte {
+		pkt := make([]byte, packet.GoodbyeLen)
+		return pkt[:packet.PutGoodbye(pkt, from, to, key, at.UnixNano(), [8]byte{7})]
+	}
+	key, err := appliance.GoodbyeKey(b.key, a.key.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k2, _ := appliance.GoodbyeKey(a.key, b.key.Public()); *k2 != *key {
+		t.Fatal("the two sides derive different goodbye keys")
+	}
+	counter := func(d dataplane.Direction, k dataplane.Counter) uint64 { return client.Dataplane().Counters()[d][k] }
+	settle := func(what string, local uint64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for counter(dataplane.FromTunnel, dataplane.Local) <= local {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never reached the client", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(300 * time.Millisecond) // a reconnect would have started by now
+		if n := client.Reconnects(); n != 0 {
+			t.Fatalf("%s made the client reconnect", what)
+		}
+	}
+
+	a.send(pt.IPv4{Src: "169.254.100.1", Dst: "169.254.100.2", Proto: packet.ProtoICMP, TTL: 64,
+		Payload: pt.ICMP(packet.ICMPEcho, 0, [4]byte{}, packet.GoodbyeMagic)}.Build())
+	deadline := time.Now().Add(5 * time.Second)
+	for counter(dataplane.ToTunnel, dataplane.DropLinkLocalSource) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a goodbye from a node over the overlay was not dropped as a link-local source")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	wrong := packet.GoodbyeKey{1}
+	local := counter(dataplane.FromTunnel, dataplane.Local)
+	apitest.Must(t, server.Dataplane().Inject(goodbye(&wrong, time.Now())))
+	settle("a goodbye with the wrong key", local)
+	local = counter(dataplane.FromTunnel, dataplane.Local)
+	apitest.Must(t, server.Dataplane().Inject(goodbye(key, time.Now().Add(-2*time.Minute))))
+	settle("a goodbye two minutes old", local)
+
+	// Through the tunnel from a source outside what the client allows the server: wireguard-go
+	// drops it, and the drop is counted.
+	apitest.Must(t, server.Dataplane().Inject(echo(packet.ICMPEcho, "10.9.9.9", clientPlan.TunnelIP.String())))
+	deadline = time.Now().Add(5 * time.Second)
+	for client.WireGuardDrops("disallowed_source") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("wireguard-go's drop of a disallowed source was not counted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	genuine := goodbye(key, time.Now())
+	apitest.Must(t, server.Dataplane().Inject(genuine))
+	deadline = time.Now().Add(5 * time.Second)
+	for client.Reconnects() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the genuine goodbye did not make the client reconnect")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the reconnect ends when a ping is answered
+	apitest.Must(t, server.Dataplane().Inject(genuine))
+	time.Sleep(500 * time.Millisecond)
+	if n := client.Reconnects(); n != 1 {
+		t.Errorf("a replayed goodbye: %d reconnects, want 1", n)
+	}
+}
+
+// cuttableBind counts the handshake initiations a gateway sends and can cut the link.
+type cuttableBind struct {
+	conn.Bind
+	cut   atomic.Bool
+	inits atomic.Int64
+}
+
+func (c *cuttableBind) Send(bufs [][]byte, ep conn.Endpoint) error {
+	for _, b := range bufs {
+		if len(b) == 148 && b[0] == 1 { // a WireGuard handshake initiation
+			c.inits.Add(1)
+		}
+	}
+	if c.cut.Load() {
+		return nil
+	}
+	return c.Bind.Send(bufs, ep)
+}
+
+// TestOutageHandshakePace: while the path to the server is cut, the client's reconnects
+// (which reset wireguard-go's own limit of one handshake per 5 s) keep to that pace after a
+// burst of resetBurst, instead of a handshake per lost probe; after the cut the connection
+// comes back.
+func TestOutageHandshakePace(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	binds := bindtest.NewChannelBinds()
+	a, b := newMemSite(1), newMemSite(2)
+	cb := &cuttableBind{Bind: binds[0]}
+	sb := &cuttableBind{Bind: binds[1]}
+	client := a.start(t, a.plan(t, false, b.key, "10.71.0.0/16", 1, 100*time.Millisecond), cb, log)
+	server := b.start(t, b.plan(t, true, a.key, "10.72.0.0/16", 2, 100*time.Millisecond), sb, log)
+	waitAnswered(t, server, time.Now(), 10*time.Second)
+
+	const outage = 20 * time.Second
+	cb.cut.Store(true)
+	sb.cut.Store(true)
+	before := cb.inits.Load()
+	time.Sleep(outage)
+	sent := cb.inits.Load() - before
+	cb.cut.Store(false)
+	sb.cut.Store(false)
+	// wireguard-go alone: one per 5 s; the reconnects may add their burst and as many again.
+	limit := int64(5 + 2*outage/(5*time.Second) + 2)
+	t.Logf("%v cut: the client sent %d handshake initiations (%d reconnects); wireguard-go's own pace is %d", outage, sent, client.Reconnects(), outage/(5*time.Second))
+	if sent > limit {
+		t.Errorf("%d handshake initiations in %v, want at most %d", sent, outage, limit)
+	}
+	waitAnswered(t, client, time.Now(), 20*time.Second)
 }

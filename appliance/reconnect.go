@@ -2,8 +2,15 @@ package appliance
 
 import (
 	"context"
+	"crypto/ecdh"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"sync"
 	"time"
 
+	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/dataplane/packet"
 )
 
@@ -30,6 +37,48 @@ const goodbyeSends = 3
 // reconnectFor bounds the reconnect attempts; then wireguard-go's own timers carry on.
 const reconnectFor = 15 * time.Second
 
+// Every reconnect attempt resets the peer, which also resets wireguard-go's limit of one
+// handshake per 5 s. Attempts are drawn from a bucket of resetBurst that refills one per
+// resetEvery, wireguard-go's own pace: a failover gets its handful of quick attempts, a long
+// outage settles to wireguard-go's rate instead of a handshake every few hundred ms.
+const (
+	resetBurst = 5
+	resetEvery = 5 * time.Second
+)
+
+// resetBucket rations peer resets.
+type resetBucket struct {
+	mu     sync.Mutex
+	tokens float64
+	last   time.Time
+}
+
+// take waits for a token until ctx ends; false if it ended first.
+func (b *resetBucket) take(ctx context.Context) bool {
+	for {
+		b.mu.Lock()
+		now := time.Now()
+		if b.last.IsZero() {
+			b.tokens = resetBurst
+		} else {
+			b.tokens = min(resetBurst, b.tokens+now.Sub(b.last).Seconds()/resetEvery.Seconds())
+		}
+		b.last = now
+		if b.tokens >= 1 {
+			b.tokens--
+			b.mu.Unlock()
+			return true
+		}
+		wait := time.Duration((1 - b.tokens) * float64(resetEvery))
+		b.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+	}
+}
+
 // sayGoodbye tells the peer gateway that this replica stops: a handful of echo requests with
 // the goodbye payload, injected into the tunnel from the tunnel address, then a few
 // milliseconds for wireguard-go to send them. Only an active gateway with a session says it.
@@ -40,8 +89,14 @@ func (g *Gateway) sayGoodbye() {
 	g.applyMu.Lock()
 	src, dst := g.plan.TunnelIP, g.plan.PeerTunnelIP
 	g.applyMu.Unlock()
+	key := g.goodbyeKey.Load()
+	if key == nil {
+		return
+	}
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
 	pkt := make([]byte, packet.GoodbyeLen)
-	packet.PutGoodbye(pkt, src.As4(), dst.As4())
+	packet.PutGoodbye(pkt, src.As4(), dst.As4(), key, time.Now().UnixNano(), nonce)
 	for i := range goodbyeSends {
 		if i > 0 {
 			time.Sleep(time.Millisecond)
@@ -57,12 +112,70 @@ func (g *Gateway) sayGoodbye() {
 	g.log.Info("said goodbye to the peer gateway")
 }
 
-// isGoodbye reports whether pkt, addressed to this gateway, is the peer's goodbye.
+// goodbyeWindow is how far a goodbye's time may be from this gateway's clock.
+const goodbyeWindow = time.Minute
+
+// isGoodbye reports whether pkt, addressed to this gateway, is the peer's goodbye: from the
+// peer's tunnel address, its MAC made with the key only the two gateways share, sent within
+// goodbyeWindow of now and after the last goodbye accepted (a replay is refused).
 func (g *Gateway) isGoodbye(pkt []byte) bool {
 	g.applyMu.Lock()
 	peer := g.plan.PeerTunnelIP
 	g.applyMu.Unlock()
-	return packet.IsGoodbye(pkt, peer.As4())
+	key := g.goodbyeKey.Load()
+	if key == nil {
+		return false
+	}
+	at, ok := packet.ParseGoodbye(pkt, peer.As4(), key)
+	if !ok {
+		return false
+	}
+	now := time.Now().UnixNano()
+	if d := now - at; d > int64(goodbyeWindow) || d < -int64(goodbyeWindow) {
+		g.log.Warn("a goodbye from the peer gateway outside the time window; ignored (are the clocks apart?)", "sent", time.Unix(0, at))
+		return false
+	}
+	for {
+		last := g.lastGoodbye.Load()
+		if at <= last {
+			return false // a replay, or one of the few copies of one goodbye
+		}
+		if g.lastGoodbye.CompareAndSwap(last, at) {
+			return true
+		}
+	}
+}
+
+// GoodbyeKey is the goodbye's MAC key of a pair of gateways: their static X25519 keys'
+// shared secret (the same on both sides), hashed with a label.
+func GoodbyeKey(private, peerPublic config.Key) (*packet.GoodbyeKey, error) {
+	priv, err := ecdh.X25519().NewPrivateKey(private[:])
+	if err != nil {
+		return nil, err
+	}
+	pub, err := ecdh.X25519().NewPublicKey(peerPublic[:])
+	if err != nil {
+		return nil, err
+	}
+	shared, err := priv.ECDH(pub)
+	if err != nil {
+		return nil, fmt.Errorf("the peer's public key: %w", err)
+	}
+	m := hmac.New(sha256.New, shared)
+	m.Write([]byte("skein goodbye v1"))
+	var k packet.GoodbyeKey
+	copy(k[:], m.Sum(nil))
+	return &k, nil
+}
+
+// setGoodbyeKey derives the key for plan's pair of keys; a key that cannot make one (a
+// low-order peer key) leaves goodbyes off, logged.
+func (g *Gateway) setGoodbyeKey(plan *config.Gateway) {
+	k, err := GoodbyeKey(plan.PrivateKey, plan.PeerPublicKey)
+	if err != nil {
+		g.log.Warn("goodbyes to and from the peer gateway are off", "err", err)
+	}
+	g.goodbyeKey.Store(k)
 }
 
 // localTap sits between the dataplane and the netstack: it spots the peer's goodbye, then
@@ -132,6 +245,9 @@ func (g *Gateway) reconnect(why string) {
 		}
 		timeout := min(max(3*g.prober.Status().RTT, 250*time.Millisecond), 2*time.Second)
 		for attempt := 1; ctx.Err() == nil; attempt++ {
+			if !g.resets.take(ctx) {
+				break
+			}
 			g.applyMu.Lock()
 			err := g.wg.IpcSet(g.plan.PeerResetUAPI())
 			src, dst := g.plan.TunnelIP, g.plan.PeerTunnelIP

@@ -50,6 +50,13 @@ const (
 	DropNotForUs
 	DropEtherType
 	DropARP
+	// DropLinkLocalSource: an inner packet from the overlay claims a link-local source
+	// (169.254.0.0/16, where the tunnel's own addresses are): no pod or node sends one
+	// through the overlay, so it is spoofed (a forged goodbye, say).
+	DropLinkLocalSource
+	// DropSpoofedSource: an inner packet from the overlay, for the tunnel, whose source is
+	// not an address of the node that sent it (its pod CIDRs, its pods, its external address).
+	DropSpoofedSource
 
 	// DropMalformedIP: the inner packet is not a valid IPv4 packet (bad header, checksum,
 	// lengths) or is IPv6, which is not forwarded yet.
@@ -103,6 +110,8 @@ var counterNames = [NumCounters]string{
 	DropNotForUs:         "drop-not-for-us",
 	DropEtherType:        "drop-unsupported-ethertype",
 	DropARP:              "drop-arp",
+	DropLinkLocalSource:  "drop-link-local-source",
+	DropSpoofedSource:    "drop-spoofed-source",
 	DropMalformedIP:      "drop-malformed-ip",
 	DropNoRoute:          "drop-no-route",
 	DropLoop:             "drop-loop",

@@ -338,6 +338,12 @@ func TestDrops(t *testing.T) {
 		{"no route", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.99.0.1", Proto: 17, Payload: make([]byte, 8)}.Build()), Addr: from1}, dataplane.DropNoRoute},
 		{"loop to a local pod", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.244.2.1", Proto: 17, Payload: make([]byte, 8)}.Build()), Addr: from1}, dataplane.DropLoop},
 		{"truncated tcp", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 6, Payload: make([]byte, 6)}.Build()), Addr: from1}, dataplane.DropNATTruncated},
+		// Node 1 speaks for node 2's pods (its CIDR, and node 2's pod /32 inside node 1's CIDR),
+		// for an address no node has, and with a link-local source (the tunnel's range).
+		{"another node's pod", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.2.9", Dst: "10.71.2.7", Proto: 17, Payload: make([]byte, 8)}.Build()), Addr: from1}, dataplane.DropSpoofedSource},
+		{"another node's pod /32", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.77", Dst: "10.71.2.7", Proto: 17, Payload: make([]byte, 8)}.Build()), Addr: from1}, dataplane.DropSpoofedSource},
+		{"no node's address", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.9.9.9", Dst: "10.71.2.7", Proto: 17, Payload: make([]byte, 8)}.Build()), Addr: from1}, dataplane.DropSpoofedSource},
+		{"link-local source", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "169.254.100.1", Dst: "10.80.0.1", Proto: 1, Payload: pt.ICMP(8, 0, [4]byte{}, nil)}.Build()), Addr: from1}, dataplane.DropLinkLocalSource},
 		{"no local handler", overlaytest.Datagram{B: vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.80.0.1", Proto: 1, Payload: pt.ICMP(8, 0, [4]byte{}, nil)}.Build()), Addr: from1}, dataplane.DropLocalUnavailable},
 	}
 	dp, c := newDP(t, baseConfig())

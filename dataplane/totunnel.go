@@ -177,7 +177,7 @@ func (d *Dataplane) toTunnel(b *batch, m *Message, slot int) (int, split) {
 		b.tl[DropMalformedOverlay]++
 		return 0, split{}
 	}
-	inner, res := b.t.vtep.Decap(m.Addr.Addr(), m.Head, m.Body[:m.N-overlay.HeaderLen])
+	inner, res, peer := b.t.vtep.DecapPeer(m.Addr.Addr(), m.Head, m.Body[:m.N-overlay.HeaderLen])
 	switch res {
 	case overlay.Deliver:
 	case overlay.Reply:
@@ -188,13 +188,17 @@ func (d *Dataplane) toTunnel(b *batch, m *Message, slot int) (int, split) {
 		b.tl[overlayDrops[res]]++
 		return 0, split{}
 	}
-	return d.forwardToTunnel(b, inner, slot)
+	if len(inner) >= packet.IPv4MinHeaderLen && inner[0]>>4 == 4 && inner[12] == 169 && inner[13] == 254 {
+		b.tl[DropLinkLocalSource]++
+		return 0, split{}
+	}
+	return d.forwardToTunnel(b, inner, slot, uint32(hopNode+peer))
 }
 
-// forwardToTunnel routes, checks, translates and clamps an inner packet from the overlay. It
-// returns the packet's size (0: not for the tunnel) and, for a TCP superpacket larger than the
-// tunnel MTU, how to cut it.
-func (d *Dataplane) forwardToTunnel(b *batch, inner []byte, slot int) (int, split) {
+// forwardToTunnel routes, checks, translates and clamps an inner packet from the overlay, sent
+// by the node at route hop sender. It returns the packet's size (0: not for the tunnel) and,
+// for a TCP superpacket larger than the tunnel MTU, how to cut it.
+func (d *Dataplane) forwardToTunnel(b *batch, inner []byte, slot int, sender uint32) (int, split) {
 	t := b.t
 	ip, err := packet.ParseIPv4(inner)
 	if err != nil {
@@ -212,6 +216,12 @@ func (d *Dataplane) forwardToTunnel(b *batch, inner []byte, slot int) (int, spli
 		return 0, split{}
 	case hop != hopTunnel:
 		b.tl[DropLoop]++
+		return 0, split{}
+	}
+	// Into the peer cluster only from the sender's own addresses: a node cannot speak for
+	// another node's pods, nor for anything outside its own.
+	if owner, ok := t.routes.Lookup4(ip.Src()); !ok || owner != sender {
+		b.tl[DropSpoofedSource]++
 		return 0, split{}
 	}
 	if ip.TTL() <= 1 {

@@ -333,6 +333,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"misspelt value", map[string]any{"overlay": map[string]any{"devices": "x"}}, "devices"},
 		{"cluster id not a label value", map[string]any{"clusterID": "no spaces allowed"}, "/clusterID"},
 		{"replicas without election", map[string]any{"controller": map[string]any{"replicas": 2, "leaderElection": false}}, "leaderElection"},
+		{"scrape interval not a duration", map[string]any{"monitoring": map[string]any{"podMonitor": map[string]any{"interval": "thirty seconds"}}}, "/monitoring/podMonitor/interval"},
+		{"dashboard label not a string", map[string]any{"monitoring": map[string]any{"dashboard": map[string]any{"labels": map[string]any{"grafana_dashboard": 1}}}}, "/monitoring/dashboard/labels"},
 	}
 	helmBinary(t)
 	for _, c := range cases {

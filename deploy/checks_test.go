@@ -173,7 +173,8 @@ func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 	return nil
 }
 
-var clusterScoped = map[string]bool{"CustomResourceDefinition": true, "ClusterRole": true, "ClusterRoleBinding": true}
+var clusterScoped = map[string]bool{"CustomResourceDefinition": true, "ClusterRole": true, "ClusterRoleBinding": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 
 // checkRender checks a rendering of the chart against the values it was rendered with and
 // against the chart's invariants, returning one line per problem.
@@ -630,7 +631,7 @@ func checkRBAC(objs []*unstructured.Unstructured) []string {
 		}
 	}
 	sort.Strings(names)
-	if want := []string{controller.GatewayClusterRole, controller.GatewayNodesClusterRole}; !slices.Equal(names, want) {
+	if want := []string{controller.GatewayClusterRole, controller.GatewayNodesClusterRole, controller.GatewayPodsClusterRole}; !slices.Equal(names, want) {
 		bad("deploy/rbac defines %v, skein-controller binds %v", names, want)
 	}
 	bindable := []string{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -36,8 +37,10 @@ import (
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/identity"
+	"github.com/skein-net/skein/control/kube"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/internal/apitest"
+	"github.com/skein-net/skein/internal/metricsdoc"
 	"github.com/skein-net/skein/internal/safebuffer"
 )
 
@@ -151,14 +154,14 @@ func TestChartInstall(t *testing.T) {
 		must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tmpl))
 	}
 
-	// skein-controller, as the Deployment runs it (metrics off: the port may be taken here).
+	// skein-controller, as the Deployment runs it (on loopback ports: the chart's may be taken here).
 	bins, err := binaries()
 	must(err)
 	ctrPod := dep.Spec.Template.Spec
 	ctr := ctrPod.Containers[0]
 	ctrUser := saUser(ns, ctrPod.ServiceAccountName)
-	healthAddr := freeLoopbackPort(t)
-	args := append(slices.Clone(ctr.Args), "--metrics-listen=0", "--health-listen="+healthAddr, "--kubeconfig="+saKubeconfig(t, env, ns, ctrPod.ServiceAccountName))
+	healthAddr, metricsAddr := freeLoopbackPort(t), freeLoopbackPort(t)
+	args := append(slices.Clone(ctr.Args), "--metrics-listen="+metricsAddr, "--health-listen="+healthAddr, "--kubeconfig="+saKubeconfig(t, env, ns, ctrPod.ServiceAccountName))
 	cmd := exec.Command(filepath.Join(bins, "skein-controller"), args...)
 	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(e string) bool {
 		return strings.HasPrefix(e, "KUBECONFIG=") || strings.HasPrefix(e, "POD_")
@@ -246,6 +249,20 @@ func TestChartInstall(t *testing.T) {
 		return c.Get(ctx, client.ObjectKey{Namespace: where["publickey-server.yaml"], Name: "crimson-field"}, pk) == nil && len(pk.Status.Conditions) > 0
 	}, ctrLogs)
 
+	// Its metrics: as docs/metrics.md lists them, lint-clean, the IPAM gauges counting the peer.
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	must(err)
+	scrape, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	must(err)
+	metricsdoc.Check(t, "controller", string(scrape))
+	if v, _ := metricsdoc.Sample(string(scrape), `skein_controller_ipam_range_assigned_addresses{range="internal"}`); v < 2 {
+		t.Errorf("%v internal addresses assigned, want the node's and the gateways'", v)
+	}
+	if v, ok := metricsdoc.Sample(string(scrape), "skein_controller_build_info{"); !ok || v != 1 {
+		t.Errorf("no skein_controller_build_info")
+	}
+
 	// What it rendered from the chart's template and the bindings it made.
 	gwDep := &appsv1.Deployment{}
 	must(c.Get(ctx, client.ObjectKey{Namespace: gwNS, Name: "server"}, gwDep))
@@ -274,8 +291,11 @@ func TestChartInstall(t *testing.T) {
 
 	// The agent's API side, as the DaemonSet's ServiceAccount, on the node above.
 	agentSA := ds.Spec.Template.Spec.ServiceAccountName
+	// As the agent's pod-bound token says who it is: its node and its pod (the chart's policy
+	// holds it to them).
 	agentCfg := rest.CopyConfig(env.Config)
-	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: saUser(ns, agentSA), Groups: saGroups(ns)}
+	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: saUser(ns, agentSA), Groups: saGroups(ns),
+		Extra: map[string][]string{"authentication.kubernetes.io/node-name": {node.Name}, "authentication.kubernetes.io/pod-name": {"skein-agent-test"}}}
 	in := &netv1alpha1.InternalNode{}
 	apitest.Eventually(t, "InternalNode of the node", 60*time.Second, func() bool {
 		return c.Get(ctx, client.ObjectKey{Name: node.Name}, in) == nil && in.Spec.OverlayIP != nil
@@ -314,6 +334,22 @@ func TestChartInstall(t *testing.T) {
 		return c.Get(ctx, client.ObjectKeyFromObject(agentPod), agentPod) == nil && agentPod.Annotations[agent.MACAnnotation] == string(in.Status.VTEP.MAC)
 	}, agentLogs)
 
+	// The policy: an agent on another node may not write this node's InternalNode, nor
+	// annotate a pod that is not its own.
+	otherCfg := rest.CopyConfig(env.Config)
+	otherCfg.Impersonate = rest.ImpersonationConfig{UserName: saUser(ns, agentSA), Groups: saGroups(ns),
+		Extra: map[string][]string{"authentication.kubernetes.io/node-name": {"another-node"}, "authentication.kubernetes.io/pod-name": {"skein-agent-other"}}}
+	other, err := client.New(otherCfg, client.Options{Scheme: kube.Scheme()})
+	must(err)
+	hijack, _ := json.Marshal(map[string]any{"status": map[string]any{"vtep": map[string]string{"ip": "192.168.77.66", "mac": "02:00:00:00:00:66"}}})
+	if err := other.Status().Patch(ctx, in.DeepCopy(), client.RawPatch(types.MergePatchType, hijack)); err == nil || !strings.Contains(err.Error(), "only the InternalNode of the node its pod runs on") {
+		t.Errorf("an agent of another node wrote this node's InternalNode: %v", err)
+	}
+	annotate, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{agent.MACAnnotation: "02:00:00:00:00:66"}}})
+	if err := other.Patch(ctx, agentPod.DeepCopy(), client.RawPatch(types.MergePatchType, annotate)); err == nil || !strings.Contains(err.Error(), "only its own pod") {
+		t.Errorf("an agent annotated another agent's pod: %v", err)
+	}
+
 	// Least privilege: what each account may not do (and what a gateway may).
 	gwUser, gwGroups := saUser(gwNS, "server"), saGroups(gwNS)
 	for _, q := range []struct {
@@ -337,6 +373,8 @@ func TestChartInstall(t *testing.T) {
 		// The gateway, through the bindings the controller made with the chart's roles.
 		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "watch", Group: "networking.liqo.io", Resource: "gatewayservers", Namespace: gwNS}, true},
 		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"}, true},
+		// Not every Pod of the cluster: the default templates do not --watch-pods.
+		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "list", Resource: "pods"}, false},
 		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: gwNS}, true},
 		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: ns}, false},
 		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "delete", Group: "networking.liqo.io", Resource: "gatewayservers", Namespace: gwNS}, false},

@@ -40,14 +40,40 @@ type ProbeStatus struct {
 	Lost int
 }
 
+// RTTBuckets are the upper bounds, in seconds, of the round-trip histogram: from a LAN's
+// half millisecond to a lost-looking 2.5 s (a probe waits at most its interval).
+var RTTBuckets = [...]float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+
+// ProbeHistory counts every probe since the prober started: answered ones by round-trip time
+// (Buckets[i] counts RTTs <= RTTBuckets[i], not cumulative; the last slot holds the rest), and
+// lost ones.
+type ProbeHistory struct {
+	Buckets  [len(RTTBuckets) + 1]uint64
+	Sum      float64 // seconds, over answered probes
+	Answered uint64
+	Lost     uint64
+}
+
+func (h *ProbeHistory) observe(rtt time.Duration) {
+	s := rtt.Seconds()
+	i := 0
+	for i < len(RTTBuckets) && s > RTTBuckets[i] {
+		i++
+	}
+	h.Buckets[i]++
+	h.Sum += s
+	h.Answered++
+}
+
 // Prober probes the peer gateway through the tunnel.
 type Prober struct {
 	st  *Stack
 	cfg ProbeConfig
 
-	mu     sync.Mutex
-	status ProbeStatus
-	paused bool
+	mu      sync.Mutex
+	status  ProbeStatus
+	history ProbeHistory
+	paused  bool
 }
 
 // Pause stops probing (a standby replica, whose tunnel is down) and resets the state to
@@ -84,6 +110,13 @@ func (p *Prober) Status() ProbeStatus {
 	return p.status
 }
 
+// History returns the probe counts so far.
+func (p *Prober) History() ProbeHistory {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.history
+}
+
 // Run probes every Interval until ctx ends, calling onChange (if not nil) after every probe
 // whose outcome changed the state or the RTT.
 func (p *Prober) Run(ctx context.Context, onChange func(ProbeStatus)) {
@@ -114,7 +147,9 @@ func (p *Prober) Run(ctx context.Context, onChange func(ProbeStatus)) {
 		old := p.status
 		if err == nil {
 			p.status = ProbeStatus{State: Connected, RTT: rtt, LastReply: time.Now()}
+			p.history.observe(rtt)
 		} else {
+			p.history.Lost++
 			p.status.Lost++
 			if p.status.Lost >= p.cfg.FailAfter {
 				p.status.State = Error

@@ -179,6 +179,14 @@ func TestProber(t *testing.T) {
 	if s.Lost != 3 {
 		t.Errorf("Error after %d losses, want 3", s.Lost)
 	}
+	h := p.History()
+	var inBuckets uint64
+	for _, n := range h.Buckets {
+		inBuckets += n
+	}
+	if h.Answered == 0 || inBuckets != h.Answered || h.Sum <= 0 || h.Lost < 3 {
+		t.Errorf("history %+v: want the answered probes in the buckets, their RTTs summed and >= 3 lost", h)
+	}
 	if d := time.Since(cutAt); d < 100*time.Millisecond {
 		t.Errorf("Error after %v, before 3 intervals could pass", d)
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -28,6 +29,7 @@ import (
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/kube"
 	"github.com/skein-net/skein/internal/k8sbin"
+	"github.com/skein-net/skein/internal/metricsdoc"
 )
 
 // env is the running lab with skein installed.
@@ -119,12 +121,63 @@ func TestE2E(t *testing.T) {
 	gens, since := e.gatewayGenerations(ctx), time.Now()
 	t.Run("matrix", func(t *testing.T) { e.t = t; e.matrix(ctx) })
 	t.Run("throughput", func(t *testing.T) { e.t = t; e.throughput(ctx, 3*time.Second) })
+	t.Run("metrics", func(t *testing.T) { e.t = t; e.metrics(ctx) })
 	t.Run("agent-restart", func(t *testing.T) { e.t = t; e.agentRestart(ctx) })
 	t.Run("failover", func(t *testing.T) { e.t = t; e.failover(ctx) })
 	t.Run("flat-generations", func(t *testing.T) { e.t = t; e.flatGenerations(ctx, gens, since) })
 	if t.Run("disconnect-reset", func(t *testing.T) { e.t = t; e.disconnectReset(ctx) }) {
 		t.Run("manual", func(t *testing.T) { e.t = t; e.manual(ctx) })
 	}
+	t.Run("uninstall", func(t *testing.T) { e.t = t; e.uninstall(ctx) })
+}
+
+// uninstall: helm uninstall in cluster 0 leaves nothing of skein's on its nodes (each agent,
+// stopping, sees its DaemonSet gone and removes its device, table 18952's routes and rules,
+// and its nftables table).
+func (e *env) uninstall(ctx context.Context) {
+	nodes := e.l.Clusters[0].Nodes
+	leftover := func(ns string) []string {
+		var left []string
+		if out, _ := exec.Command("ip", "-n", ns, "-o", "link", "show", "liqo.vxlan").Output(); len(out) > 0 {
+			left = append(left, "device liqo.vxlan")
+		}
+		if out, _ := exec.Command("ip", "-n", ns, "rule", "show", "lookup", "18952").Output(); strings.TrimSpace(string(out)) != "" {
+			left = append(left, "rules to table 18952")
+		}
+		if out, _ := exec.Command("ip", "-n", ns, "route", "show", "table", "18952").Output(); strings.TrimSpace(string(out)) != "" {
+			left = append(left, "routes in table 18952")
+		}
+		if err := exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "ip", "skein-agent").Run(); err == nil {
+			left = append(left, "nftables table skein-agent")
+		}
+		return left
+	}
+	programmed := 0
+	for _, n := range nodes {
+		if len(leftover(n.Name)) > 0 {
+			programmed++
+		}
+	}
+	if programmed == 0 {
+		e.t.Fatal("no node of cluster 0 is programmed before the uninstall: nothing to check")
+	}
+	start := time.Now()
+	e.run(ctx, 0, e.helm, "uninstall", "skein", "--namespace", "liqo", "--wait", "--timeout", "2m")
+	e.waitFor(ctx, time.Minute, "cluster 0's nodes clean after helm uninstall", func() bool {
+		for _, n := range nodes {
+			if len(leftover(n.Name)) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range nodes {
+		if left := leftover(n.Name); len(left) > 0 {
+			e.t.Errorf("after helm uninstall, node %s keeps %v", n.Name, left)
+		}
+	}
+	e.reportf("uninstall: helm uninstall in cluster 0 (%d of %d nodes programmed): every node clean %.1fs after it began",
+		programmed, len(nodes), time.Since(start).Seconds())
 }
 
 // gatewayGenerations returns the generation of every Deployment skein-controller made in both
@@ -527,6 +580,31 @@ func (e *env) agentRestart(ctx context.Context) {
 		return strings.TrimSpace(string(out)) != ""
 	})
 	e.reportf("agent drift: route %s of table 18952 deleted by hand on %s, repaired in %s", route, src.Spec.NodeName, took.Round(time.Millisecond))
+
+	// The rule too: repaired on the kernel's notice, not at the next resync (10 s).
+	if out, err := exec.Command("ip", "-n", ns, "rule", "del", "to", route, "lookup", "18952").CombinedOutput(); err != nil {
+		e.t.Fatalf("delete the rule to %s on %s: %v: %s", route, src.Spec.NodeName, err, out)
+	}
+	took = e.waitFor(ctx, 15*time.Second, "rule to "+route+" repaired", func() bool {
+		out, _ := exec.Command("ip", "-n", ns, "rule", "show", "to", route).Output()
+		return strings.Contains(string(out), "lookup 18952")
+	})
+	e.reportf("agent drift: rule to %s deleted by hand on %s, repaired in %s", route, src.Spec.NodeName, took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		e.t.Errorf("the rule was repaired after %v: the agent did not hear the kernel's notice (resync is 10 s)", took)
+	}
+
+	// And the host-network SNAT's nftables table.
+	if out, err := exec.Command("ip", "netns", "exec", ns, "nft", "delete", "table", "ip", "skein-agent").CombinedOutput(); err != nil {
+		e.t.Fatalf("delete nftables table skein-agent on %s: %v: %s", src.Spec.NodeName, err, out)
+	}
+	took = e.waitFor(ctx, 15*time.Second, "nftables table skein-agent repaired", func() bool {
+		return exec.Command("ip", "netns", "exec", ns, "nft", "list", "table", "ip", "skein-agent").Run() == nil
+	})
+	e.reportf("agent drift: nftables table skein-agent deleted by hand on %s, repaired in %s", src.Spec.NodeName, took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		e.t.Errorf("the nftables table was repaired after %v: the agent did not hear the kernel's notice (resync is 10 s)", took)
+	}
 }
 
 // failover: two gateway replicas per side; SIGKILL the active server replica while a stream
@@ -652,6 +730,58 @@ func listLen(l client.ObjectList) int {
 
 // throughput runs iperf3 (Debian's) for d from a pod of cluster 0 to a server pod of cluster 1,
 // through both gateways, and reports the rate.
+// metrics scrapes every skein pod of both clusters (the PodMonitor's selector,
+// app.kubernetes.io/part-of=skein, and the port named metrics) from inside the lab and holds
+// each scrape to docs/metrics.md. Standby gateways are skipped: the last handshake is absent
+// on a replica that never had one.
+func (e *env) metrics(ctx context.Context) {
+	for i := range 2 {
+		var pods corev1.PodList
+		if err := e.c[i].List(ctx, &pods, client.MatchingLabels{"app.kubernetes.io/part-of": "skein"}); err != nil {
+			e.t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for _, p := range pods.Items {
+			component := p.Labels["app.kubernetes.io/component"]
+			if p.Labels["networking.liqo.io/component"] == "gateway" {
+				if p.Labels["networking.liqo.io/active"] != "true" {
+					continue
+				}
+				component = "gateway"
+			}
+			port := int32(0)
+			for _, c := range p.Spec.Containers {
+				for _, cp := range c.Ports {
+					if cp.Name == "metrics" {
+						port = cp.ContainerPort
+					}
+				}
+			}
+			if component == "" || port == 0 || p.Status.PodIP == "" {
+				e.t.Errorf("cluster %d: pod %s/%s: component %q, metrics port %d, IP %q", i, p.Namespace, p.Name, component, port, p.Status.PodIP)
+				continue
+			}
+			ns := e.nodeNS(i, p.Spec.NodeName)
+			if !p.Spec.HostNetwork {
+				ns = e.podNS(i, p)
+			}
+			url := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))))
+			scrape, err := e.probe(ctx, ns, "get", url)
+			scrape += "\n" // probe trims the output; the text format ends in a newline
+			if err != nil {
+				e.t.Errorf("cluster %d: %s %s: %v: %s", i, component, url, err, scrape)
+				continue
+			}
+			e.t.Run(fmt.Sprintf("c%d-%s-%s", i, component, p.Name), func(t *testing.T) { metricsdoc.Check(t, component, scrape) })
+			seen[component]++
+		}
+		if seen["controller"] != 1 || seen["agent"] != len(e.l.Clusters[i].Nodes) || seen["gateway"] < 1 {
+			e.t.Errorf("cluster %d: scraped %v; want the controller, an agent per node and the active gateways", i, seen)
+		}
+		e.reportf("metrics: cluster %d, scraped and checked against docs/metrics.md: %v", i, seen)
+	}
+}
+
 func (e *env) throughput(ctx context.Context, d time.Duration) {
 	labels := map[string]string{"app": "iperf3"}
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "iperf3", Namespace: "default"},

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -21,12 +22,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/skein-net/skein/control/agent"
+	"github.com/skein-net/skein/control/agent/apiclient"
 	"github.com/skein-net/skein/control/agent/plan"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/buildinfo"
 	"github.com/skein-net/skein/control/logging"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/overlay"
@@ -60,14 +64,13 @@ func main() {
 	podCIDRs := fs.String("pod-cidrs", "10.244.0.0/16", "the cluster's pod CIDRs, comma-separated: never SNATed")
 	priority := fs.Int("rule-priority", kernel.DefaultRulePriority, "priority of the policy rules to table 18952 (lower for CNIs that need an early rule)")
 	resync := fs.Duration("resync", 10*time.Second, "re-read everything and repair drift this often")
+	cleanupOnUninstall := fs.Bool("cleanup-on-uninstall", true, "when stopping, remove what the agent programmed if its DaemonSet is gone or being deleted (helm uninstall); a restart leaves the node programmed")
 	metricsAddr := fs.String("metrics-listen", ":9472", "address of /metrics and /healthz (\"off\" disables them)")
 	netnsPath := fs.String("netns", "", "program the network namespace at this path (such as /var/run/netns/NAME) instead of the agent's own; for labs and tests")
 	cleanup := fs.Bool("cleanup", false, "remove everything the agent created on this node and exit")
 	logLevel := fs.String("log-level", "info", logging.LevelUsage)
 	logFormat := fs.String("log-format", logging.FormatText, logging.FormatUsage)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		os.Exit(2)
-	}
+	buildinfo.ParseFlags(fs, "skein-agent", os.Args[1:])
 	fail := func(code int, format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "skein-agent: "+format+"\n", a...)
 		os.Exit(code)
@@ -79,6 +82,8 @@ func main() {
 	// client-go's reflectors log through klog (watch errors,
 	// such as a missing RBAC rule, would otherwise go unseen).
 	klog.SetSlogLogger(log)
+	bi := buildinfo.Get()
+	log.Info("starting", "version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion)
 	var inNS func(func() error) error
 	nsFd := 0
 	if *netnsPath != "" {
@@ -96,7 +101,7 @@ func main() {
 	}
 	defer k.Close()
 	if *cleanup {
-		if err := kernel.Cleanup(k, *device); err != nil {
+		if err := kernel.Cleanup(k, *device, uint32(*vni)); err != nil {
 			fail(1, "cleanup: %v", err)
 		}
 		if err := kernel.DeleteHostSNAT(nsFd); err != nil {
@@ -169,6 +174,42 @@ func main() {
 	if err := a.Run(ctx); err != nil {
 		fail(1, "%v", err)
 	}
+	// Stopping. A restart (a rolling update, a drain, a crash) leaves the node programmed, so
+	// traffic flows on; an uninstall (the DaemonSet gone) takes skein's node state with it.
+	if *cleanupOnUninstall {
+		cleanupIfUninstalled(restCfg, k, nsFd, *device, uint32(*vni), log)
+	}
+}
+
+// cleanupIfUninstalled removes the overlay device, table 18952's routes and rules and the
+// nftables table when the agent's DaemonSet is gone or being deleted.
+func cleanupIfUninstalled(cfg *rest.Config, k kernel.Kernel, nsFd int, device string, vni uint32, log *slog.Logger) {
+	ns, pod := os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
+	if ns == "" || pod == "" {
+		return
+	}
+	c, err := apiclient.New(cfg)
+	if err != nil {
+		log.Warn("uninstall check", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	gone, why, err := c.OwnerGone(ctx, ns, pod)
+	if err != nil {
+		log.Warn("uninstall check: the node stays programmed", "err", err)
+		return
+	}
+	if !gone {
+		log.Info("stopping; the node stays programmed for the next agent")
+		return
+	}
+	err = errors.Join(kernel.Cleanup(k, device, vni), kernel.DeleteHostSNAT(nsFd))
+	if err != nil {
+		log.Error("skein is being uninstalled: cleaning the node", "err", err)
+		return
+	}
+	log.Info("skein is being uninstalled: removed the overlay device, table 18952's routes and rules, and the nftables table", "because", why)
 }
 
 // underlayMTU is the MTU of the interface that holds ip.
@@ -193,7 +234,7 @@ func underlayMTU(ip netip.Addr) (int, error) {
 func serveMetrics(addr string, a *agent.Agent, log *slog.Logger) {
 	reg := prometheus.NewRegistry()
 	// The agent's memory is part of what it promises: its Go runtime and process are measured.
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("agent"))
 	gauge := func(name, help string, f func(agent.Stats) float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(a.Stats()) }))
 	}
@@ -201,10 +242,18 @@ func serveMetrics(addr string, a *agent.Agent, log *slog.Logger) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(a.Stats()) }))
 	}
 	gauge("skein_agent_peerings_programmed", "Peerings whose gateway is programmed on this node.", func(s agent.Stats) float64 { return float64(s.Programmed) })
+	gauge("skein_agent_refused_cidrs", "Remote CIDRs this node does not route because they would take its own traffic (they cover its address, a gateway VTEP, the internal or pod CIDR, or a special range); each is logged.", func(s agent.Stats) float64 { return float64(s.Refused) })
 	counter("skein_agent_reconciles_total", "Reconciles run.", func(s agent.Stats) float64 { return float64(s.Reconciles) })
 	counter("skein_agent_kernel_changes_total", "Kernel objects added, changed or removed.", func(s agent.Stats) float64 { return float64(s.Changes) })
 	counter("skein_agent_drift_repairs_total", "Resyncs that found and repaired drift.", func(s agent.Stats) float64 { return float64(s.DriftRepairs) })
 	counter("skein_agent_reconcile_errors_total", "Reconciles that failed.", func(s agent.Stats) float64 { return float64(s.Errors) })
+	started := time.Now()
+	gauge("skein_agent_last_success_timestamp_seconds", "Unix time the last reconcile ended without an error (before the first, the agent's start); /healthz fails once it is older than 2.5 resyncs.", func(s agent.Stats) float64 {
+		if s.LastSuccess.IsZero() {
+			return float64(started.UnixNano()) / 1e9
+		}
+		return float64(s.LastSuccess.UnixNano()) / 1e9
+	})
 	gauge("skein_agent_reconcile_latency_seconds", "Time from the last API event to the kernel being reconciled.", func(s agent.Stats) float64 { return s.LastLatency.Seconds() })
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -21,9 +21,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/buildinfo"
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/control/kube"
@@ -70,16 +72,17 @@ func main() {
 	internalCIDR := fs.String("internal-cidr", netv1alpha1.DefaultInternalCIDR, "this cluster's internal CIDR (overlay addresses)")
 	reserved := fs.String("reserved", "", "more CIDRs never given to peers, comma-separated")
 	pools := fs.String("pools", "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16", "remap pools, comma-separated")
-	metrics := fs.String("metrics-listen", ":9473", "address of /metrics (\"0\" disables it)")
+	nodeCIDRs := fs.String("node-cidrs", "", "the networks of the nodes' addresses, comma-separated: never inside a peer's CIDR as seen here (the nodes' own addresses, from the Node objects, never are either)")
+	allowPrivileged := fs.Bool("allow-privileged-gateways", false, "render gateway pods whose template asks for privileged containers, added capabilities, the host's network, PID or IPC namespace, or hostPath volumes (refused by default: the gateway runs unprivileged)")
+	minPrefix := fs.Int("min-remote-prefix-length", netv1alpha1.DefaultMinRemotePrefixLength, "refuse peers' CIDRs larger than this prefix length (a Configuration whose pod or external CIDR is, say, a /4 is not routed: Ready=False, ForbiddenCIDR)")
+	metrics := fs.String("metrics-listen", ":9473", "address of /metrics (\"off\" or \"0\" disables it)")
 	health := fs.String("health-listen", ":9474", "address of /healthz (the process serves) and /readyz (its caches are synced) for the kubelet's probes (\"0\" disables them)")
 	qps := fs.Float64("kube-api-qps", 50, "requests per second to the API server (client-go's default of 5 makes 100 peerings take a minute)")
 	burst := fs.Int("kube-api-burst", 100, "burst of requests to the API server")
 	leaderElect := fs.Bool("leader-elect", true, "elect one active replica through a Lease in --namespace")
 	logLevel := fs.String("log-level", "info", logging.LevelUsage)
 	logFormat := fs.String("log-format", logging.FormatText, logging.FormatUsage)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		os.Exit(2)
-	}
+	buildinfo.ParseFlags(fs, "skein-controller", os.Args[1:])
 	slogger, err := logging.New(os.Stderr, *logLevel, *logFormat)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "skein-controller: %v\n", err)
@@ -88,15 +91,19 @@ func main() {
 	ctrl.SetLogger(logr.FromSlogHandler(slogger.Handler()))
 	klog.SetSlogLogger(slogger)
 	log := ctrl.Log.WithName("skein-controller")
+	bi := buildinfo.Get()
+	log.Info("starting", "version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion)
 	internal, external := prefixes("internal-cidr", *internalCIDR), prefixes("external-cidr", *externalCIDR)
 	if len(internal) != 1 || len(external) != 1 {
 		fail(fmt.Errorf("--internal-cidr and --external-cidr take one CIDR each"))
 	}
 	opts := controller.Options{
 		PodCIDRs: prefixes("pod-cidrs", *podCIDRs), ServiceCIDRs: prefixes("service-cidr", *serviceCIDR),
-		Reserved: prefixes("reserved", *reserved), Pools: prefixes("pools", *pools),
-		ExternalCIDR: external[0], InternalCIDR: internal[0],
+		Reserved: prefixes("reserved", *reserved), Pools: prefixes("pools", *pools), NodeCIDRs: prefixes("node-cidrs", *nodeCIDRs),
+		MinRemotePrefixLength: *minPrefix, AllowPrivilegedGateways: *allowPrivileged,
+		ExternalCIDR: external[0], InternalCIDR: internal[0], Metrics: ctrlmetrics.Registry,
 	}
+	ctrlmetrics.Registry.MustRegister(buildinfo.Collector("controller"))
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
 		fail(fmt.Errorf("reaching the API server: %w", err))
@@ -105,7 +112,7 @@ func main() {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  kube.Scheme(),
 		Cache:                   controller.CacheOptions(),
-		Metrics:                 metricsserver.Options{BindAddress: *metrics},
+		Metrics:                 metricsserver.Options{BindAddress: metricsBind(*metrics)},
 		HealthProbeBindAddress:  *health,
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "skein-controller",
@@ -161,4 +168,13 @@ func envOr(k, def string) string {
 func fail(err error) {
 	fmt.Fprintf(os.Stderr, "skein-controller: %v\n", err)
 	os.Exit(1)
+}
+
+// metricsBind maps --metrics-listen to controller-runtime's bind address: "off" (as the agent
+// and the gateway spell it) and "0" disable the endpoint.
+func metricsBind(addr string) string {
+	if addr == "off" {
+		return "0"
+	}
+	return addr
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/skein-net/skein/appliance"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/buildinfo"
 	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/control/logging"
@@ -77,14 +79,12 @@ func main() {
 	podName := fs.String("pod-name", os.Getenv("POD_NAME"), "in-cluster: this replica's pod; with it, replicas elect an active one through a Lease (default $POD_NAME; empty: no election)")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "in-cluster: the node this replica runs on, published when active (default $NODE_NAME)")
 	leaseDuration := fs.Duration("lease-duration", 6*time.Second, "in-cluster: how long a dead active replica holds the Lease before a standby takes over")
-	renewDeadline := fs.Duration("lease-renew-deadline", 4*time.Second, "in-cluster: how long the active replica keeps trying to renew before it steps down")
+	renewDeadline := fs.Duration("lease-renew-deadline", 4*time.Second, "in-cluster: how long one renewal of the Lease may take (an active replica that cannot reach the API server stays active until it sees another replica hold the Lease)")
 	retryPeriod := fs.Duration("lease-retry-period", 500*time.Millisecond, "in-cluster: how often replicas try to acquire or renew the Lease")
 	gcPercent := fs.Int("gc-percent", config.DefaultGCPercent, "in-cluster: the Go garbage collector's GOGC (-1: off, leaving GC to the memory limit)")
 	memLimit := fs.Int("memory-limit-mib", config.DefaultMemoryLimitMiB, "in-cluster: soft limit of the Go heap in MiB (0: none; the file's memoryLimitMiB in standalone mode)")
 	window := fs.Int("window", dataplane.DefaultWindow, "in-cluster: most packets wireguard-go may hold per direction (each holds a 64 KiB buffer; the file's window in standalone mode)")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		os.Exit(2)
-	}
+	buildinfo.ParseFlags(fs, "skein-gateway", os.Args[1:])
 	fail := func(code int, format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "skein-gateway: "+format+"\n", a...)
 		os.Exit(code)
@@ -103,6 +103,8 @@ func main() {
 	// such as a missing RBAC rule, would otherwise go unseen).
 	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
 	klog.SetSlogLogger(log)
+	bi := buildinfo.Get()
+	log.Info("starting", "version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -126,7 +128,17 @@ func main() {
 		if err != nil {
 			fail(1, "%v", err)
 		}
-		<-ctx.Done()
+		// SIGHUP reloads the file and applies what changed live (refused, with the running
+		// configuration kept, when the file is wrong or changes the gateway's own addresses).
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		for ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-hup:
+				reload(gw, *configPath, log)
+			}
+		}
 		log.Info("stopping")
 		gw.Close()
 	case *mode != "":
@@ -156,7 +168,7 @@ func main() {
 			if !(*leaseDuration > *renewDeadline && *renewDeadline > *retryPeriod && *retryPeriod > 0) {
 				fail(2, "lease timings: want --lease-duration > --lease-renew-deadline > --lease-retry-period > 0")
 			}
-			election = &gateway.Election{PodName: *podName, NodeName: *nodeName, LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod}
+			election = &gateway.Election{PodName: *podName, NodeName: *nodeName, LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod, Log: log}
 		}
 		memLimitMiB := *memLimit
 		if memLimitMiB == 0 {
@@ -174,10 +186,21 @@ func main() {
 		if err != nil {
 			fail(1, "%v", err)
 		}
-		select {
-		case <-ctx.Done():
-			log.Info("stopping")
-		case <-ic.Done():
+		// In-cluster the configuration comes from the API and is applied as it changes: SIGHUP
+		// has nothing to reload (and must not stop the gateway, as its default action would).
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				log.Info("stopping")
+				break wait
+			case <-ic.Done():
+				break wait
+			case <-hup:
+				log.Info("SIGHUP ignored: in-cluster, the configuration follows the API objects")
+			}
 		}
 		ic.Close()
 		if err := ic.Err(); err != nil {
@@ -186,4 +209,20 @@ func main() {
 	default:
 		fail(2, "either --config FILE (standalone) or --mode server|client (in-cluster) is required (see --help)")
 	}
+}
+
+// reload re-reads the standalone config file and applies it to the running gateway.
+func reload(gw *appliance.Gateway, path string, log *slog.Logger) {
+	cfg, err := gateway.LoadFile(path)
+	if err == nil {
+		var plan *config.Gateway
+		if plan, err = cfg.Resolve(); err == nil {
+			err = gw.Apply(plan)
+		}
+	}
+	if err != nil {
+		log.Error("SIGHUP: the configuration was not reloaded; the running one stays", "config", path, "err", err)
+		return
+	}
+	log.Info("SIGHUP: configuration reloaded", "config", path)
 }

@@ -12,18 +12,17 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/buildinfo"
 	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/control/kube"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 type globals struct {
 	kubeconfig string
@@ -57,7 +56,7 @@ func versionCmd(g *globals) *cobra.Command {
 		Short:   "Print skeinctl's version",
 		Example: "  skeinctl version",
 		Args:    cobra.NoArgs,
-		Run:     func(*cobra.Command, []string) { fmt.Fprintf(g.out, "skeinctl %s\n", version) },
+		Run:     func(*cobra.Command, []string) { fmt.Fprintf(g.out, "skeinctl %s\n", buildinfo.Get()) },
 	}
 }
 
@@ -71,12 +70,15 @@ func (g *globals) client(ctx context.Context, kubeconfig string) (client.Client,
 	if err != nil {
 		return nil, fmt.Errorf("reading kubeconfig %q: %w (pass --kubeconfig, or set KUBECONFIG)", kubeconfig, err)
 	}
-	cfg.Timeout = 30 * time.Second
+	// Every request, the reachability check included, within --timeout.
+	cfg.Timeout = g.timeout
 	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		return nil, fmt.Errorf("API server %s: %w", cfg.Host, err)
 	}
-	if err := c.List(ctx, &corev1.NamespaceList{}, client.Limit(1)); err != nil {
+	reach, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	if err := c.List(reach, &corev1.NamespaceList{}, client.Limit(1)); err != nil {
 		return nil, fmt.Errorf("API server %s is not reachable: %w", cfg.Host, err)
 	}
 	return c, nil
@@ -281,6 +283,9 @@ func createCmd(g *globals) *cobra.Command {
 			if err := checkServiceType("--service-type", serviceType); err != nil {
 				return err
 			}
+			if err := checkEndpoint(args[0], remoteID, port, serviceType, nodePort, lbIP, nil); err != nil {
+				return err
+			}
 			st := netv1alpha1.ServiceType(serviceType)
 			gs := &netv1alpha1.GatewayServer{
 				TypeMeta:   typeMeta("GatewayServer"),
@@ -296,9 +301,6 @@ func createCmd(g *globals) *cobra.Command {
 				gs.Spec.Endpoint.NodePort = &nodePort
 			}
 			if lbIP != "" {
-				if _, err := netip.ParseAddr(lbIP); err != nil {
-					return fmt.Errorf("--load-balancer-ip %q: %w", lbIP, err)
-				}
 				gs.Spec.Endpoint.LoadBalancerIP = &lbIP
 			}
 			return apply(c, gs)
@@ -317,6 +319,9 @@ func createCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("--addresses is required: the peer's GatewayServer status.endpoint.addresses")
 			}
 			if err := checkMTU(mtu); err != nil {
+				return err
+			}
+			if err := checkEndpoint(args[0], remoteID, port, "", 0, "", addresses); err != nil {
 				return err
 			}
 			var addrs []netv1alpha1.Address
@@ -360,6 +365,40 @@ func checkServiceType(flag, v string) error {
 		return nil
 	}
 	return fmt.Errorf("%s %q: want NodePort, LoadBalancer or ClusterIP", flag, v)
+}
+
+// checkEndpoint checks, as admission would, what the create commands take from flags, so
+// that `-o yaml` never prints an object the API server would refuse.
+func checkEndpoint(name, remoteID string, port int32, serviceType string, nodePort int32, lbIP string, addresses []string) error {
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Errorf("name %q: %s", name, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsValidLabelValue(remoteID); len(errs) > 0 {
+		return fmt.Errorf("--remote-cluster-id %q: %s", remoteID, strings.Join(errs, "; "))
+	}
+	if port < 1 || port > 65535 {
+		return fmt.Errorf("--port %d: want 1-65535", port)
+	}
+	if nodePort != 0 && (nodePort < 30000 || nodePort > 32767) {
+		return fmt.Errorf("--node-port %d: want 0 (let Kubernetes choose) or a port in 30000-32767", nodePort)
+	}
+	if nodePort != 0 && serviceType == string(netv1alpha1.ServiceTypeClusterIP) {
+		return fmt.Errorf("--node-port needs --service-type NodePort or LoadBalancer")
+	}
+	if lbIP != "" {
+		if _, err := netip.ParseAddr(lbIP); err != nil {
+			return fmt.Errorf("--load-balancer-ip %q: %w", lbIP, err)
+		}
+		if serviceType != string(netv1alpha1.ServiceTypeLoadBalancer) {
+			return fmt.Errorf("--load-balancer-ip needs --service-type LoadBalancer")
+		}
+	}
+	for _, a := range addresses {
+		if _, err := netip.ParseAddr(strings.TrimSpace(a)); err != nil {
+			return fmt.Errorf("--addresses %q: want IP addresses, such as the peer's GatewayServer status.endpoint.addresses", a)
+		}
+	}
+	return nil
 }
 
 func checkMTU(mtu int32) error {

@@ -158,7 +158,7 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 		err := s.c.Get(ctx, client.ObjectKeyFromObject(conf), existing)
 		switch {
 		case apierrors.IsNotFound(err):
-			if err := s.c.Create(ctx, conf); err != nil {
+			if err := createOrGet(ctx, s.c, conf); err != nil {
 				return fmt.Errorf("(%s) create configuration %s/%s: %w", s.label, conf.Namespace, conf.Name, err)
 			}
 			g.info(s, "Configuration applied successfully")
@@ -373,7 +373,7 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 		if c.lbIP != "" {
 			gs.Spec.Endpoint.LoadBalancerIP = &c.lbIP
 		}
-		if err := r.c.Create(ctx, gs); err != nil {
+		if err := createOrGet(ctx, r.c, gs); err != nil {
 			return fmt.Errorf("(remote) create gatewayserver %s/%s: %w", srvNS, srvName, err)
 		}
 		g.info(r, "Gateway server correctly set up")
@@ -409,7 +409,7 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 			Spec: netv1alpha1.GatewayClientSpec{Endpoint: endpoint, MTU: c.mtu,
 				ClientTemplateRef: netv1alpha1.TemplateRef{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "WgGatewayClientTemplate", Name: "wireguard-client", Namespace: g.namespace}},
 		}
-		if err := l.c.Create(ctx, gc); err != nil {
+		if err := createOrGet(ctx, l.c, gc); err != nil {
 			return fmt.Errorf("(local) create gatewayclient %s/%s: %w", cliNS, cliName, err)
 		}
 		g.info(l, "Gateway client correctly set up")
@@ -554,7 +554,7 @@ func applyPublicKey(ctx context.Context, s *side, secret *corev1.Secret, peerID,
 	err = s.c.Get(ctx, client.ObjectKeyFromObject(pk), existing)
 	switch {
 	case apierrors.IsNotFound(err):
-		err = s.c.Create(ctx, pk)
+		err = createOrGet(ctx, s.c, pk)
 	case err == nil && existing.Spec != pk.Spec:
 		existing.Spec = pk.Spec
 		err = s.c.Update(ctx, existing)
@@ -563,4 +563,15 @@ func applyPublicKey(ctx context.Context, s *side, secret *corev1.Secret, peerID,
 		return fmt.Errorf("(%s) publickey %s/%s: %w", s.label, ns, pk.Name, err)
 	}
 	return nil
+}
+
+// createOrGet creates obj, or, when another skeinctl created it first (two connects run at
+// once), reads what that one made into obj: concurrent runs converge instead of failing with
+// "already exists".
+func createOrGet(ctx context.Context, c client.Client, obj client.Object) error {
+	err := c.Create(ctx, obj)
+	if apierrors.IsAlreadyExists(err) {
+		return c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	}
+	return err
 }

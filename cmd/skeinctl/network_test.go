@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -185,5 +188,81 @@ func TestNetworkInitReset(t *testing.T) {
 	}
 	if _, err := run(t, "--kubeconfig", kcA, "network", "init"); err == nil || !strings.Contains(err.Error(), "--remote-kubeconfig is required") {
 		t.Errorf("no remote: %v", err)
+	}
+}
+
+// TestConcurrentConnects: five `network connect`s of the same pair at once (two terminals, a
+// retrying script) all succeed and make one server, one client and one PublicKey each side,
+// instead of failing with "already exists".
+func TestConcurrentConnects(t *testing.T) {
+	const idA, idB = "0f6a6b58-52b3-4d4c-9d3e-7f1f3a3c1e01", "7c2d0e9a-1b2c-4d5e-8f90-a1b2c3d4e5f6"
+	a, kcA := cluster(t, idA)
+	b, kcB := cluster(t, idB)
+	if out, err := run(t, "--kubeconfig", kcA, "--timeout", "30s", "network", "init", "--remote-kubeconfig", kcB); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	errs := make(chan error, 5)
+	for range 5 {
+		go func() {
+			out, err := run(t, "--kubeconfig", kcA, "--timeout", "60s", "network", "connect", "--remote-kubeconfig", kcB, "--server-service-type", "ClusterIP")
+			if err != nil {
+				err = fmt.Errorf("%w\n%s", err, out)
+			}
+			errs <- err
+		}()
+	}
+	for range 5 {
+		if err := <-errs; err != nil {
+			t.Errorf("a concurrent connect failed: %v", err)
+		}
+	}
+	ctx := context.Background()
+	var servers netv1alpha1.GatewayServerList
+	apitest.Must(t, b.Client.List(ctx, &servers, client.InNamespace(tenantNamespace(idA))))
+	var clients netv1alpha1.GatewayClientList
+	apitest.Must(t, a.Client.List(ctx, &clients, client.InNamespace(tenantNamespace(idB))))
+	if len(servers.Items) != 1 || len(clients.Items) != 1 {
+		t.Errorf("%d servers and %d clients, want one each", len(servers.Items), len(clients.Items))
+	}
+}
+
+// TestTimeoutHonoured: an API server that accepts connections and never answers makes
+// skeinctl give up after --timeout, not after a fixed 30 s.
+func TestTimeoutHonoured(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c) // connected, never answered
+		}
+	}()
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	apitest.Must(t, os.WriteFile(kc, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://%s", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, ln.Addr())), 0o600))
+	start := time.Now()
+	_, err = run(t, "--kubeconfig", kc, "--timeout", "1s", "status")
+	if err == nil || !strings.Contains(err.Error(), "not reachable") {
+		t.Fatalf("status against a silent API server: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("gave up after %v with --timeout 1s", d.Round(time.Millisecond))
 	}
 }

@@ -54,6 +54,15 @@ func TestCreateErrors(t *testing.T) {
 		{[]string{"create", "gatewayserver", "s", "--remote-cluster-id", "x", "--mtu", "100", "-o", "yaml"}, "--mtu 100"},
 		{[]string{"create", "gatewayserver", "s", "--remote-cluster-id", "x", "--service-type", "Ingress", "-o", "yaml"}, `--service-type "Ingress"`},
 		{[]string{"create", "gatewayclient", "c", "--remote-cluster-id", "x", "-o", "yaml"}, "--addresses is required"},
+		// -o yaml prints only what admission would accept.
+		{[]string{"create", "gatewayserver", "s", "--remote-cluster-id", "x", "--port", "0", "-o", "yaml"}, "--port 0: want 1-65535"},
+		{[]string{"create", "gatewayserver", "s", "--remote-cluster-id", "x", "--service-type", "NodePort", "--node-port", "8080", "-o", "yaml"}, "--node-port 8080"},
+		{[]string{"create", "gatewayserver", "s", "--remote-cluster-id", "x", "--service-type", "ClusterIP", "--node-port", "30001", "-o", "yaml"}, "--node-port needs"},
+		{[]string{"create", "gatewayserver", "s", "--remote-cluster-id", "x", "--service-type", "NodePort", "--load-balancer-ip", "192.0.2.1", "-o", "yaml"}, "--load-balancer-ip needs"},
+		{[]string{"create", "gatewayserver", "S_1", "--remote-cluster-id", "x", "-o", "yaml"}, `name "S_1"`},
+		{[]string{"create", "gatewayserver", "s", "--remote-cluster-id", "no spaces", "-o", "yaml"}, `--remote-cluster-id "no spaces"`},
+		{[]string{"create", "gatewayclient", "c", "--remote-cluster-id", "x", "--addresses", "10.42.3.300", "-o", "yaml"}, `--addresses "10.42.3.300"`},
+		{[]string{"create", "gatewayclient", "c", "--remote-cluster-id", "x", "--addresses", "10.42.3.54", "--port", "70000", "-o", "yaml"}, "--port 70000"},
 		{[]string{"create", "gatewayserver", "s", "--remote-cluster-id", "x", "-o", "xml"}, `output format "xml"`},
 		// -o is checked before the API is reached: the kubeconfig does not exist.
 		{[]string{"--kubeconfig", "/nonexistent", "network", "status", "-o", "xml"}, `--output "xml": want yaml or json`},

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/buildinfo"
 	"github.com/skein-net/skein/control/identity"
 )
 
@@ -49,7 +50,7 @@ internal CIDRs: what a Configuration written by hand holds) and whether skein's 
 				return err
 			}
 			st := clusterStatus{ClusterID: id, ClusterName: identity.ClusterName(id), ExternalCIDR: n.ExternalCIDR.String(),
-				InternalCIDR: n.InternalCIDR.String(), Version: version, Components: map[string]string{}}
+				InternalCIDR: n.InternalCIDR.String(), Version: buildinfo.Get().Version, Components: map[string]string{}}
 			for _, p := range n.PodCIDRs {
 				st.PodCIDRs = append(st.PodCIDRs, p.String())
 			}

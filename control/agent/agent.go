@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,7 +50,9 @@ type Options struct {
 type Stats struct {
 	Reconciles, Changes, DriftRepairs, Errors uint64
 	Programmed                                int // peers programmed
-	LastLatency                               time.Duration
+	// Refused are remote CIDRs left unrouted because they would take this node's own traffic.
+	Refused     int
+	LastLatency time.Duration
 	// LastSuccess is when a reconcile last ended without an error (waiting for objects the
 	// controller or a gateway has yet to create counts as success: the node is as it should be).
 	LastSuccess time.Time
@@ -69,7 +72,8 @@ type Agent struct {
 	mu        sync.Mutex
 	stats     Stats
 	lastErr   string
-	published string // VTEP last written
+	published string   // VTEP last written
+	refused   []string // the last plan's refused CIDRs, logged when they change
 	lastEvent time.Time
 	started   time.Time // Run began
 }
@@ -244,12 +248,13 @@ func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, error) {
 	if err != nil {
 		return ch, 0, err
 	}
+	a.noteRefused(plan.Refused)
 	if len(plan.Kernel.Peers) == 0 {
 		// No active peering: nothing of ours belongs on the node.
 		if l, _ := a.k.Link(plan.Kernel.Overlay.Name); l != nil {
 			ch.Links++
 		}
-		err := kernel.Cleanup(a.k, plan.Kernel.Overlay.Name)
+		err := kernel.Cleanup(a.k, plan.Kernel.Overlay.Name, plan.Kernel.Overlay.VNI)
 		if a.snat != nil {
 			err = errors.Join(err, a.snat(nil))
 		}
@@ -264,6 +269,20 @@ func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, error) {
 		}
 	}
 	return ch, len(plan.Kernel.Peers), a.publish(ctx, plan.Kernel.Overlay)
+}
+
+// noteRefused counts the CIDRs the plan refused and logs them when the list changes.
+func (a *Agent) noteRefused(refused []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats.Refused = len(refused)
+	if slices.Equal(refused, a.refused) {
+		return
+	}
+	a.refused = slices.Clone(refused)
+	for _, r := range refused {
+		a.opts.Log.Warn("not routing a remote CIDR: it would take this node's own traffic", "cidr", r)
+	}
 }
 
 // publish writes the node's VTEP (underlay IP, device MAC) into its InternalNode's status.

@@ -9,7 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-
+	"slices"
 	"strings"
 	"sync"
 
@@ -17,11 +17,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/controller/ipam"
@@ -38,6 +44,8 @@ type ConfigurationReconciler struct {
 	// Reader reads straight from the API server (the manager's APIReader), for start-up.
 	Reader client.Reader
 	IPAM   *ipam.Allocator
+	// MinPrefixLength is the shortest prefix accepted from a peer (0: the API's default, /8).
+	MinPrefixLength int
 	// Events, if set, receives a warning for every condition that is not Ready.
 	Events events.EventRecorder
 
@@ -81,9 +89,69 @@ func (r *ConfigurationReconciler) restoreNow(ctx context.Context) error {
 func (r *ConfigurationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&netv1alpha1.Configuration{}).
+		// A node's addresses are never inside a peer's CIDR as seen here: every Configuration is
+		// checked again when a node joins or its addresses change.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allConfigurations), builder.WithPredicates(nodeAddressesChanged)).
 		WithOptions(crcontroller.Options{MaxConcurrentReconciles: 1}).
 		Named("configuration").
 		Complete(r)
+}
+
+// nodeAddressesChanged passes node creations, deletions and address changes.
+var nodeAddressesChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Node)
+		n, ok2 := e.ObjectNew.(*corev1.Node)
+		return !ok1 || !ok2 || !slices.Equal(o.Status.Addresses, n.Status.Addresses)
+	},
+}
+
+func (r *ConfigurationReconciler) allConfigurations(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list netv1alpha1.ConfigurationList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, c := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: c.Name}})
+	}
+	return reqs
+}
+
+// nodeAddresses are every address of every node (internal and external).
+func (r *ConfigurationReconciler) nodeAddresses(ctx context.Context) ([]netip.Addr, error) {
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, n := range nodes.Items {
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out, nil
+}
+
+// refuse says why a peer's CIDR cannot be routed here at all (remapping does not help): it
+// overlaps a special range, or it is larger than the bound.
+func (r *ConfigurationReconciler) refuse(which string, p netip.Prefix) string {
+	if f, ok := netv1alpha1.ForbiddenRange(p); ok {
+		return fmt.Sprintf("spec.remote.cidr.%s %v overlaps %s (%s)", which, p, f.Prefix, f.Why)
+	}
+	minLen := r.MinPrefixLength
+	if minLen == 0 {
+		minLen = netv1alpha1.DefaultMinRemotePrefixLength
+	}
+	if p.Bits() < minLen {
+		return fmt.Sprintf("spec.remote.cidr.%s %v is larger than a /%d (the controller's --min-remote-prefix-length)", which, p, minLen)
+	}
+	return ""
 }
 
 // Reconcile maps one Configuration.
@@ -125,7 +193,13 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		}
 	}
 
-	var errs []string
+	nodes, err := r.nodeAddresses(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	r.IPAM.SetNodes(nodes)
+
+	var errs, refused, why []string
 	var out netv1alpha1.ClusterConfigCIDR
 	remapped := false
 	for _, f := range []struct {
@@ -138,6 +212,13 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			errs = append(errs, fmt.Sprintf("spec.remote.cidr.%s %q is not an IPv4 CIDR", f.which, f.want))
 			continue
 		}
+		if why := r.refuse(f.which, want.Masked()); why != "" {
+			refused = append(refused, why)
+			continue
+		}
+		if clash := r.IPAM.Clash(keyOf(c, f.which), want.Masked()); clash != "" {
+			why = append(why, fmt.Sprintf("the %s CIDR %v clashes with %s", f.which, want.Masked(), clash))
+		}
 		got, err := r.IPAM.Assign(keyOf(c, f.which), want)
 		if err != nil {
 			if errors.Is(err, ipam.ErrExhausted) {
@@ -149,17 +230,35 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		*f.set = netv1alpha1.CIDR(got.String())
 		remapped = remapped || got != want.Masked()
 	}
+	if len(refused) > 0 {
+		return ctrl.Result{}, r.unmap(ctx, c, "ForbiddenCIDR", strings.Join(refused, "; ")+": not routed here")
+	}
 	if len(errs) > 0 {
-		return ctrl.Result{}, r.notReady(ctx, c, "InvalidCIDR", strings.Join(errs, "; "))
+		return ctrl.Result{}, r.unmap(ctx, c, "InvalidCIDR", strings.Join(errs, "; "))
 	}
 	reason, msg := "NoRemapNeeded", "the remote CIDRs clash with nothing here and are used as they are"
 	if remapped {
-		reason, msg = "Remapped", fmt.Sprintf("seen here as pod %s, external %s", out.Pod, out.External)
+		reason, msg = "Remapped", fmt.Sprintf("seen here as pod %s, external %s (%s)", out.Pod, out.External, strings.Join(why, "; "))
 	}
 	patch := client.MergeFrom(c.DeepCopy())
 	c.Status.Remote = &netv1alpha1.ClusterConfig{CIDR: out}
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: netv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: c.Generation})
 	return ctrl.Result{}, r.Client.Status().Patch(ctx, c, patch)
+}
+
+// unmap takes a Configuration out of use: its prefixes released, status.remote removed (the
+// node agents withdraw its routes), Ready false with the reason.
+func (r *ConfigurationReconciler) unmap(ctx context.Context, c *netv1alpha1.Configuration, reason, msg string) error {
+	r.IPAM.Release(keyOf(c, "pod"))
+	r.IPAM.Release(keyOf(c, "external"))
+	if c.Status.Remote != nil {
+		patch := client.MergeFrom(c.DeepCopy())
+		c.Status.Remote = nil
+		if err := r.Client.Status().Patch(ctx, c, patch); err != nil {
+			return err
+		}
+	}
+	return r.notReady(ctx, c, reason, msg)
 }
 
 func (r *ConfigurationReconciler) notReady(ctx context.Context, c *netv1alpha1.Configuration, reason, msg string) error {

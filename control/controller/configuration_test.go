@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -249,4 +251,58 @@ func BenchmarkConfigurations100(b *testing.B) {
 		}
 		b.ReportMetric(time.Since(began).Seconds(), "s/100-configurations")
 	}
+}
+
+// TestDangerousPeers: a peer's CIDR never takes this cluster's own traffic. Calico's default
+// 192.168.0.0/16 beside nodes on 192.168.77.0/24 is remapped, not kept as-is (which would route
+// the nodes' own addresses, the overlay's underlay, to the gateway); a NAT-less peer is moved
+// when a node joins inside it; a /4 is refused and not routed at all.
+func TestDangerousPeers(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "dangerous")
+	ctx := context.Background()
+	node := func(name, ip string) {
+		t.Helper()
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name}}
+		apitest.Must(t, c.Create(ctx, n))
+		t.Cleanup(func() { _ = c.Delete(context.Background(), n) })
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+		apitest.Must(t, c.Status().Update(ctx, n))
+	}
+	node("a", "192.168.77.2")
+	stop := startConfigurations(t, env)
+	defer stop()
+
+	apitest.Must(t, c.Create(ctx, conf(ns, "calico", "cluster-calico", "192.168.0.0/16", "10.201.0.0/16")))
+	apitest.Must(t, c.Create(ctx, conf(ns, "huge", "cluster-huge", "16.0.0.0/4", "10.202.0.0/16")))
+	apitest.Must(t, c.Create(ctx, conf(ns, "later", "cluster-later", "172.29.0.0/16", "10.203.0.0/16")))
+	got := waitStatus(t, c, ns, "calico", "huge", "later")
+
+	calico := got["calico"]
+	if calico.Status.Remote == nil || calico.Status.Remote.CIDR.Pod == "192.168.0.0/16" ||
+		netip.MustParsePrefix(string(calico.Status.Remote.CIDR.Pod)).Contains(netip.MustParseAddr("192.168.77.2")) {
+		t.Errorf("192.168.0.0/16 beside a node at 192.168.77.2 is seen as %+v", calico.Status.Remote)
+	}
+	if cond := meta.FindStatusCondition(calico.Status.Conditions, "Ready"); cond.Reason != "Remapped" || !strings.Contains(cond.Message, "clashes with the node address 192.168.77.2") {
+		t.Errorf("calico: condition %+v does not say why it was remapped", cond)
+	}
+	huge := got["huge"]
+	if cond := meta.FindStatusCondition(huge.Status.Conditions, "Ready"); huge.Status.Remote != nil || cond.Status != metav1.ConditionFalse ||
+		cond.Reason != "ForbiddenCIDR" || !strings.Contains(cond.Message, "larger than a /8") {
+		t.Errorf("a /4 peer: status.remote %+v, condition %+v", huge.Status.Remote, cond)
+	}
+	if later := got["later"]; later.Status.Remote == nil || later.Status.Remote.CIDR.Pod != "172.29.0.0/16" {
+		t.Fatalf("172.29.0.0/16 clashes with nothing: %+v", later.Status)
+	}
+
+	node("b", "172.29.5.5")
+	apitest.Eventually(t, "the NAT-less peer moved off the new node's address", 30*time.Second, func() bool {
+		cf := &netv1alpha1.Configuration{}
+		if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "later"}, cf) != nil || cf.Status.Remote == nil {
+			return false
+		}
+		p, err := netip.ParsePrefix(string(cf.Status.Remote.CIDR.Pod))
+		return err == nil && !p.Contains(netip.MustParseAddr("172.29.5.5")) && p.Bits() == 16
+	})
 }

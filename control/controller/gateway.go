@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -41,8 +42,11 @@ const (
 	// GatewayClusterRole is the ClusterRole (shipped by the chart) bound to every gateway's
 	// ServiceAccount in its namespace: read its objects, write its status, Connection and Lease.
 	GatewayClusterRole = "skein-gateway"
-	// GatewayNodesClusterRole is bound cluster-wide: read Nodes, InternalNodes and Pods.
+	// GatewayNodesClusterRole is bound cluster-wide: read Nodes and InternalNodes.
 	GatewayNodesClusterRole = "skein-gateway-nodes"
+	// GatewayPodsClusterRole (read every Pod) is bound only to gateways whose pods run with
+	// --watch-pods.
+	GatewayPodsClusterRole = "skein-gateway-pods"
 )
 
 // GatewayReconciler handles one kind of gateway.
@@ -55,6 +59,8 @@ type GatewayReconciler struct {
 	Server bool
 	// Events, if set, receives a warning for every failed reconcile.
 	Events events.EventRecorder
+	// AllowPrivileged lets templates render privileged gateway pods (podpolicy.go).
+	AllowPrivileged bool
 }
 
 // SetupWithManager registers the reconciler, watching what it creates.
@@ -193,7 +199,16 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, r.fail(ctx, g, before, "TemplateError", err.Error())
 	}
+	if bad := constrainPod(&rendered.Deployment.Template.Spec, obj.GetName(), r.AllowPrivileged); bad != "" {
+		return ctrl.Result{}, r.fail(ctx, g, before, "ForbiddenPodSpec", fmt.Sprintf(
+			"the template %s %s asks for %s in the gateway pod, which skein-controller does not render (the gateway runs unprivileged; "+
+				"--allow-privileged-gateways allows it)", g.ref.Kind, g.ref.Name, bad))
+	}
 	if err := r.apply(ctx, obj, rendered); err != nil {
+		var conflict *conflictError
+		if errors.As(err, &conflict) {
+			return ctrl.Result{}, r.fail(ctx, g, before, "Conflict", err.Error())
+		}
 		return ctrl.Result{}, err
 	}
 	msg := "deployed"
@@ -307,6 +322,12 @@ type conflictError struct{ msg string }
 
 func (e *conflictError) Error() string { return e.msg }
 
+// PartOfLabel, set to PartOf, marks every skein pod (the chart's PodMonitor selects it).
+const (
+	PartOfLabel = "app.kubernetes.io/part-of"
+	PartOf      = "skein"
+)
+
 // FieldOwner is the field manager of everything skein-controller applies.
 const FieldOwner = "skein-controller"
 
@@ -317,6 +338,11 @@ const FieldOwner = "skein-controller"
 func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *render.Rendered) error {
 	name, ns := owner.GetName(), owner.GetNamespace()
 	labels := withManagedBy(rd.Labels)
+	// Every gateway pod carries the label skein's PodMonitor selects, whatever its template.
+	if rd.Deployment.Template.Labels == nil {
+		rd.Deployment.Template.Labels = map[string]string{}
+	}
+	rd.Deployment.Template.Labels[PartOfLabel] = PartOf
 	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}
 	objs := []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}},
@@ -342,8 +368,30 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 		pdb.Labels = labels
 		pdb.Spec = policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: rd.Deployment.Selector}
 		objs = append(objs, pdb)
-	} else if err := r.deleteOwned(ctx, owner, pdb); err != nil {
+	} else if err := r.deleteIfOwned(ctx, owner, pdb); err != nil {
 		return err
+	}
+	// Cluster-scoped reads need ClusterRoleBindings; a namespaced gateway cannot own them, so
+	// removeAll deletes them. Every Pod of the cluster only for a gateway that watches them.
+	crbs := []*rbacv1.ClusterRoleBinding{{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name), Labels: labels},
+		Subjects: subjects, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: GatewayNodesClusterRole}}}
+	pods := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name) + "-pods"}}
+	if watchesPods(&rd.Deployment.Template.Spec) {
+		pods.Labels, pods.Subjects = labels, subjects
+		pods.RoleRef = rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: GatewayPodsClusterRole}
+		crbs = append(crbs, pods)
+	} else if err := r.deleteIfOwned(ctx, owner, pods); err != nil {
+		return err
+	}
+	// Nothing is written while anything of the gateway's names belongs to someone else.
+	claims := slices.Clone(objs)
+	for _, crb := range crbs {
+		claims = append(claims, crb)
+	}
+	for _, obj := range claims {
+		if err := r.claim(ctx, owner, obj); err != nil {
+			return err
+		}
 	}
 	for _, obj := range objs {
 		if err := controllerutil.SetControllerReference(owner, obj, r.Client.Scheme()); err != nil {
@@ -353,22 +401,30 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 			return err
 		}
 	}
-	// Cluster-scoped reads need a ClusterRoleBinding; a namespaced gateway cannot own it, so
-	// removeAll deletes it.
-	return applyObject(ctx, r.Client, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name), Labels: labels},
-		Subjects: subjects, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: GatewayNodesClusterRole}})
+	for _, crb := range crbs {
+		if err := applyObject(ctx, r.Client, crb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// watchesPods reports whether the gateway container runs with --watch-pods.
+func watchesPods(spec *corev1.PodSpec) bool {
+	for _, c := range spec.Containers {
+		if c.Name != "gateway" {
+			continue
+		}
+		for _, a := range c.Args {
+			if a == "--watch-pods" || a == "--watch-pods=true" || a == "-watch-pods" || a == "-watch-pods=true" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // deleteOwned deletes obj (by name) if it exists and owner controls it.
-func (r *GatewayReconciler) deleteOwned(ctx context.Context, owner, obj client.Object) error {
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if !metav1.IsControlledBy(obj, owner) {
-		return nil
-	}
-	return client.IgnoreNotFound(r.Client.Delete(ctx, obj))
-}
 
 // applyObject server-side applies a typed object as FieldOwner, forcing ownership of the
 // fields it sets. The object is sent without its null fields and its status: a typed Go object
@@ -497,8 +553,9 @@ func (r *GatewayReconciler) removeAll(ctx context.Context, owner client.Object) 
 		&corev1.ServiceAccount{ObjectMeta: meta}, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-wg-key", Namespace: ns}},
 		&netv1alpha1.Connection{ObjectMeta: meta},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name)}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name) + "-pods"}},
 	} {
-		if err := r.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.deleteIfOwned(ctx, owner, obj); err != nil {
 			errs = append(errs, fmt.Errorf("delete %T %s/%s: %w", obj, ns, obj.GetName(), err))
 		}
 	}

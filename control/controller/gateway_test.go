@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"os"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
@@ -160,6 +162,16 @@ func TestGatewayClientAndTemplateErrors(t *testing.T) {
 	ns := env.Namespace(t, "gwc")
 	ctx := context.Background()
 	installTemplates(t, c, ns)
+	// A template of the user's own, without the label skein's PodMonitor selects pods by.
+	tmpl := &netv1alpha1.WgGatewayClientTemplate{}
+	apitest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "wireguard-client"}, tmpl))
+	var raw map[string]any
+	apitest.Must(t, json.Unmarshal(tmpl.Spec.Template.Raw, &raw))
+	podLabels, _, _ := unstructured.NestedStringMap(raw, "spec", "deployment", "template", "metadata", "labels")
+	delete(podLabels, controller.PartOfLabel)
+	apitest.Must(t, unstructured.SetNestedStringMap(raw, podLabels, "spec", "deployment", "template", "metadata", "labels"))
+	tmpl.Spec.Template.Raw, _ = json.Marshal(raw)
+	apitest.Must(t, c.Update(ctx, tmpl))
 	stop := startGateways(t, env)
 	defer stop()
 	gc := &netv1alpha1.GatewayClient{
@@ -173,6 +185,11 @@ func TestGatewayClientAndTemplateErrors(t *testing.T) {
 	})
 	if err := c.Get(ctx, client.ObjectKeyFromObject(gc), &corev1.Service{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a client got a Service: %v", err)
+	}
+	dep := &appsv1.Deployment{}
+	apitest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(gc), dep))
+	if dep.Spec.Template.Labels[controller.PartOfLabel] != controller.PartOf {
+		t.Errorf("a gateway pod rendered from a template without it is not labelled %s: %v", controller.PartOfLabel, dep.Spec.Template.Labels)
 	}
 
 	for _, tc := range []struct {
@@ -238,4 +255,79 @@ func TestLoadBalancerEndpoint(t *testing.T) {
 	if ep := gs.Status.Endpoint; string(ep.Addresses[0]) != lbIP || ep.Port != 51820 {
 		t.Errorf("endpoint %+v", ep)
 	}
+}
+
+// TestPodPolicy: a template cannot make the controller render a pod that reaches into the
+// node, nor run the gateway under another ServiceAccount.
+func TestPodPolicy(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "podpolicy")
+	ctx := context.Background()
+	installTemplates(t, c, ns)
+	base := &netv1alpha1.WgGatewayClientTemplate{}
+	apitest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "wireguard-client"}, base))
+	variant := func(name string, edit func(pod map[string]any)) {
+		var raw map[string]any
+		apitest.Must(t, json.Unmarshal(base.Spec.Template.Raw, &raw))
+		pod, _, _ := unstructured.NestedMap(raw, "spec", "deployment", "template", "spec")
+		edit(pod)
+		apitest.Must(t, unstructured.SetNestedMap(raw, pod, "spec", "deployment", "template", "spec"))
+		tmpl := &netv1alpha1.WgGatewayClientTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+		tmpl.Spec.Template.Raw, _ = json.Marshal(raw)
+		apitest.Must(t, c.Create(ctx, tmpl))
+	}
+	variant("escape", func(pod map[string]any) {
+		pod["hostNetwork"] = true
+		pod["volumes"] = []any{map[string]any{"name": "root", "hostPath": map[string]any{"path": "/"}}}
+		ctr := pod["containers"].([]any)[0].(map[string]any)
+		ctr["securityContext"] = map[string]any{"privileged": true, "capabilities": map[string]any{"add": []any{"SYS_ADMIN"}}}
+	})
+	variant("other-sa", func(pod map[string]any) { pod["serviceAccountName"] = "cluster-admin-sa" })
+	variant("watcher", func(pod map[string]any) {
+		ctr := pod["containers"].([]any)[0].(map[string]any)
+		ctr["args"] = append(ctr["args"].([]any), "--watch-pods")
+	})
+	stop := startGateways(t, env)
+	defer stop()
+
+	gw := func(name, tmpl string) *netv1alpha1.GatewayClient {
+		gc := &netv1alpha1.GatewayClient{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-" + name}},
+			Spec: netv1alpha1.GatewayClientSpec{MTU: 1340, Endpoint: netv1alpha1.Endpoint{Addresses: []netv1alpha1.Address{"10.42.3.54"}, Port: 32133},
+				ClientTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: tmpl}},
+		}
+		apitest.Must(t, c.Create(ctx, gc))
+		return gc
+	}
+	escape := gw("escape", "escape")
+	apitest.Eventually(t, "the escaping template refused", 30*time.Second, func() bool {
+		c.Get(ctx, client.ObjectKeyFromObject(escape), escape)
+		cond := meta.FindStatusCondition(escape.Status.Conditions, "Ready")
+		return cond != nil && cond.Reason == "ForbiddenPodSpec" && strings.Contains(cond.Message,
+			"containers[0].securityContext.capabilities.add, containers[0].securityContext.privileged, hostNetwork, volumes[0].hostPath")
+	})
+	if err := c.Get(ctx, client.ObjectKeyFromObject(escape), &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a Deployment was rendered from the escaping template: %v", err)
+	}
+	other := gw("other", "other-sa")
+	dep := &appsv1.Deployment{}
+	apitest.Eventually(t, "the other-sa gateway deployed", 30*time.Second, func() bool {
+		return c.Get(ctx, client.ObjectKeyFromObject(other), dep) == nil
+	})
+	if sa := dep.Spec.Template.Spec.ServiceAccountName; sa != "other" {
+		t.Errorf("the gateway pod runs as ServiceAccount %q, want its own (other)", sa)
+	}
+	// Every Pod of the cluster only for a gateway that watches them.
+	podsBinding := func(gw string) error {
+		return c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + ns + "-" + gw + "-pods"}, &rbacv1.ClusterRoleBinding{})
+	}
+	if err := podsBinding("other"); !apierrors.IsNotFound(err) {
+		t.Errorf("a gateway without --watch-pods may read every Pod: %v", err)
+	}
+	gw("watcher", "watcher")
+	apitest.Eventually(t, "the pods binding of the --watch-pods gateway", 30*time.Second, func() bool {
+		crb := &rbacv1.ClusterRoleBinding{}
+		return c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + ns + "-watcher-pods"}, crb) == nil && crb.RoleRef.Name == controller.GatewayPodsClusterRole
+	})
 }

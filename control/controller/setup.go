@@ -3,7 +3,9 @@ package controller
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/skein-net/skein/control/controller/ipam"
@@ -14,6 +16,17 @@ type Options struct {
 	PodCIDRs, ServiceCIDRs, Reserved []netip.Prefix
 	ExternalCIDR, InternalCIDR       netip.Prefix
 	Pools                            []netip.Prefix // default ipam.DefaultPools
+	// NodeCIDRs are the networks the nodes' addresses come from: never inside a peer's CIDR as
+	// seen here (each node's own addresses are reserved too, from the Node objects).
+	NodeCIDRs []netip.Prefix
+	// MinRemotePrefixLength refuses peers' CIDRs larger than this (0: /8).
+	MinRemotePrefixLength int
+	// AllowPrivilegedGateways lets gateway templates render privileged pods (host namespaces,
+	// hostPath, privileged containers, added capabilities).
+	AllowPrivilegedGateways bool
+	// Metrics, when set, gets the IPAM gauges (skein_controller_ipam_*); the daemon passes
+	// controller-runtime's registry, served on --metrics-listen.
+	Metrics prometheus.Registerer
 }
 
 // Setup registers every reconciler on mgr.
@@ -25,7 +38,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if len(pools) == 0 {
 		pools = ipam.DefaultPools
 	}
-	local := append(append(append([]netip.Prefix{}, o.PodCIDRs...), o.ServiceCIDRs...), o.Reserved...)
+	local := slices.Concat(o.PodCIDRs, o.ServiceCIDRs, o.Reserved, o.NodeCIDRs)
 	local = append(local, o.ExternalCIDR, o.InternalCIDR)
 	alloc, err := ipam.New(pools, local)
 	if err != nil {
@@ -39,14 +52,19 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
+	if o.Metrics != nil {
+		if err := o.Metrics.Register(&ipamCollector{alloc: alloc, overlay: overlayHosts, external: externalHosts}); err != nil {
+			return fmt.Errorf("controller: registering the IPAM metrics: %w", err)
+		}
+	}
 	overlay := &OverlayAddresses{Hosts: overlayHosts, Reader: mgr.GetAPIReader()}
 	c, reader, ev := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("skein-controller")
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		&ConfigurationReconciler{Client: c, Reader: reader, IPAM: alloc, Events: ev},
+		&ConfigurationReconciler{Client: c, Reader: reader, IPAM: alloc, Events: ev, MinPrefixLength: o.MinRemotePrefixLength},
 		&InternalNodeReconciler{Client: c, Reader: reader, Overlay: overlay, External: externalHosts},
 		&PublicKeyReconciler{Client: c},
-		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: true, Events: ev},
-		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: false, Events: ev},
+		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: true, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways},
+		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: false, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways},
 	} {
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err

@@ -4,15 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
@@ -26,10 +28,12 @@ const ActiveLabel = "networking.liqo.io/active"
 type Election struct {
 	PodName  string
 	NodeName string
-	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's leader election timings;
-	// defaults 6 s, 4 s and 0.5 s: a replica that dies without releasing the Lease is replaced
-	// within about 6.5 s, one that stops gracefully within about 0.5 s.
+	// LeaseDuration: how long a standby waits, after the Lease was last renewed, before it
+	// takes over (default 6 s). RetryPeriod: how often replicas renew or check the Lease
+	// (default 0.5 s). RenewDeadline: how long one renewal may take (default 4 s).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Log, if set, hears when the API server cannot be reached and when it can again.
+	Log *slog.Logger
 }
 
 func (e *Election) defaults() {
@@ -42,42 +46,174 @@ func (e *Election) defaults() {
 	if e.RetryPeriod == 0 {
 		e.RetryPeriod = 500 * time.Millisecond
 	}
+	if e.Log == nil {
+		e.Log = slog.New(slog.DiscardHandler)
+	}
 }
 
 // RunElection campaigns for the gateway's Lease until ctx ends, calling onActive when this
-// replica becomes the active one and onStandby when it stops being it. On ctx's end the Lease
-// is released at once, so a standby takes over without waiting for it to expire.
+// replica becomes the active one and onStandby when it stops being it (one at a time, in
+// order, on a goroutine of their own, so a slow callback does not delay renewals).
+//
+// Unlike client-go's leader election, the active replica does not step down when it cannot
+// renew: a data plane must survive its control plane, and while the API server is unreachable
+// nobody could take over anyway. It stays active until it sees another replica hold the Lease
+// (which a standby takes once the Lease has not been renewed for LeaseDuration), or until ctx
+// ends; then the Lease is released at once, so a standby takes over without waiting for it to
+// expire. The price: if only the active replica loses the API server, a standby that still
+// reaches it takes over after LeaseDuration and both are active until the first sees it.
 func RunElection(ctx context.Context, cfg *rest.Config, namespace, gateway string, e Election, onActive func(), onStandby func()) error {
 	e.defaults()
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: gateway},
-		Client:     cs.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: e.PodName},
+	el := &elector{leases: cs.CoordinationV1().Leases(namespace), name: gateway, e: e}
+	calls := make(chan func(), 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for f := range calls {
+			f()
+		}
+	}()
+	active := false
+	unreachable := false
+	tick := time.NewTicker(e.RetryPeriod)
+	defer tick.Stop()
+	for {
+		attempt, cancel := context.WithTimeout(ctx, e.RenewDeadline)
+		held, other, err := el.try(attempt)
+		cancel()
+		if ctx.Err() != nil {
+			break
+		}
+		switch {
+		case err != nil && !unreachable:
+			unreachable = true
+			e.Log.Warn("cannot reach the API server for the gateway's Lease; staying as we are", "active", active, "err", err)
+		case err == nil && unreachable:
+			unreachable = false
+			e.Log.Info("the API server answers again", "active", active, "holder", other)
+		}
+		switch {
+		case held && !active:
+			active = true
+			calls <- onActive
+		case !held && active && other != "":
+			active = false
+			e.Log.Warn("another replica holds the gateway's Lease: going standby", "holder", other)
+			calls <- onStandby
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			continue
+		}
+		break
 	}
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   e.LeaseDuration,
-		RenewDeadline:   e.RenewDeadline,
-		RetryPeriod:     e.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            gateway,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(context.Context) { onActive() },
-			OnStoppedLeading: onStandby,
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
+	if active {
+		release, cancel := context.WithTimeout(context.Background(), e.RenewDeadline)
+		el.release(release)
+		cancel()
+		calls <- onStandby
 	}
-	// Run returns when leadership is lost; campaign again until ctx ends.
-	for ctx.Err() == nil {
-		le.Run(ctx)
-	}
+	close(calls)
+	<-done
 	return nil
+}
+
+// elector reads and writes one Lease for one replica.
+type elector struct {
+	leases coordinationv1client.LeaseInterface
+	name   string
+	e      Election
+	// The record last seen and when (by this replica's clock: replicas' clocks may differ),
+	// to tell when the holder stopped renewing. blind: the last read failed, so the time
+	// since seenAt says nothing (the holder could not renew either); the next record read
+	// starts the count again.
+	seen   string
+	seenAt time.Time
+	blind  bool
+}
+
+// try acquires or renews the Lease. held: this replica holds it now; other: the holder when
+// another replica does (and has renewed within LeaseDuration); err: the API server did not
+// answer, so nothing is known.
+func (el *elector) try(ctx context.Context) (held bool, other string, err error) {
+	now := time.Now()
+	me := el.e.PodName
+	lease, err := el.leases.Get(ctx, el.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: el.name}, Spec: el.spec(nil, now)}
+		if _, err := el.leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return false, "", nil // another replica created it first; the next try reads who
+			}
+			return false, "", err
+		}
+		return true, "", nil
+	}
+	if err != nil {
+		el.blind = true
+		return false, "", err
+	}
+	holder := ""
+	if lease.Spec.HolderIdentity != nil {
+		holder = *lease.Spec.HolderIdentity
+	}
+	record := holder + "@" + lease.ResourceVersion
+	if record != el.seen || el.blind {
+		el.seen, el.seenAt, el.blind = record, now, false
+	}
+	if holder != "" && holder != me && now.Before(el.seenAt.Add(el.e.LeaseDuration)) {
+		return false, holder, nil
+	}
+	// Ours to renew, released, or expired: write ourselves in. A conflict means another
+	// replica wrote first; the next try reads who.
+	lease.Spec = el.spec(&lease.Spec, now)
+	if _, err := el.leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsConflict(err) {
+			return false, "", nil
+		}
+		return false, "", err
+	}
+	return true, "", nil
+}
+
+// spec is the Lease held by this replica from now, after old (nil for a new Lease).
+func (el *elector) spec(old *coordinationv1.LeaseSpec, now time.Time) coordinationv1.LeaseSpec {
+	me := el.e.PodName
+	secs := int32(el.e.LeaseDuration.Round(time.Second) / time.Second)
+	t := metav1.NewMicroTime(now)
+	s := coordinationv1.LeaseSpec{HolderIdentity: &me, LeaseDurationSeconds: &secs, AcquireTime: &t, RenewTime: &t}
+	if old == nil {
+		return s
+	}
+	transitions := int32(0)
+	if old.LeaseTransitions != nil {
+		transitions = *old.LeaseTransitions
+	}
+	if old.HolderIdentity != nil && *old.HolderIdentity == me {
+		s.AcquireTime = old.AcquireTime
+	} else {
+		transitions++
+	}
+	s.LeaseTransitions = &transitions
+	return s
+}
+
+// release hands the Lease back (holder cleared) if this replica holds it, so a standby takes
+// over at its next try.
+func (el *elector) release(ctx context.Context) {
+	lease, err := el.leases.Get(ctx, el.name, metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != el.e.PodName {
+		return
+	}
+	lease.Spec.HolderIdentity = nil
+	one := int32(1)
+	lease.Spec.LeaseDurationSeconds = &one
+	_, _ = el.leases.Update(ctx, lease, metav1.UpdateOptions{})
 }
 
 // PublishActive labels this replica's pod as the active one and writes its VTEP (pod IP and

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"time"
@@ -110,9 +111,40 @@ type ProbeConfig struct {
 	FailAfter int    `json:"failAfter,omitempty"` // default 5
 }
 
+// Bounds on what the gateway reads from files: a config file and a key file are small.
+const (
+	maxConfigFile = 1 << 20
+	maxKeyFile    = 1 << 10
+)
+
+// readBounded reads a regular file of at most limit bytes (not a device, a FIFO or a
+// directory: /dev/zero would never end).
+func readBounded(path string, limit int64) ([]byte, os.FileMode, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, 0, fmt.Errorf("%s is not a regular file (%v)", path, st.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, 0, err
+	}
+	if int64(len(b)) > limit {
+		return nil, 0, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return b, st.Mode().Perm(), nil
+}
+
 // LoadFile reads a config file; Resolve validates it.
 func LoadFile(path string) (*File, error) {
-	b, err := os.ReadFile(path)
+	b, _, err := readBounded(path, maxConfigFile)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
@@ -246,9 +278,12 @@ func readKey(path string) (config.Key, error) {
 	if path == "" {
 		return config.Key{}, errors.New("required: a file holding the private key (wg genkey > FILE)")
 	}
-	b, err := os.ReadFile(path)
+	b, perm, err := readBounded(path, maxKeyFile)
 	if err != nil {
 		return config.Key{}, err
+	}
+	if perm&0o022 != 0 {
+		return config.Key{}, fmt.Errorf("%s is writable by group or others (mode %04o): whoever can write it can replace the gateway's identity; chmod 600 it (or 644 when the gateway runs as another user)", path, perm)
 	}
 	k, err := config.ParseKey(string(b))
 	if err != nil {

@@ -141,3 +141,33 @@ func TestResolveErrors(t *testing.T) {
 		t.Errorf("unknown field: %v", err)
 	}
 }
+
+// TestFileBounds: what the gateway reads from files is bounded. A device (/dev/zero, which
+// never ends) and a file over 1 MiB are refused as the config; a key file that group or
+// others may write is refused (whoever writes it replaces the gateway's identity).
+func TestFileBounds(t *testing.T) {
+	if _, err := gateway.LoadFile("/dev/zero"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("/dev/zero as the config: %v", err)
+	}
+	big := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(big, make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gateway.LoadFile(big); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("a 2 MiB config: %v", err)
+	}
+	for mode, ok := range map[os.FileMode]bool{0o600: true, 0o644: true, 0o640: true, 0o666: false, 0o620: false, 0o602: false} {
+		path := writeConfig(t, goodServer)
+		key := filepath.Join(filepath.Dir(path), "private.key")
+		if err := os.Chmod(key, mode); err != nil {
+			t.Fatal(err)
+		}
+		c, err := gateway.LoadFile(path)
+		if err == nil {
+			_, err = c.Resolve()
+		}
+		if ok != (err == nil) || (!ok && !strings.Contains(err.Error(), "writable by group or others")) {
+			t.Errorf("key file mode %04o: %v", mode, err)
+		}
+	}
+}

@@ -192,6 +192,12 @@ func nodes(o Objects) ([]dataplane.Node, error) {
 		if err1 != nil || err2 != nil {
 			return nil, fmt.Errorf("internalnode %s: VTEP %s/%s does not parse", in.Name, v.IP, v.MAC)
 		}
+		// An agent may write only its own node's VTEP: one that is not an address of the Node
+		// of that name (another node's agent pointing it at itself, to receive that node's
+		// pods' traffic) is not used.
+		if node := nodes[in.Name]; node != nil && !nodeHasAddress(node, ip.Unmap()) {
+			continue
+		}
 		n := dataplane.Node{Name: in.Name, VTEP: ip.Unmap(), MAC: mac}
 		if node := nodes[in.Name]; node != nil {
 			cidrs := node.Spec.PodCIDRs
@@ -236,4 +242,18 @@ func nodes(o Objects) ([]dataplane.Node, error) {
 		slices.SortFunc(out[i].Pods, func(a, b netip.Addr) int { return a.Compare(b) })
 	}
 	return out, nil
+}
+
+// nodeHasAddress reports whether ip is one of node's addresses; a Node that lists none (not
+// yet reported by its kubelet) cannot be checked and passes.
+func nodeHasAddress(node *corev1.Node, ip netip.Addr) bool {
+	if len(node.Status.Addresses) == 0 {
+		return true
+	}
+	for _, a := range node.Status.Addresses {
+		if got, err := netip.ParseAddr(a.Address); err == nil && got.Unmap() == ip {
+			return true
+		}
+	}
+	return false
 }

@@ -151,3 +151,19 @@ func TestFromObjectsWaiting(t *testing.T) {
 		}
 	}
 }
+
+// TestForeignVTEPIgnored: an InternalNode whose VTEP is not an address of its Node (another
+// node's agent pointing it at itself) is not used; one that is, is.
+func TestForeignVTEPIgnored(t *testing.T) {
+	o := objects()
+	o.Nodes[0].Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.77.1"}}
+	o.Nodes[1].Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.77.2"}}
+	o.InternalNodes[1].Status.VTEP.IP = "192.168.77.1" // n2's VTEP pointed at n1
+	g, err := gateway.FromObjects(o, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Dataplane.Nodes) != 1 || g.Dataplane.Nodes[0].Name != "n1" {
+		t.Errorf("nodes %+v: want n1 alone (n2's VTEP is n1's address)", g.Dataplane.Nodes)
+	}
+}

@@ -73,7 +73,7 @@ func (n *Netlink) Link(name string) (*Link, error) {
 		return nil, fmt.Errorf("link %s: %w", name, err)
 	}
 	a := l.Attrs()
-	out := &Link{Name: a.Name, Kind: l.Type(), MTU: a.MTU, Up: a.Flags&net.FlagUp != 0}
+	out := &Link{Name: a.Name, Alias: a.Alias, Kind: l.Type(), MTU: a.MTU, Up: a.Flags&net.FlagUp != 0}
 	if len(a.HardwareAddr) == 6 {
 		out.MAC = packet.MAC(a.HardwareAddr)
 	}
@@ -117,6 +117,17 @@ func (n *Netlink) CreateOverlay(o Overlay) error {
 			return fmt.Errorf("create %s: the kernel has no Geneve support (CONFIG_GENEVE, module geneve): %w", o.Name, err)
 		}
 		return fmt.Errorf("create overlay device %s (%s id %d port %d local %s): %w", o.Name, o.Kind, o.VNI, o.Port, o.Local, err)
+	}
+	return n.SetAlias(o.Name, OwnerAlias)
+}
+
+func (n *Netlink) SetAlias(name, alias string) error {
+	l, err := n.link(name)
+	if err != nil {
+		return err
+	}
+	if err := n.h.LinkSetAlias(l, alias); err != nil {
+		return fmt.Errorf("set the alias of %s: %w", name, err)
 	}
 	return nil
 }
@@ -477,11 +488,23 @@ func Monitor(nsPath string, changed func(), done <-chan struct{}) error {
 	if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{Namespace: nsh}); err != nil {
 		return fmt.Errorf("subscribe to neighbours: %w", err)
 	}
+	rules, err := subscribeRules(nsh, done)
+	if err != nil {
+		return err
+	}
+	nft, err := monitorNFTables(nsPath, done)
+	if err != nil {
+		return err
+	}
 	go func() {
 		for {
 			select {
 			case <-done:
 				return
+			case <-rules:
+				changed()
+			case <-nft:
+				changed()
 			case u, ok := <-routes:
 				if !ok {
 					return
@@ -506,4 +529,44 @@ func Monitor(nsPath string, changed func(), done <-chan struct{}) error {
 		}
 	}()
 	return nil
+}
+
+// subscribeRules reports every change of the namespace's IPv4 policy rules (vishvananda's
+// netlink has no rule subscription): a rule to table 18952 deleted by hand is then repaired at
+// once, like a route, instead of at the next resync.
+func subscribeRules(nsh *netns.NsHandle, done <-chan struct{}) (<-chan struct{}, error) {
+	var sock *nl.NetlinkSocket
+	var err error
+	if nsh != nil {
+		cur, cerr := netns.Get()
+		if cerr != nil {
+			return nil, fmt.Errorf("subscribe to rules: %w", cerr)
+		}
+		defer cur.Close()
+		sock, err = nl.SubscribeAt(*nsh, cur, unix.NETLINK_ROUTE, unix.RTNLGRP_IPV4_RULE)
+	} else {
+		sock, err = nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_IPV4_RULE)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to rules: %w", err)
+	}
+	out := make(chan struct{}, 1)
+	go func() { <-done; sock.Close() }()
+	go func() {
+		for {
+			msgs, _, err := sock.Receive()
+			if err != nil {
+				return // closed
+			}
+			for _, m := range msgs {
+				if m.Header.Type == unix.RTM_NEWRULE || m.Header.Type == unix.RTM_DELRULE {
+					select {
+					case out <- struct{}{}:
+					default: // one pending notice is enough
+					}
+				}
+			}
+		}
+	}()
+	return out, nil
 }

@@ -2,6 +2,7 @@ package kernel_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -111,9 +112,9 @@ func ping(t *testing.T, pod *netnstest.NS) bool {
 func dump(t *testing.T, ns *netnstest.NS) string {
 	var b strings.Builder
 	for _, cmd := range [][]string{
-		// Brief link lines (name, state, MAC): the detailed form names a veth's peer namespace,
+		// Brief link and address lines: the detailed forms name a veth's peer namespace,
 		// which ip fails to resolve now and then while other tests add and remove namespaces.
-		{"ip", "-br", "link", "show"}, {"ip", "-4", "addr", "show"}, {"ip", "rule", "show"},
+		{"ip", "-br", "link", "show"}, {"ip", "-4", "-br", "addr", "show"}, {"ip", "rule", "show"},
 		{"ip", "route", "show", "table", "all"}, {"ip", "neigh", "show", "nud", "permanent"},
 	} {
 		for _, l := range strings.Split(ns.Run(t, cmd...), "\n") {
@@ -201,7 +202,7 @@ func TestNetlink(t *testing.T) {
 	}
 
 	// Cleanup leaves the node as it was (but for the test's own bridge and gateway veths).
-	if err := kernel.Cleanup(s.k, "liqo.vxlan"); err != nil {
+	if err := kernel.Cleanup(s.k, "liqo.vxlan", 18952); err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range []string{"v-kgw1", "v-kgw2", "br0"} {
@@ -210,7 +211,7 @@ func TestNetlink(t *testing.T) {
 	if after := dump(t, s.node); after != before {
 		t.Errorf("cleanup left the namespace changed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
-	if err := kernel.Cleanup(s.k, "liqo.vxlan"); err != nil {
+	if err := kernel.Cleanup(s.k, "liqo.vxlan", 18952); err != nil {
 		t.Errorf("a second cleanup: %v", err)
 	}
 }
@@ -324,4 +325,103 @@ func TestRPFilterReadOnlyProcSys(t *testing.T) {
 	if out := strings.TrimSpace(ns.Run(t, "cat", "/proc/sys/net/ipv4/conf/dummy0/rp_filter")); out != "2" {
 		t.Errorf("rp_filter %s after SetRPFilter with a read-only /proc/sys, want 2", out)
 	}
+}
+
+// TestForeignLinksKept: skein-agent deletes and replaces only the device it created. In a
+// real namespace, `--cleanup --device eth0` leaves eth0; a VXLAN device of another VNI that
+// happens to be called liqo.vxlan (another product's) is neither replaced nor deleted, and the
+// error says why; a device of our VNI made before the mark existed is adopted and marked.
+func TestForeignLinksKept(t *testing.T) {
+	netnstest.RequireRoot(t)
+	ns := netnstest.New(t, "kforeign")
+	k, err := kernel.NewNetlink("/var/run/netns/"+ns.Name, ns.Do)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	// The node's own interface (a veth: this kernel may have no dummy links).
+	ns.Run(t, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p")
+	ns.Run(t, "ip", "addr", "add", "192.168.77.1/24", "dev", "eth0")
+	ns.Run(t, "ip", "link", "set", "eth0", "up")
+	ns.Run(t, "ip", "link", "set", "eth0p", "up")
+	if err := kernel.Cleanup(k, "eth0", 18952); !errors.Is(err, kernel.ErrForeignLink) {
+		t.Errorf("cleanup of eth0: %v, want ErrForeignLink", err)
+	}
+	if l, _ := k.Link("eth0"); l == nil {
+		t.Fatal("cleanup deleted eth0")
+	}
+
+	d := kernel.Desired{Overlay: kernel.Overlay{Name: "liqo.vxlan", Kind: overlay.VXLAN, VNI: 18952, Port: 4789,
+		Local: netip.MustParseAddr("192.168.77.1"), Address: netip.MustParsePrefix("10.80.0.11/16"), MTU: 1450}}
+	ns.Run(t, "ip", "link", "add", "liqo.vxlan", "type", "vxlan", "id", "1", "dstport", "8472", "local", "192.168.77.1")
+	if _, err := kernel.Reconcile(k, d); !errors.Is(err, kernel.ErrForeignLink) || !strings.Contains(err.Error(), "VNI 1") {
+		t.Errorf("reconcile over another product's liqo.vxlan: %v", err)
+	}
+	if err := kernel.Cleanup(k, "liqo.vxlan", 18952); !errors.Is(err, kernel.ErrForeignLink) {
+		t.Errorf("cleanup of another product's liqo.vxlan: %v", err)
+	}
+	if l, _ := k.Link("liqo.vxlan"); l == nil || l.VNI != 1 || l.Port != 8472 {
+		t.Fatalf("the foreign liqo.vxlan was replaced or deleted: %+v", l)
+	}
+
+	// A device of ours from before the mark: adopted, not recreated.
+	ns.Run(t, "ip", "link", "del", "liqo.vxlan")
+	ns.Run(t, "ip", "link", "add", "liqo.vxlan", "type", "vxlan", "id", "18952", "dstport", "4789", "local", "192.168.77.1", "nolearning")
+	before, _ := k.Link("liqo.vxlan")
+	if _, err := kernel.Reconcile(k, d); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := k.Link("liqo.vxlan")
+	if after == nil || after.Alias != kernel.OwnerAlias || after.MAC != before.MAC {
+		t.Errorf("the legacy device was not adopted in place: before %+v, after %+v", before, after)
+	}
+	if err := kernel.Cleanup(k, "liqo.vxlan", 18952); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := k.Link("liqo.vxlan"); l != nil {
+		t.Error("cleanup kept skein's own device")
+	}
+	if out := ns.Run(t, "ip", "-o", "link", "show", "eth0"); !strings.Contains(out, "eth0") {
+		t.Errorf("eth0 gone: %s", out)
+	}
+}
+
+// TestMonitorRulesAndNFTables: Monitor reports a policy rule added or deleted by hand (as it does routes
+// of table 18952), and skein's nftables table deleted by hand (but not another table's
+// changes), so the agent repairs both at once instead of at its next resync.
+func TestMonitorRulesAndNFTables(t *testing.T) {
+	netnstest.RequireRoot(t)
+	ns := netnstest.New(t, "kmon")
+	changed := make(chan struct{}, 16)
+	done := make(chan struct{})
+	defer close(done)
+	if err := kernel.Monitor("/var/run/netns/"+ns.Name, func() { changed <- struct{}{} }, done); err != nil {
+		t.Fatal(err)
+	}
+	expect := func(what string, want bool) {
+		t.Helper()
+		select {
+		case <-changed:
+			if !want {
+				t.Errorf("%s: a change reported", what)
+			}
+		case <-time.After(2 * time.Second):
+			if want {
+				t.Fatalf("%s: no change reported", what)
+			}
+		}
+		for len(changed) > 0 {
+			<-changed
+		}
+	}
+	for _, op := range []string{"add", "del"} {
+		ns.Run(t, "ip", "rule", op, "to", "10.99.0.0/16", "lookup", "18952", "priority", "1900")
+		expect("ip rule "+op, true)
+	}
+	ns.Run(t, "nft", "add", "table", "ip", "someone-else")
+	expect("another product's nftables table", false)
+	ns.Run(t, "nft", "add", "table", "ip", kernel.NFTable)
+	expect("skein's nftables table added", true)
+	ns.Run(t, "nft", "delete", "table", "ip", kernel.NFTable)
+	expect("skein's nftables table deleted", true)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"os"
 	"reflect"
 	"slices"
 
@@ -363,4 +364,60 @@ func sameElements(got, want []nftables.SetElement) bool {
 		}
 	}
 	return true
+}
+
+// monitorNFTables reports every change to skein's nftables table (the table, its chain, rule
+// and sets) in the namespace of nsPath ("" for this one), so a table deleted or edited by hand
+// is repaired at once instead of at the next resync. Changes of other tables are ignored.
+func monitorNFTables(nsPath string, done <-chan struct{}) (<-chan struct{}, error) {
+	var opts []nftables.ConnOption
+	if nsPath != "" {
+		f, err := os.Open(nsPath)
+		if err != nil {
+			return nil, fmt.Errorf("nftables monitor: %w", err)
+		}
+		defer f.Close()
+		opts = append(opts, nftables.WithNetNSFd(int(f.Fd())))
+	}
+	c, err := nftables.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nftables monitor: %w", err)
+	}
+	m := nftables.NewMonitor(nftables.WithMonitorAction(nftables.MonitorActionAny),
+		nftables.WithMonitorObject(nftables.MonitorObjectTables|nftables.MonitorObjectChains|nftables.MonitorObjectRules|nftables.MonitorObjectSets|nftables.MonitorObjectElements))
+	events, err := c.AddMonitor(m)
+	if err != nil {
+		return nil, fmt.Errorf("nftables monitor: %w", err)
+	}
+	out := make(chan struct{}, 1)
+	go func() { <-done; m.Close() }()
+	go func() {
+		for ev := range events {
+			if !ours(ev.Data) {
+				continue
+			}
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return out, nil
+}
+
+// ours reports whether a monitor event's object belongs to skein's table (objects the
+// monitor cannot name a table for count as ours: a spurious repair check costs little).
+func ours(obj any) bool {
+	var t *nftables.Table
+	switch o := obj.(type) {
+	case *nftables.Table:
+		t = o
+	case *nftables.Chain:
+		t = o.Table
+	case *nftables.Rule:
+		t = o.Table
+	case *nftables.Set:
+		t = o.Table
+	}
+	return t == nil || (t.Name == NFTable && t.Family == nftables.TableFamilyIPv4)
 }

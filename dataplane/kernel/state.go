@@ -57,6 +57,7 @@ type Desired struct {
 // Link is what the agent reads of a link.
 type Link struct {
 	Name  string
+	Alias string // IFLA_IFALIAS: OwnerAlias on the links skein-agent creates
 	Kind  string // vxlan, geneve, ...
 	VNI   uint32
 	Port  uint16
@@ -96,7 +97,10 @@ type Rule struct {
 type Kernel interface {
 	// Link returns the named link, or nil when there is none.
 	Link(name string) (*Link, error)
+	// CreateOverlay creates the overlay device marked with OwnerAlias.
 	CreateOverlay(o Overlay) error
+	// SetAlias marks an existing link.
+	SetAlias(name, alias string) error
 	DeleteLink(name string) error
 	SetLink(name string, mtu int, up bool) error
 	AddAddr(link string, p netip.Prefix) error
@@ -185,10 +189,24 @@ func Reconcile(k Kernel, d Desired) (Changes, error) {
 		prio = DefaultRulePriority
 	}
 
-	// The device: recreated when its identity differs, which only a hand edit causes.
+	// The device: only ever one skein-agent created (a device of that name made before the
+	// mark existed is marked now); recreated when its identity differs, which only a hand edit
+	// causes.
 	l, err := k.Link(o.Name)
 	if err != nil {
 		return ch, err
+	}
+	if l != nil {
+		mine, legacy := owned(l, o.VNI)
+		if !mine {
+			return ch, foreign(l)
+		}
+		if legacy {
+			if err := k.SetAlias(o.Name, OwnerAlias); err != nil {
+				return ch, err
+			}
+			ch.Links++
+		}
 	}
 	if l != nil && (l.Kind != o.Kind.String() || l.VNI != o.VNI || (o.Kind == overlay.VXLAN && (l.Port != o.Port || l.Local != o.Local))) {
 		if err := k.DeleteLink(o.Name); err != nil {
@@ -342,7 +360,7 @@ func syncKeyed[T comparable, K comparable](have, want []T, key func(T) K, del, s
 // Cleanup removes everything the agent creates: the rules to Table, the routes in Table and
 // the overlay device (with its addresses, FDB and neighbour entries). It is safe to call when
 // some or all of it is already gone.
-func Cleanup(k Kernel, device string) error {
+func Cleanup(k Kernel, device string, vni uint32) error {
 	var errs []error
 	rules, err := k.Rules()
 	errs = append(errs, err)
@@ -357,9 +375,35 @@ func Cleanup(k Kernel, device string) error {
 	if l, err := k.Link(device); err != nil {
 		errs = append(errs, err)
 	} else if l != nil {
-		errs = append(errs, k.DeleteLink(device))
+		if mine, _ := owned(l, vni); mine {
+			errs = append(errs, k.DeleteLink(device))
+		} else {
+			errs = append(errs, fmt.Errorf("not deleting it: %w", foreign(l)))
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// OwnerAlias is the alias (IFLA_IFALIAS, `ip link show` prints it) of the links skein-agent
+// creates: it deletes or replaces no other.
+const OwnerAlias = "skein-agent"
+
+// ErrForeignLink means a link of the overlay device's name is not skein-agent's.
+var ErrForeignLink = errors.New("a link skein-agent did not create")
+
+// owned reports whether l is skein-agent's overlay device for vni: marked with OwnerAlias, or
+// (legacy: created before the mark existed) an unmarked VXLAN or Geneve device of that VNI.
+func owned(l *Link, vni uint32) (mine, legacy bool) {
+	if l.Alias == OwnerAlias {
+		return true, false
+	}
+	legacy = l.Alias == "" && (l.Kind == overlay.VXLAN.String() || l.Kind == overlay.Geneve.String()) && l.VNI == vni
+	return legacy, legacy
+}
+
+func foreign(l *Link) error {
+	return fmt.Errorf("%w: %s is a %s link (alias %q, VNI %d); skein-agent neither deletes nor replaces it: remove it, or give skein another --device name",
+		ErrForeignLink, l.Name, l.Kind, l.Alias, l.VNI)
 }
 
 // Fake is an in-memory Kernel that records every change as the iproute2 command that would
@@ -414,12 +458,29 @@ func (f *Fake) CreateOverlay(o Overlay) error {
 	} else {
 		f.op("ip link add %s type vxlan id %d dstport %d local %s nolearning", o.Name, o.VNI, o.Port, o.Local)
 	}
+	f.op("ip link set %s alias %s", o.Name, OwnerAlias)
 	mac := o.MAC
 	if mac == (packet.MAC{}) {
 		mac = packet.MAC{0x02, 0xfa, 0xce, 0, 0, 1}
 	}
-	f.links[o.Name] = &Link{Name: o.Name, Kind: o.Kind.String(), VNI: o.VNI, Port: o.Port, Local: o.Local, MTU: 1500, MAC: mac}
+	f.links[o.Name] = &Link{Name: o.Name, Alias: OwnerAlias, Kind: o.Kind.String(), VNI: o.VNI, Port: o.Port, Local: o.Local, MTU: 1500, MAC: mac}
 	return nil
+}
+
+func (f *Fake) SetAlias(name, alias string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.op("ip link set %s alias %s", name, alias)
+	f.links[name].Alias = alias
+	return nil
+}
+
+// AddLink puts a link into the fake namespace as something other than skein-agent would
+// (a test's foreign or legacy device); it records no command.
+func (f *Fake) AddLink(l Link) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.links[l.Name] = &l
 }
 
 func (f *Fake) DeleteLink(name string) error {

@@ -52,7 +52,7 @@ func TestGolden(t *testing.T) {
 		}
 		all.WriteString("# " + s.name + "\n" + script)
 	}
-	if err := kernel.Cleanup(f, "liqo.vxlan"); err != nil {
+	if err := kernel.Cleanup(f, "liqo.vxlan", 18952); err != nil {
 		t.Fatal(err)
 	}
 	all.WriteString("# cleanup\n" + f.Script())

@@ -111,12 +111,12 @@ func New(cfg Config) (*VTEP, error) {
 		return nil, fmt.Errorf("overlay: gateway overlay MAC %s must be a non-zero unicast address", MACString(cfg.MAC))
 	}
 	var b route.Builder
-	for _, p := range cfg.Peers {
+	for i, p := range cfg.Peers {
 		if !p.IsValid() || p.Zone() != "" {
 			return nil, fmt.Errorf("overlay: peer VTEP address %v is not a plain IP address", p)
 		}
 		p = p.Unmap()
-		if err := b.Add(netip.PrefixFrom(p, p.BitLen()), 0); err != nil {
+		if err := b.Add(netip.PrefixFrom(p, p.BitLen()), uint32(i)); err != nil {
 			return nil, fmt.Errorf("overlay: peer VTEP %v: %w", p, err)
 		}
 	}
@@ -206,12 +206,25 @@ func (r Result) String() string {
 // match. Drops leave the datagram as it was, except that a Geneve datagram with options may
 // have had its body moved.
 func (v *VTEP) Decap(src netip.Addr, head, body []byte) ([]byte, Result) {
+	inner, res, _ := v.DecapPeer(src, head, body)
+	return inner, res
+}
+
+// DecapPeer is Decap that also says which peer sent the datagram: its index in Config.Peers.
+func (v *VTEP) DecapPeer(src netip.Addr, head, body []byte) ([]byte, Result, int) {
 	if len(head) < HeaderLen {
-		return nil, DropMalformed
+		return nil, DropMalformed, -1
 	}
-	if _, ok := v.peers.Lookup(src); !ok {
-		return nil, DropUnknownPeer
+	peer, ok := v.peers.Lookup(src)
+	if !ok {
+		return nil, DropUnknownPeer, -1
 	}
+	inner, res := v.decap(head, body)
+	return inner, res, int(peer)
+}
+
+// decap is Decap after the sender is known.
+func (v *VTEP) decap(head, body []byte) ([]byte, Result) {
 	var eth [packet.EthernetHeaderLen]byte
 	if v.kind == Geneve {
 		g := head[:8]

@@ -8,6 +8,7 @@
 //	lab-probe stream [--interval 50ms] [--duration 10s] HOST:PORT
 //	lab-probe rr-serve [--tcp :7073]
 //	lab-probe rr [--count 2000] [--size 1] HOST:PORT
+//	lab-probe get [--timeout 5s] URL
 //
 // serve answers every TCP connection and UDP datagram with one line:
 // "<hostname> saw <source ip>:<port>"; its HTTP port answers /healthz. call prints the line
@@ -15,7 +16,8 @@
 // came back and the longest gap without replies (failover measurements). rr-serve echoes what
 // it reads; rr does --count request/response round trips of --size bytes over one TCP
 // connection (TCP_NODELAY), one at a time, and prints the latency percentiles in microseconds:
-// "count N p50-us X p90-us Y p99-us Z".
+// "count N p50-us X p90-us Y p99-us Z". get prints an HTTP response's body and exits 1 unless
+// the status is 200 (tests scrape /metrics inside the lab's namespaces with it).
 package main
 
 import (
@@ -34,7 +36,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: lab-probe serve|call|stream ... (see go doc bench/cmd/lab-probe)")
+		fmt.Fprintln(os.Stderr, "usage: lab-probe serve|call|stream|rr-serve|rr|get ... (see go doc bench/cmd/lab-probe)")
 		os.Exit(2)
 	}
 	var err error
@@ -49,8 +51,10 @@ func main() {
 		err = rrServe(os.Args[2:])
 	case "rr":
 		err = rr(os.Args[2:])
+	case "get":
+		err = get(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (serve, call, stream, rr-serve, rr)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (serve, call, stream, rr-serve, rr, get)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "lab-probe %s: %v\n", os.Args[1], err)
@@ -101,6 +105,25 @@ func serve(args []string) error {
 			fmt.Fprintf(c, "%s saw %s\n", host, c.RemoteAddr())
 		}()
 	}
+}
+
+func get(args []string) error {
+	fs := flag.NewFlagSet("get", flag.ExitOnError)
+	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	_ = fs.Parse(args)
+	if fs.NArg() != 1 {
+		return errors.New("usage: lab-probe get [--timeout 5s] URL (flags first)")
+	}
+	resp, err := (&http.Client{Timeout: *timeout}).Get(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", fs.Arg(0), resp.Status)
+	}
+	_, err = io.Copy(os.Stdout, resp.Body)
+	return err
 }
 
 func call(args []string) error {

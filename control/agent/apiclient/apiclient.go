@@ -11,9 +11,11 @@ package apiclient
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -119,4 +121,57 @@ func (c *Client) PatchStatus(ctx context.Context, resource, name string, patch [
 func (c *Client) PatchPod(ctx context.Context, namespace, name string, patch []byte) error {
 	return c.rest.Patch(types.MergePatchType).AbsPath("/api/v1/namespaces", namespace, "pods", name).
 		Body(patch).Timeout(30 * time.Second).Do(ctx).Error()
+}
+
+// OwnerGone reports whether the DaemonSet that owns pod namespace/name is gone or being
+// deleted (helm uninstall, kubectl delete daemonset), and says how it knows: then the agent's
+// node state is to go too. Credentials refused (the release's ServiceAccount or RBAC already
+// deleted, which helm does right after the DaemonSet) count as gone. A pod without a
+// DaemonSet owner (run by hand) reports false.
+func (c *Client) OwnerGone(ctx context.Context, namespace, name string) (bool, string, error) {
+	revoked := func(err error) bool { return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) }
+	var pod struct {
+		Metadata struct {
+			OwnerReferences []struct {
+				Kind, Name string
+			} `json:"ownerReferences"`
+		} `json:"metadata"`
+	}
+	raw, err := c.rest.Get().AbsPath("/api/v1/namespaces", namespace, "pods", name).Timeout(10 * time.Second).DoRaw(ctx)
+	if revoked(err) {
+		return true, "the agent's credentials were revoked", nil
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("pod %s/%s: %w", namespace, name, err)
+	}
+	if err := json.Unmarshal(raw, &pod); err != nil {
+		return false, "", err
+	}
+	for _, o := range pod.Metadata.OwnerReferences {
+		if o.Kind != "DaemonSet" {
+			continue
+		}
+		var ds struct {
+			Metadata struct {
+				DeletionTimestamp *string `json:"deletionTimestamp"`
+			} `json:"metadata"`
+		}
+		raw, err := c.rest.Get().AbsPath("/apis/apps/v1/namespaces", namespace, "daemonsets", o.Name).Timeout(10 * time.Second).DoRaw(ctx)
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, "DaemonSet " + o.Name + " is gone", nil
+		case revoked(err):
+			return true, "the agent's credentials were revoked", nil
+		case err != nil:
+			return false, "", fmt.Errorf("daemonset %s/%s: %w", namespace, o.Name, err)
+		}
+		if err := json.Unmarshal(raw, &ds); err != nil {
+			return false, "", err
+		}
+		if ds.Metadata.DeletionTimestamp != nil {
+			return true, "DaemonSet " + o.Name + " is being deleted", nil
+		}
+		return false, "", nil
+	}
+	return false, "", nil
 }

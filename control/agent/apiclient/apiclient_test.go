@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skein-net/skein/control/agent/apiclient"
@@ -91,4 +93,50 @@ func TestWatchAndPatch(t *testing.T) {
 	if err := w.PatchPod(ctx, ns, "missing", []byte(`{}`)); !apierrors.IsNotFound(err) {
 		t.Fatalf("patching a missing pod: %v, want NotFound", err)
 	}
+}
+
+// TestOwnerGone: an agent pod's DaemonSet present -> not gone; being deleted or deleted ->
+// gone; a pod without a DaemonSet -> not gone; credentials refused -> gone.
+func TestOwnerGone(t *testing.T) {
+	env := apitest.Start(t)
+	ns := env.Namespace(t, "owner")
+	ctx := context.Background()
+	c := env.Client
+	labels := map[string]string{"app": "agent"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "skein-agent", Namespace: ns},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "skein-agent"}}}}}}
+	apitest.Must(t, c.Create(ctx, ds))
+	pod := func(name string, owned bool) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "skein-agent"}}}}
+		if owned {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID}}
+		}
+		apitest.Must(t, c.Create(ctx, p))
+	}
+	pod("owned", true)
+	pod("by-hand", false)
+	api, err := apiclient.New(env.Config)
+	apitest.Must(t, err)
+	check := func(name string, want bool) {
+		t.Helper()
+		gone, why, err := api.OwnerGone(ctx, ns, name)
+		if err != nil || gone != want {
+			t.Errorf("pod %s: gone %v (%s), %v; want %v", name, gone, why, err, want)
+		}
+	}
+	check("owned", false)
+	check("by-hand", false)
+	// Without RBAC (the release's Role already deleted): gone.
+	noRBAC := rest.CopyConfig(env.Config)
+	noRBAC.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":skein-agent"}
+	api2, err := apiclient.New(noRBAC)
+	apitest.Must(t, err)
+	if gone, why, err := api2.OwnerGone(ctx, ns, "owned"); err != nil || !gone {
+		t.Errorf("credentials refused: gone %v (%s), %v", gone, why, err)
+	}
+	// The DaemonSet deleted (helm uninstall): gone. (No garbage collector here: the pod stays.)
+	apitest.Must(t, c.Delete(ctx, ds))
+	check("owned", true)
 }

@@ -50,6 +50,33 @@ type Plan struct {
 	SNAT *kernel.HostSNAT
 	// Waiting lists peerings not programmed yet and why (for logs and conditions).
 	Waiting []string
+	// Refused lists remote CIDRs left out because routing them would take this node's own
+	// traffic (the controller should never map them; the agent checks again).
+	Refused []string
+}
+
+// refuse says why a remote CIDR must not be routed from this node ("" if it may): it overlaps
+// a range that is never a peer's, covers the node's own address, or overlaps the internal or
+// the local pod CIDRs.
+func (n Node) refuse(p, internal netip.Prefix) string {
+	if p.Bits() == 0 {
+		return "is a default route"
+	}
+	if f, ok := netv1alpha1.ForbiddenRange(p); ok {
+		return "overlaps " + f.Prefix + " (" + f.Why + ")"
+	}
+	if n.IP.IsValid() && p.Contains(n.IP) {
+		return fmt.Sprintf("covers this node's address %v", n.IP)
+	}
+	if p.Overlaps(internal) {
+		return fmt.Sprintf("overlaps the internal CIDR %v", internal)
+	}
+	for _, pod := range n.PodCIDRs {
+		if p.Overlaps(pod) {
+			return fmt.Sprintf("overlaps the local pod CIDR %v", pod)
+		}
+	}
+	return ""
 }
 
 // ErrNoOverlayIP means the controller has not assigned the node's overlay address yet.
@@ -107,9 +134,15 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 			continue
 		}
 		for _, s := range []netv1alpha1.CIDR{c.Status.Remote.CIDR.Pod, c.Status.Remote.CIDR.External} {
-			if pr, err := netip.ParsePrefix(string(s)); err == nil && pr.Addr().Is4() {
-				remote[id] = append(remote[id], pr.Masked())
+			pr, err := netip.ParsePrefix(string(s))
+			if err != nil || !pr.Addr().Is4() {
+				continue
 			}
+			if why := n.refuse(pr.Masked(), internal); why != "" {
+				p.Refused = append(p.Refused, fmt.Sprintf("configuration %s/%s: %v %s", c.Namespace, c.Name, pr.Masked(), why))
+				continue
+			}
+			remote[id] = append(remote[id], pr.Masked())
 		}
 	}
 
@@ -125,6 +158,27 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 		gws = append(gws, gw{c.Labels[netv1alpha1.RemoteClusterIDLabel], "gatewayclient " + c.Namespace + "/" + c.Name, c.Status.InternalEndpoint})
 	}
 	sort.Slice(gws, func(i, j int) bool { return gws[i].ref < gws[j].ref })
+	// A peer's CIDR must not cover a gateway's VTEP: the overlay to the gateways runs there.
+	var vteps []netip.Addr
+	for _, g := range gws {
+		if g.ie != nil && g.ie.VTEP != nil {
+			if v, err := netip.ParseAddr(string(g.ie.VTEP.IP)); err == nil {
+				vteps = append(vteps, v)
+			}
+		}
+	}
+	for id, routes := range remote {
+		remote[id] = slices.DeleteFunc(routes, func(r netip.Prefix) bool {
+			for _, v := range vteps {
+				if r.Contains(v) {
+					p.Refused = append(p.Refused, fmt.Sprintf("cluster %s: %v covers the gateway VTEP %v", id, r, v))
+					return true
+				}
+			}
+			return false
+		})
+	}
+	sort.Strings(p.Refused)
 	var snatRemote []netip.Prefix
 	for _, g := range gws {
 		routes := remote[g.id]

@@ -75,3 +75,49 @@ func TestFromObjectsNoOverlayIP(t *testing.T) {
 		t.Errorf("no gateways: %+v %v", p, err)
 	}
 }
+
+// TestRefusesDangerousCIDRs: whatever a Configuration's status says, the agent never routes to
+// a gateway a CIDR that holds its node's address, a gateway VTEP, the internal or the local pod
+// CIDR, or a special range; the rest of the peering is programmed.
+func TestRefusesDangerousCIDRs(t *testing.T) {
+	for _, tc := range []struct {
+		name, pod, says string
+	}{
+		{"the node's own network (Calico's default pool kept as-is)", "192.168.0.0/16", "covers this node's address 192.168.77.1"},
+		{"half the Internet", "128.0.0.0/1", "overlaps 169.254.0.0/16"},
+		{"a default route", "0.0.0.0/0", "default route"},
+		{"link-local", "169.254.0.0/16", "169.254.0.0/16 (link-local"},
+		{"the gateway's VTEP", "10.244.1.0/24", "overlaps the local pod CIDR"},
+		{"the internal CIDR", "10.80.0.0/12", "overlaps the internal CIDR 10.80.0.0/16"},
+		{"multicast", "224.0.0.0/8", "multicast"},
+	} {
+		o := objects()
+		o.Configurations[0].Status.Remote.CIDR.Pod = netv1alpha1.CIDR(tc.pod)
+		p, err := plan.FromObjects(node, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refused := strings.Join(p.Refused, "; ")
+		if !strings.Contains(refused, tc.pod) || !strings.Contains(refused, tc.says) {
+			t.Errorf("%s: refused %q, want %s refused saying %q", tc.name, refused, tc.pod, tc.says)
+		}
+		if len(p.Kernel.Peers) != 1 || len(p.Kernel.Peers[0].Routes) != 1 || p.Kernel.Peers[0].Routes[0].String() != "10.72.0.0/16" {
+			t.Errorf("%s: peers %+v, want the external CIDR alone", tc.name, p.Kernel.Peers)
+		}
+	}
+
+	// A CIDR that holds a gateway's VTEP outside the pod CIDR (a host-network gateway).
+	o := objects()
+	o.Servers[0].Status.InternalEndpoint.VTEP.IP = "172.18.0.9"
+	o.Configurations[0].Status.Remote.CIDR.Pod = "172.18.0.0/16"
+	p, err := plan.FromObjects(node, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := strings.Join(p.Refused, "; "); !strings.Contains(r, "172.18.0.0/16 covers the gateway VTEP 172.18.0.9") || len(p.Kernel.Peers[0].Routes) != 1 {
+		t.Errorf("VTEP: refused %q, routes %v", r, p.Kernel.Peers[0].Routes)
+	}
+	if p, _ := plan.FromObjects(node, objects()); len(p.Refused) != 0 {
+		t.Errorf("refused %v in the ordinary case", p.Refused)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -28,6 +29,7 @@ type Allocator struct {
 	mu       sync.Mutex
 	pools    []netip.Prefix
 	reserved []netip.Prefix          // local CIDRs and reserved ranges, never given out
+	nodes    []netip.Prefix          // the nodes' addresses (SetNodes), never given out either
 	assigned map[string]netip.Prefix // key (such as "namespace/name/pod") -> prefix as seen here
 }
 
@@ -40,6 +42,11 @@ func New(pools, reserved []netip.Prefix) (*Allocator, error) {
 		}
 	}
 	for _, p := range pools {
+		for _, q := range a.pools {
+			if q.Overlaps(p) {
+				return nil, fmt.Errorf("ipam: pools %v and %v overlap: list each range once", q, p.Masked())
+			}
+		}
 		a.pools = append(a.pools, p.Masked())
 	}
 	for _, p := range reserved {
@@ -71,20 +78,51 @@ func (a *Allocator) Get(key string) (netip.Prefix, bool) {
 	return p, ok
 }
 
-// free reports whether p clashes with nothing reserved and nothing assigned to another key.
-func (a *Allocator) free(key string, p netip.Prefix) bool {
+// SetNodes replaces the nodes' addresses, which no peer's CIDR may cover as seen here: a
+// peer on 192.168.0.0/16 beside nodes on 192.168.77.0/24 would otherwise take the route to
+// the nodes (the overlay's own underlay) with it. An assignment that covers a node address
+// added later is moved by its next Assign.
+func (a *Allocator) SetNodes(addrs []netip.Addr) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.nodes = a.nodes[:0]
+	for _, ip := range addrs {
+		if ip.Is4() {
+			a.nodes = append(a.nodes, netip.PrefixFrom(ip, 32))
+		}
+	}
+}
+
+// Clash names what p clashes with here, for conditions ("" when nothing): a node's address,
+// a local or reserved CIDR, or another key's prefix.
+func (a *Allocator) Clash(key string, p netip.Prefix) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.clash(key, p)
+}
+
+// clash is Clash with a.mu held.
+func (a *Allocator) clash(key string, p netip.Prefix) string {
+	for _, r := range a.nodes {
+		if r.Overlaps(p) {
+			return "the node address " + r.Addr().String()
+		}
+	}
 	for _, r := range a.reserved {
 		if r.Overlaps(p) {
-			return false
+			return "the local or reserved CIDR " + r.String()
 		}
 	}
 	for k, q := range a.assigned {
 		if k != key && q.Overlaps(p) {
-			return false
+			return q.String() + " (" + k + ")"
 		}
 	}
-	return true
+	return ""
 }
+
+// free reports whether p clashes with nothing reserved and nothing assigned to another key.
+func (a *Allocator) free(key string, p netip.Prefix) bool { return a.clash(key, p) == "" }
 
 // Assign returns how this cluster sees the remote prefix want under key: the prefix key
 // already holds if it still has want's length and clashes with nothing; else want itself when
@@ -116,6 +154,7 @@ func (a *Allocator) Assign(key string, want netip.Prefix) (netip.Prefix, error) 
 func (a *Allocator) search(key string, bits int) (netip.Prefix, bool) {
 	var busy []netip.Prefix
 	busy = append(busy, a.reserved...)
+	busy = append(busy, a.nodes...)
 	for k, q := range a.assigned {
 		if k != key {
 			busy = append(busy, q)
@@ -218,4 +257,70 @@ func (h *Hosts) Assign(key string) (netip.Addr, error) {
 		}
 	}
 	return netip.Addr{}, fmt.Errorf("%w: no free address in %v", ErrExhausted, h.cidr)
+}
+
+// PoolUsage is how much of one remap pool is taken, in addresses.
+type PoolUsage struct {
+	Pool netip.Prefix
+	// Size is every address of the pool; Reserved those inside local CIDRs, reserved ranges
+	// and node addresses (never given out); Assigned those inside a peer's CIDR as this cluster sees it (remapped
+	// or kept as-is).
+	Size, Reserved, Assigned uint64
+}
+
+// Usage reports each pool's use, in the pools' order. Each address counts once, however many
+// reserved or assigned prefixes hold it; an address both reserved and assigned (a restored
+// assignment) counts as reserved.
+func (a *Allocator) Usage() []PoolUsage {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	reserved := slices.Concat(a.reserved, a.nodes)
+	assigned := make([]netip.Prefix, 0, len(a.assigned))
+	for _, q := range a.assigned {
+		assigned = append(assigned, q)
+	}
+	out := make([]PoolUsage, 0, len(a.pools))
+	for _, pool := range a.pools {
+		r := covered(pool, reserved)
+		u := PoolUsage{Pool: pool, Size: uint64(1) << (32 - pool.Bits()), Reserved: r}
+		u.Assigned = covered(pool, slices.Concat(reserved, assigned)) - r
+		out = append(out, u)
+	}
+	return out
+}
+
+// covered counts the addresses of pool inside at least one of ps. Two prefixes overlap only
+// when one holds the other, so the outermost of each nested group are disjoint: clip each to
+// the pool, drop those inside another, and add up the rest.
+func covered(pool netip.Prefix, ps []netip.Prefix) uint64 {
+	var in []netip.Prefix
+	for _, p := range ps {
+		switch {
+		case !pool.Overlaps(p):
+		case p.Bits() <= pool.Bits():
+			in = append(in, pool) // p holds the whole pool
+		default:
+			in = append(in, p.Masked())
+		}
+	}
+	// Shortest first: a prefix is dropped when one kept before it holds it.
+	slices.SortFunc(in, func(x, y netip.Prefix) int { return x.Bits() - y.Bits() })
+	var kept []netip.Prefix
+	var n uint64
+	for _, p := range in {
+		if slices.ContainsFunc(kept, func(k netip.Prefix) bool { return k.Overlaps(p) }) {
+			continue
+		}
+		kept = append(kept, p)
+		n += uint64(1) << (32 - p.Bits())
+	}
+	return n
+}
+
+// Usage reports how many addresses h can give out and how many it has.
+func (h *Hosts) Usage() (size, assigned uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	total := uint64(1) << (32 - h.cidr.Bits())
+	return total - 2 - min(total-2, uint64(h.skip)), uint64(len(h.assigned))
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/skein-net/skein/control/controller/ipam"
@@ -90,6 +91,111 @@ func BenchmarkAssign24(b *testing.B) {
 			if _, err := a.Assign(fmt.Sprint(i), pfx("10.244.0.0/24")); err != nil {
 				b.Fatal(err)
 			}
+		}
+	}
+}
+
+func TestUsage(t *testing.T) {
+	a, err := ipam.New([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.0.0/16")},
+		[]netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("172.16.0.0/16")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A clash: remapped to a free /16 of 10/8. A NAT-less /24 in 192.168/16. One outside the pools.
+	for key, want := range map[string]string{"a": "10.244.0.0/16", "b": "192.168.7.0/24", "c": "100.64.0.0/20"} {
+		if _, err := a.Assign(key, netip.MustParsePrefix(want)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := a.Usage()
+	want := []ipam.PoolUsage{
+		{Pool: netip.MustParsePrefix("10.0.0.0/8"), Size: 1 << 24, Reserved: 1<<16 + 1<<20, Assigned: 1 << 16},
+		{Pool: netip.MustParsePrefix("192.168.0.0/16"), Size: 1 << 16, Reserved: 0, Assigned: 1 << 8},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("pool %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	a.Release("a")
+	if u := a.Usage()[0]; u.Assigned != 0 {
+		t.Errorf("after release: %+v", u)
+	}
+
+	h, err := ipam.NewHosts(netip.MustParsePrefix("10.80.0.0/29"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Assign("x")
+	h.Assign("y")
+	if size, used := h.Usage(); size != 5 || used != 2 {
+		t.Errorf("hosts usage %d/%d, want 2 of 5", used, size)
+	}
+}
+
+// TestNodesNeverCovered: Calico's default pool 192.168.0.0/16 as a peer's pod CIDR, beside
+// local nodes on 192.168.77.0/24, is remapped (kept as-is it would route the nodes' own
+// addresses to the gateway); a node that joins later inside a NAT-less peer CIDR moves it.
+func TestNodesNeverCovered(t *testing.T) {
+	a, err := ipam.New(ipam.DefaultPools, []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetNodes([]netip.Addr{netip.MustParseAddr("192.168.77.2"), netip.MustParseAddr("192.168.77.3"), netip.MustParseAddr("fd00::1")})
+	calico := netip.MustParsePrefix("192.168.0.0/16")
+	got, err := a.Assign("peer/pod", calico)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == calico || got.Contains(netip.MustParseAddr("192.168.77.2")) || got.Bits() != 16 {
+		t.Errorf("192.168.0.0/16 beside nodes on 192.168.77.0/24 seen as %v", got)
+	}
+	other := netip.MustParsePrefix("172.20.0.0/16")
+	if got, _ := a.Assign("other/pod", other); got != other {
+		t.Fatalf("172.20.0.0/16 clashes with nothing, got %v", got)
+	}
+	a.SetNodes([]netip.Addr{netip.MustParseAddr("192.168.77.2"), netip.MustParseAddr("172.20.9.9")})
+	if got, _ := a.Assign("other/pod", other); got == other || got.Contains(netip.MustParseAddr("172.20.9.9")) {
+		t.Errorf("after a node joined at 172.20.9.9, 172.20.0.0/16 is still seen as %v", got)
+	}
+	if u := a.Usage(); u[2].Reserved != 1 {
+		t.Errorf("192.168/16 pool: %d reserved addresses, want the one node inside it", u[2].Reserved)
+	}
+}
+
+// TestUsageCountsOnce: nested or repeated reserved ranges and restored assignments that
+// overlap them count each address once; pools that overlap are refused.
+func TestUsageCountsOnce(t *testing.T) {
+	pp := func(ss ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, s := range ss {
+			out = append(out, netip.MustParsePrefix(s))
+		}
+		return out
+	}
+	a, err := ipam.New(pp("192.168.0.0/16"), pp("192.168.0.0/17", "192.168.0.0/18", "192.168.64.0/18", "192.168.0.0/17"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Restore("x", netip.MustParsePrefix("192.168.0.0/24"))   // inside the reserved /17
+	a.Restore("y", netip.MustParsePrefix("192.168.128.0/17")) // the other half
+	a.Restore("z", netip.MustParsePrefix("192.168.200.0/24")) // inside y
+	if u := a.Usage()[0]; u.Reserved != 1<<15 || u.Assigned != 1<<15 || u.Reserved+u.Assigned > u.Size {
+		t.Errorf("usage %+v: want half reserved, half assigned", u)
+	}
+	b, err := ipam.New(pp("10.0.0.0/8"), pp("0.0.0.0/0", "10.0.0.0/8"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := b.Usage()[0]; u.Reserved != u.Size {
+		t.Errorf("a pool inside a reserved /0: %+v", u)
+	}
+	for _, pools := range [][]netip.Prefix{pp("10.0.0.0/8", "10.1.2.3/8"), pp("10.0.0.0/8", "10.1.0.0/16")} {
+		if _, err := ipam.New(pools, nil); err == nil || !strings.Contains(err.Error(), "overlap") {
+			t.Errorf("pools %v: %v", pools, err)
 		}
 	}
 }

@@ -163,6 +163,8 @@ func (b *builder) runtime() {
 	switch {
 	case s.MemoryLimitMiB == 0:
 		g.MemoryLimit = DefaultMemoryLimitMiB << 20
+	case s.MemoryLimitMiB > 1<<30:
+		b.bad("memoryLimitMiB", "%d MiB is more than a PiB: want the gateway's heap limit in MiB (default %d)", s.MemoryLimitMiB, DefaultMemoryLimitMiB)
 	case s.MemoryLimitMiB > 0:
 		g.MemoryLimit = int64(s.MemoryLimitMiB) << 20
 	case s.MemoryLimitMiB < -1:
@@ -203,6 +205,11 @@ func (b *builder) wireGuard() {
 	}
 	if s.PrivateKey == (Key{}) {
 		b.bad("privateKey", "required: this gateway's private key")
+	} else if s.PeerPublicKey == s.PrivateKey.Public() {
+		b.bad("peerPublicKey", "is this gateway's own public key: want the peer gateway's")
+	}
+	if !s.Server && s.PeerEndpoint.IsValid() && (s.PeerEndpoint.Port() == 0 || s.PeerEndpoint.Addr().IsUnspecified()) {
+		b.bad("endpoint", "%v: want the server's address and a port other than 0", s.PeerEndpoint)
 	}
 	keepalive := 0
 	if !s.Server {
@@ -264,6 +271,10 @@ func (b *builder) remote() {
 			b.bad(r.Field, "%s must have the length of %s (/%d): want two CIDRs of the same length", seen, r.Real, r.Real.Bits())
 			continue
 		}
+		if why := forbidden(r.Real, seen); why != "" {
+			b.bad(r.Field, "%s", why)
+			continue
+		}
 		b.g.AllowedIPs = append(b.g.AllowedIPs, r.Real)
 		if seen == r.Real {
 			b.dp.Remote = append(b.dp.Remote, r.Real)
@@ -309,7 +320,50 @@ func (b *builder) overlay() {
 	if b.s.RequireNodes && len(b.s.Nodes) == 0 {
 		b.bad("nodes", "at least one node VTEP is needed to deliver traffic from the tunnel")
 	}
+	vteps := map[netip.Addr]int{}
+	for i, n := range b.s.Nodes {
+		if n.VTEP.IsUnspecified() {
+			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v: want the node's underlay address", n.VTEP)
+		}
+		if j, dup := vteps[n.VTEP]; dup {
+			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v is also nodes[%d]'s: each node has its own VTEP", n.VTEP, j)
+		}
+		vteps[n.VTEP] = i
+	}
+	// The peer's networks, as routed here (their real addresses are the peer's and may well
+	// overlap this cluster's: that is what the NAT is for), must not take the overlay's own
+	// addresses with them.
+	for _, r := range b.s.Remote {
+		p := r.Seen
+		if !p.IsValid() {
+			p = r.Real
+		}
+		if p.IsValid() {
+			if o.Listen.IsValid() && p.Contains(o.Listen) {
+				b.bad(r.Field, "%v holds the gateway's underlay address %v: the overlay would route into the tunnel", p, o.Listen)
+			}
+			for i, n := range b.s.Nodes {
+				if p.Contains(n.VTEP) {
+					b.bad(r.Field, "%v holds nodes[%d]'s VTEP %v: the overlay would route into the tunnel", p, i, n.VTEP)
+				}
+			}
+		}
+	}
 	b.dp.Nodes = b.s.Nodes
+}
+
+// forbidden says why a peer's network (as it is, and as seen here) can never be routed into
+// the tunnel: a default route or a range that is never a peer's ("" when it may).
+func forbidden(ps ...netip.Prefix) string {
+	for _, p := range ps {
+		if p.Bits() == 0 {
+			return fmt.Sprintf("%v is a default route: it would send all traffic into the tunnel", p)
+		}
+		if f, ok := netv1alpha1.ForbiddenRange(p); ok {
+			return fmt.Sprintf("%v overlaps %s (%s)", p, f.Prefix, f.Why)
+		}
+	}
+	return ""
 }
 
 // prober: how often the peer is probed and after how many losses the connection is Error.

@@ -15,7 +15,8 @@ import (
 
 func spec(server bool) config.Spec {
 	k1, _ := config.ParseKey("wOQfw2x5vxkjlCxwLbHc3p9sD/k8BnX1kE9sQ4ZlV2w=")
-	s := config.Spec{Server: server, PrivateKey: k1, PeerPublicKey: k1.Public(),
+	k2, _ := config.ParseKey("YAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=")
+	s := config.Spec{Server: server, PrivateKey: k1, PeerPublicKey: k2.Public(),
 		Remote:  []config.Remote{{Field: "pod", Real: netip.MustParsePrefix("10.244.0.0/16"), Seen: netip.MustParsePrefix("10.71.0.0/16")}},
 		Overlay: config.Overlay{Listen: netip.MustParseAddr("192.168.77.2"), IP: netip.MustParseAddr("10.80.0.1")}}
 	if server {
@@ -86,6 +87,29 @@ func TestBuildRefuses(t *testing.T) {
 		{func(s *config.Spec) { s.Window = config.MaxWindow + 1 }, "window: 16385"},
 		{func(s *config.Spec) { s.MemoryLimitMiB = -2 }, "memoryLimitMiB: -2"},
 		{func(s *config.Spec) { s.TunnelMTU = 100 }, "tunnel MTU 100"},
+		{func(s *config.Spec) { s.PeerPublicKey = s.PrivateKey.Public() }, "peerPublicKey: is this gateway's own public key"},
+		{func(s *config.Spec) { s.Remote[0].Seen = netip.MustParsePrefix("169.254.0.0/16") }, "pod: 169.254.0.0/16 overlaps 169.254.0.0/16 (link-local"},
+		{func(s *config.Spec) {
+			s.Remote[0].Real, s.Remote[0].Seen = netip.MustParsePrefix("0.0.0.0/0"), netip.Prefix{}
+		}, "pod: 0.0.0.0/0 is a default route"},
+		{func(s *config.Spec) {
+			s.Remote[0].Real, s.Remote[0].Seen = netip.MustParsePrefix("192.168.0.0/16"), netip.Prefix{}
+		}, "pod: 192.168.0.0/16 holds the gateway's underlay address 192.168.77.2"},
+		{func(s *config.Spec) { s.Remote[0].Seen = netip.MustParsePrefix("192.168.0.0/16") }, "pod: 192.168.0.0/16 holds the gateway's underlay address"},
+		{func(s *config.Spec) {
+			s.Nodes = []dataplane.Node{{Name: "a", VTEP: netip.MustParseAddr("10.71.9.9"), MAC: [6]byte{2, 0, 0, 0, 0, 1}}}
+		}, "pod: 10.71.0.0/16 holds nodes[0]'s VTEP 10.71.9.9"},
+		{func(s *config.Spec) {
+			s.Nodes = []dataplane.Node{{Name: "a", VTEP: netip.IPv4Unspecified(), MAC: [6]byte{2, 0, 0, 0, 0, 1}}}
+		}, "nodes[0].vtep: 0.0.0.0"},
+		{func(s *config.Spec) {
+			n := dataplane.Node{Name: "a", VTEP: netip.MustParseAddr("192.168.77.5"), MAC: [6]byte{2, 0, 0, 0, 0, 1}}
+			s.Nodes = []dataplane.Node{n, n}
+		}, "nodes[1].vtep: 192.168.77.5 is also nodes[0]'s"},
+		{func(s *config.Spec) { s.MemoryLimitMiB = 1 << 44 }, "memoryLimitMiB: 17592186044416 MiB is more than a PiB"},
+		{func(s *config.Spec) {
+			s.Server, s.ListenPort, s.PeerEndpoint = false, 0, netip.MustParseAddrPort("192.0.2.1:0")
+		}, "endpoint: 192.0.2.1:0"},
 	}
 	for _, tc := range cases {
 		s := spec(true)

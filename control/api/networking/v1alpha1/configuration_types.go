@@ -5,9 +5,13 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // ClusterConfigCIDR holds the CIDRs of one cluster.
 type ClusterConfigCIDR struct {
 	// Pod is the pod CIDR of the cluster.
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() > 0",message="must not be a default route (/0): it would send all of this cluster's traffic to the peer"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsCIDR(cidr(self)) || cidr(self).containsCIDR(cidr(r)))",message="must not overlap 0.0.0.0/8 (this network), 127.0.0.0/8 (loopback), 169.254.0.0/16 (link-local: cloud metadata, the tunnel), 224.0.0.0/4 (multicast) or 240.0.0.0/4 (reserved)"
 	Pod CIDR `json:"pod"`
 	// External is the external CIDR of the cluster: the range its nodes and host-network
 	// traffic are seen from by peers.
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() > 0",message="must not be a default route (/0): it would send all of this cluster's traffic to the peer"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsCIDR(cidr(self)) || cidr(self).containsCIDR(cidr(r)))",message="must not overlap 0.0.0.0/8 (this network), 127.0.0.0/8 (loopback), 169.254.0.0/16 (link-local: cloud metadata, the tunnel), 224.0.0.0/4 (multicast) or 240.0.0.0/4 (reserved)"
 	External CIDR `json:"external"`
 }
 

@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "net/netip"
+
 // The spec's defaults, written once: flags, the gateway's configuration builder, the node
 // agent's plan and skeinctl take them from here. The kubebuilder default markers on the types
 // repeat MTU and port as literals (markers cannot name a constant); a test checks that the
@@ -18,3 +20,37 @@ const (
 	// DefaultInternalCIDR holds the overlay addresses of nodes and gateways.
 	DefaultInternalCIDR = "10.80.0.0/16"
 )
+
+// ForbiddenRemoteRange is a range a peer's CIDRs may never overlap, with why.
+// +kubebuilder:object:generate=false
+type ForbiddenRemoteRange struct {
+	Prefix string
+	Why    string
+}
+
+// ForbiddenRemoteRanges can never be a peer's pods or nodes: routing them to a gateway would
+// take this cluster's own traffic with them. Admission refuses Configurations that overlap
+// them (the CEL rule on ClusterConfigCIDR repeats the list; a test keeps the two equal), and
+// the controller and the node agent check again.
+var ForbiddenRemoteRanges = []ForbiddenRemoteRange{
+	{"0.0.0.0/8", "this network"},
+	{"127.0.0.0/8", "loopback"},
+	{"169.254.0.0/16", "link-local: cloud metadata, the tunnel"},
+	{"224.0.0.0/4", "multicast"},
+	{"240.0.0.0/4", "reserved"},
+}
+
+// ForbiddenRange returns the first of ForbiddenRemoteRanges that p overlaps, if any: the one
+// check admission's rule, the controller, the node agent and the gateway's builder share.
+func ForbiddenRange(p netip.Prefix) (ForbiddenRemoteRange, bool) {
+	for _, f := range ForbiddenRemoteRanges {
+		if netip.MustParsePrefix(f.Prefix).Overlaps(p) {
+			return f, true
+		}
+	}
+	return ForbiddenRemoteRange{}, false
+}
+
+// DefaultMinRemotePrefixLength is the shortest prefix the controller accepts from a peer:
+// a /7 is 33 million addresses, more than any cluster has pods.
+const DefaultMinRemotePrefixLength = 8

@@ -29,3 +29,22 @@ func TestMarkersMatchDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestForbiddenRangesInCRD: the CEL rule that refuses peers' CIDRs overlapping special ranges
+// lists exactly ForbiddenRemoteRanges.
+func TestForbiddenRangesInCRD(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "deploy", "crds", "networking.liqo.io_configurations.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var quoted []string
+	for _, r := range netv1alpha1.ForbiddenRemoteRanges {
+		quoted = append(quoted, "'"+r.Prefix+"'")
+	}
+	rule := "[" + strings.Join(quoted, ", ") + "]"
+	// The YAML folds and quotes the rule: compare with single spaces and plain quotes.
+	text := strings.ReplaceAll(strings.Join(strings.Fields(string(b)), " "), "''", "'")
+	if n := strings.Count(text, rule); n < 4 {
+		t.Errorf("the CRD carries the list %s %d times, want 4 (spec and status, pod and external): the CEL rule and ForbiddenRemoteRanges disagree", rule, n)
+	}
+}

@@ -1,0 +1,106 @@
+// Package buildinfo says which build of skein is running: the version and commit stamped at
+// link time (-ldflags "-X github.com/skein-net/skein/control/buildinfo.Version=v0.2.0 -X
+// ...Commit=<sha>"), else what the Go toolchain recorded (the module version, the VCS revision
+// of a build from a checkout). Every daemon exports it as skein_<component>_build_info and
+// skeinctl prints it.
+package buildinfo
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Set at link time; empty means "ask the toolchain".
+var (
+	Version string
+	Commit  string
+)
+
+// Info is one build's identity.
+type Info struct {
+	Version   string // a release tag, or "dev"
+	Commit    string // the VCS revision, "+dirty" appended for a modified tree; "unknown" if none
+	GoVersion string
+}
+
+var (
+	once sync.Once
+	info Info
+)
+
+// Get returns this binary's Info.
+func Get() Info {
+	once.Do(func() { info = resolve(Version, Commit, debug.ReadBuildInfo) })
+	return info
+}
+
+func resolve(version, commit string, read func() (*debug.BuildInfo, bool)) Info {
+	in := Info{Version: version, Commit: commit, GoVersion: runtime.Version()}
+	if bi, ok := read(); ok {
+		settings := map[string]string{}
+		for _, s := range bi.Settings {
+			settings[s.Key] = s.Value
+		}
+		if in.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			in.Version = bi.Main.Version
+		}
+		if in.Commit == "" && settings["vcs.revision"] != "" {
+			in.Commit = settings["vcs.revision"]
+			if settings["vcs.modified"] == "true" {
+				in.Commit += "+dirty"
+			}
+		}
+	}
+	// Label values must be UTF-8: a stamp that is not would stop the daemons registering
+	// their metrics.
+	in.Version, in.Commit = strings.ToValidUTF8(in.Version, "?"), strings.ToValidUTF8(in.Commit, "?")
+	if in.Version == "" {
+		in.Version = "dev"
+	}
+	if in.Commit == "" {
+		in.Commit = "unknown"
+	}
+	return in
+}
+
+// String is the one-line form skeinctl version and the daemons' start-up log print.
+func (i Info) String() string {
+	return i.Version + " (commit " + i.Commit + ", " + i.GoVersion + ")"
+}
+
+// Collector returns the constant skein_<component>_build_info gauge (value 1, labels version,
+// commit and goversion) the daemons register, so dashboards can show and join on the build.
+func Collector(component string) prometheus.Collector {
+	i := Get()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "skein_" + component + "_build_info",
+		Help:        "Always 1; the labels name the running build of skein-" + component + ".",
+		ConstLabels: prometheus.Labels{"version": i.Version, "commit": i.Commit, "goversion": i.GoVersion},
+	})
+	g.Set(1)
+	return g
+}
+
+// ParseFlags parses a daemon's command line into fs, adding --version: --help and --version
+// (which prints name and the build) exit 0, a bad flag exits 2 after fs has said why.
+func ParseFlags(fs *flag.FlagSet, name string, args []string) {
+	version := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	if *version {
+		fmt.Printf("%s %s\n", name, Get())
+		os.Exit(0)
+	}
+}
