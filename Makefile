@@ -23,6 +23,8 @@ LDFLAGS := -X github.com/skein-net/skein/control/buildinfo.Version=$(VERSION) -X
 
 # Test knobs: `make test GOTESTFLAGS='-run TestAPI -v'`.
 GOTESTFLAGS ?=
+# make soak's length.
+DURATION ?= 30m
 
 .PHONY: help
 help: ## List the targets and what they do (plain text unless stdout is a terminal).
@@ -55,6 +57,10 @@ test-race: k8s-binaries ## The dataplane, appliance and control packages under t
 .PHONY: e2e
 e2e: k8s-binaries ## End-to-end suite in the lab (two clusters in network namespaces; root): install, connect, matrix, failover, reset.
 	go test -count=1 -v -timeout 20m -run '^TestE2E$$' ./bench/e2e/
+
+.PHONY: soak
+soak: k8s-binaries ## Soak in the lab (root): DURATION (default 30m) of traffic with gateway failovers, agent and API server restarts; reports every gap and each process's RSS, goroutines and FDs.
+	SKEIN_SOAK=$(DURATION) go test -count=1 -v -timeout 13h -run '^TestSoak$$' ./bench/e2e/
 
 .PHONY: demo
 demo: k8s-binaries ## The demo: lab up, skein via Helm, clusters peered with skeinctl, matrix, 10 s iperf3, summary (KEEP=1 keeps the lab).

@@ -1,10 +1,14 @@
 package appliance_test
 
 import (
+	"context"
+	"flag"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,17 +262,48 @@ func (c *cuttableBind) Send(bufs [][]byte, ep conn.Endpoint) error {
 		}
 	}
 	if c.cut.Load() {
-		return nil
+		// What a send to a peer whose network is gone returns.
+		return &net.OpError{Op: "write", Net: "udp", Err: syscall.EHOSTUNREACH}
 	}
 	return c.Bind.Send(bufs, ep)
 }
 
+// outageLength is TestOutageHandshakePace's cut; longer ones measure what an operator would
+// see (go test ./appliance -run TestOutageHandshakePace -v -args -outage 60s).
+var outageLength = flag.Duration("outage", 20*time.Second, "TestOutageHandshakePace: how long the path is cut")
+
+// countingHandler counts the records at each level that pass to the handler under it.
+type countingHandler struct {
+	slog.Handler
+	warn, errs *atomic.Int64
+}
+
+func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
+	switch {
+	case r.Level >= slog.LevelError:
+		h.errs.Add(1)
+	case r.Level >= slog.LevelWarn:
+		h.warn.Add(1)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return countingHandler{h.Handler.WithAttrs(as), h.warn, h.errs}
+}
+
+func (h countingHandler) WithGroup(g string) slog.Handler {
+	return countingHandler{h.Handler.WithGroup(g), h.warn, h.errs}
+}
+
 // TestOutageHandshakePace: while the path to the server is cut, the client's reconnects
 // (which reset wireguard-go's own limit of one handshake per 5 s) keep to that pace after a
-// burst of resetBurst, instead of a handshake per lost probe; after the cut the connection
-// comes back.
+// burst of resetBurst, instead of a handshake per lost probe, and the client's log stays a
+// few lines (wireguard-go's errors at most once per kind per 10 s); after the cut the
+// connection comes back.
 func TestOutageHandshakePace(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var warns, errs atomic.Int64
+	log := slog.New(countingHandler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), &warns, &errs})
 	binds := bindtest.NewChannelBinds()
 	a, b := newMemSite(1), newMemSite(2)
 	cb := &cuttableBind{Bind: binds[0]}
@@ -277,12 +312,14 @@ func TestOutageHandshakePace(t *testing.T) {
 	server := b.start(t, b.plan(t, true, a.key, "10.72.0.0/16", 2, 100*time.Millisecond), sb, log)
 	waitAnswered(t, server, time.Now(), 10*time.Second)
 
-	const outage = 20 * time.Second
+	outage := *outageLength
 	cb.cut.Store(true)
 	sb.cut.Store(true)
 	before := cb.inits.Load()
+	warns0, errs0 := warns.Load(), errs.Load()
 	time.Sleep(outage)
 	sent := cb.inits.Load() - before
+	warned, errored := warns.Load()-warns0, errs.Load()-errs0
 	cb.cut.Store(false)
 	sb.cut.Store(false)
 	// wireguard-go alone: one per 5 s; the reconnects may add their burst and as many again.
@@ -290,6 +327,14 @@ func TestOutageHandshakePace(t *testing.T) {
 	t.Logf("%v cut: the client sent %d handshake initiations (%d reconnects); wireguard-go's own pace is %d", outage, sent, client.Reconnects(), outage/(5*time.Second))
 	if sent > limit {
 		t.Errorf("%d handshake initiations in %v, want at most %d", sent, outage, limit)
+	}
+	// Both gateways log to log. Each kind of wireguard-go error once per 10 s per gateway (two
+	// kinds at most on each side during a cut: the failed send and the retried handshake),
+	// and the reconnects' own warnings.
+	logLimit := int64(2 * 2 * (outage/(10*time.Second) + 1))
+	t.Logf("%v cut: %d error and %d warning lines logged by both gateways", outage, errored, warned)
+	if errored > logLimit || warned > logLimit {
+		t.Errorf("%v cut: %d error and %d warning lines, want at most %d of each", outage, errored, warned, logLimit)
 	}
 	waitAnswered(t, client, time.Now(), 20*time.Second)
 }

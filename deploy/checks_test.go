@@ -391,8 +391,8 @@ func checkAgent(v chartValues, objs []*unstructured.Unstructured) []string {
 	}
 	add := slices.Clone(sc.Capabilities.Add)
 	slices.Sort(add)
-	if !slices.Equal(add, []corev1.Capability{"NET_ADMIN", "NET_RAW"}) {
-		bad("adds capabilities %v, want exactly NET_ADMIN and NET_RAW", sc.Capabilities.Add)
+	if !slices.Equal(add, []corev1.Capability{"NET_ADMIN"}) {
+		bad("adds capabilities %v, want exactly NET_ADMIN (no raw sockets: NET_RAW is not needed)", sc.Capabilities.Add)
 	}
 	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		bad("drops %v, want ALL", sc.Capabilities.Drop)
@@ -790,8 +790,11 @@ func TestChecksCatch(t *testing.T) {
 		want            string
 	}{
 		{"agent gets SYS_ADMIN", "DaemonSet", "skein-agent", podPath, func(_, c map[string]any) {
-			c["securityContext"].(map[string]any)["capabilities"].(map[string]any)["add"] = []any{"NET_ADMIN", "NET_RAW", "SYS_ADMIN"}
-		}, nil, "want exactly NET_ADMIN and NET_RAW"},
+			c["securityContext"].(map[string]any)["capabilities"].(map[string]any)["add"] = []any{"NET_ADMIN", "SYS_ADMIN"}
+		}, nil, "want exactly NET_ADMIN"},
+		{"agent gets NET_RAW back", "DaemonSet", "skein-agent", podPath, func(_, c map[string]any) {
+			c["securityContext"].(map[string]any)["capabilities"].(map[string]any)["add"] = []any{"NET_ADMIN", "NET_RAW"}
+		}, nil, "want exactly NET_ADMIN"},
 		{"agent privileged", "DaemonSet", "skein-agent", podPath, func(_, c map[string]any) {
 			c["securityContext"].(map[string]any)["privileged"] = true
 		}, nil, "is privileged"},

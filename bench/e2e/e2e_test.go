@@ -522,7 +522,8 @@ func (e *env) stream(ctx context.Context, ns, target string, d time.Duration) (<
 	go func() {
 		out, err := e.probe(ctx, ns, "stream", "--interval", "20ms", "--duration", d.String(), target)
 		text <- out
-		f := strings.Fields(out)
+		lines := strings.Split(out, "\n")
+		f := strings.Fields(lines[len(lines)-1])
 		if err != nil || len(f) != 6 {
 			gap <- -1
 			return
@@ -736,50 +737,81 @@ func listLen(l client.ObjectList) int {
 // on a replica that never had one.
 func (e *env) metrics(ctx context.Context) {
 	for i := range 2 {
-		var pods corev1.PodList
-		if err := e.c[i].List(ctx, &pods, client.MatchingLabels{"app.kubernetes.io/part-of": "skein"}); err != nil {
-			e.t.Fatal(err)
-		}
 		seen := map[string]int{}
-		for _, p := range pods.Items {
-			component := p.Labels["app.kubernetes.io/component"]
-			if p.Labels["networking.liqo.io/component"] == "gateway" {
-				if p.Labels["networking.liqo.io/active"] != "true" {
-					continue
-				}
-				component = "gateway"
-			}
-			port := int32(0)
-			for _, c := range p.Spec.Containers {
-				for _, cp := range c.Ports {
-					if cp.Name == "metrics" {
-						port = cp.ContainerPort
-					}
-				}
-			}
-			if component == "" || port == 0 || p.Status.PodIP == "" {
-				e.t.Errorf("cluster %d: pod %s/%s: component %q, metrics port %d, IP %q", i, p.Namespace, p.Name, component, port, p.Status.PodIP)
+		for _, tg := range e.scrapeTargets(ctx, i) {
+			if tg.component == "gateway" && tg.pod.Labels["networking.liqo.io/active"] != "true" {
 				continue
 			}
-			ns := e.nodeNS(i, p.Spec.NodeName)
-			if !p.Spec.HostNetwork {
-				ns = e.podNS(i, p)
-			}
-			url := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))))
-			scrape, err := e.probe(ctx, ns, "get", url)
-			scrape += "\n" // probe trims the output; the text format ends in a newline
+			scrape, err := e.scrape(ctx, tg)
 			if err != nil {
-				e.t.Errorf("cluster %d: %s %s: %v: %s", i, component, url, err, scrape)
+				e.t.Errorf("cluster %d: %s: %v", i, tg.component, err)
 				continue
 			}
-			e.t.Run(fmt.Sprintf("c%d-%s-%s", i, component, p.Name), func(t *testing.T) { metricsdoc.Check(t, component, scrape) })
-			seen[component]++
+			e.t.Run(fmt.Sprintf("c%d-%s-%s", i, tg.component, tg.pod.Name), func(t *testing.T) { metricsdoc.Check(t, tg.component, scrape) })
+			seen[tg.component]++
 		}
 		if seen["controller"] != 1 || seen["agent"] != len(e.l.Clusters[i].Nodes) || seen["gateway"] < 1 {
 			e.t.Errorf("cluster %d: scraped %v; want the controller, an agent per node and the active gateways", i, seen)
 		}
 		e.reportf("metrics: cluster %d, scraped and checked against docs/metrics.md: %v", i, seen)
 	}
+}
+
+// scrapeTarget is a skein process's metrics endpoint in the lab.
+type scrapeTarget struct {
+	cluster   int
+	component string // controller, agent or gateway
+	pod       corev1.Pod
+	ns        string // the network namespace to scrape from
+	url       string
+}
+
+// scrapeTargets lists the metrics endpoints of cluster i's running skein pods: the PodMonitor's
+// selector (app.kubernetes.io/part-of=skein) and the port named metrics.
+func (e *env) scrapeTargets(ctx context.Context, i int) []scrapeTarget {
+	e.t.Helper()
+	var pods corev1.PodList
+	if err := e.c[i].List(ctx, &pods, client.MatchingLabels{"app.kubernetes.io/part-of": "skein"}); err != nil {
+		e.t.Fatal(err)
+	}
+	var out []scrapeTarget
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		component := p.Labels["app.kubernetes.io/component"]
+		if p.Labels["networking.liqo.io/component"] == "gateway" {
+			component = "gateway"
+		}
+		port := int32(0)
+		for _, c := range p.Spec.Containers {
+			for _, cp := range c.Ports {
+				if cp.Name == "metrics" {
+					port = cp.ContainerPort
+				}
+			}
+		}
+		if component == "" || port == 0 || p.Status.PodIP == "" {
+			e.t.Errorf("cluster %d: pod %s/%s: component %q, metrics port %d, IP %q", i, p.Namespace, p.Name, component, port, p.Status.PodIP)
+			continue
+		}
+		ns := e.nodeNS(i, p.Spec.NodeName)
+		if !p.Spec.HostNetwork {
+			ns = e.podNS(i, p)
+		}
+		out = append(out, scrapeTarget{cluster: i, component: component, pod: p, ns: ns,
+			url: fmt.Sprintf("http://%s/metrics", net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))))})
+	}
+	return out
+}
+
+// scrape fetches a target's metrics in the text format.
+func (e *env) scrape(ctx context.Context, tg scrapeTarget) (string, error) {
+	out, err := e.probe(ctx, tg.ns, "get", tg.url)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w: %s", tg.url, err, out)
+	}
+	return out + "\n", nil // probe trims the output; the text format ends in a newline
 }
 
 func (e *env) throughput(ctx context.Context, d time.Duration) {

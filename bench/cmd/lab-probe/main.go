@@ -5,7 +5,7 @@
 //
 //	lab-probe serve [--tcp :7070] [--udp :7071] [--http :7072]
 //	lab-probe call [--timeout 2s] tcp|udp HOST:PORT
-//	lab-probe stream [--interval 50ms] [--duration 10s] HOST:PORT
+//	lab-probe stream [--interval 50ms] [--duration 10s] [--gaps 0] HOST:PORT
 //	lab-probe rr-serve [--tcp :7073]
 //	lab-probe rr [--count 2000] [--size 1] HOST:PORT
 //	lab-probe get [--timeout 5s] URL
@@ -13,7 +13,8 @@
 // serve answers every TCP connection and UDP datagram with one line:
 // "<hostname> saw <source ip>:<port>"; its HTTP port answers /healthz. call prints the line
 // and exits 1 when there is none. stream sends numbered UDP datagrams and reports how many
-// came back and the longest gap without replies (failover measurements). rr-serve echoes what
+// came back and the longest gap without replies (failover measurements); with --gaps D > 0 it
+// first prints every gap longer than D as "gap-ms G ending-at-ms T" (T from the start). rr-serve echoes what
 // it reads; rr does --count request/response round trips of --size bytes over one TCP
 // connection (TCP_NODELAY), one at a time, and prints the latency percentiles in microseconds:
 // "count N p50-us X p90-us Y p99-us Z". get prints an HTTP response's body and exits 1 unless
@@ -157,9 +158,10 @@ func stream(args []string) error {
 	fs := flag.NewFlagSet("stream", flag.ExitOnError)
 	interval := fs.Duration("interval", 50*time.Millisecond, "time between datagrams")
 	duration := fs.Duration("duration", 10*time.Second, "how long to send (bounded: at most 10 minutes)")
+	report := fs.Duration("gaps", 0, "print every gap without replies longer than this (0: only the longest)")
 	_ = fs.Parse(args)
 	if fs.NArg() != 1 {
-		return errors.New("usage: lab-probe stream [--interval 50ms] [--duration 10s] HOST:PORT (flags first)")
+		return errors.New("usage: lab-probe stream [--interval 50ms] [--duration 10s] [--gaps 0] HOST:PORT (flags first)")
 	}
 	if *duration > 10*time.Minute || *interval < time.Millisecond {
 		return errors.New("--duration at most 10m, --interval at least 1ms")
@@ -198,6 +200,9 @@ loop:
 			sent++
 		case t := <-replies:
 			got++
+			if g := t.Sub(last); *report > 0 && g > *report {
+				fmt.Printf("gap-ms %d ending-at-ms %d\n", g.Milliseconds(), t.Sub(start).Milliseconds())
+			}
 			gap = max(gap, t.Sub(last))
 			last = t
 		case <-end:
@@ -205,6 +210,9 @@ loop:
 		}
 	}
 	time.Sleep(200 * time.Millisecond)
+	if g := time.Since(last) - 200*time.Millisecond; *report > 0 && g > *report {
+		fmt.Printf("gap-ms %d ending-at-ms %d\n", g.Milliseconds(), time.Since(start).Milliseconds()-200)
+	}
 	gap = max(gap, time.Since(last)-200*time.Millisecond)
 	fmt.Printf("sent %d received %d longest-gap-ms %d\n", sent, got, gap.Milliseconds())
 	return nil
