@@ -169,7 +169,7 @@ decides how it sees these CIDRs (remapping them if they clash with its own).`,
 			}
 			return printObj(g.out, output, &netv1alpha1.Configuration{
 				TypeMeta:   typeMeta("Configuration"),
-				ObjectMeta: metav1.ObjectMeta{Name: identity.ClusterName(id), Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: id}},
+				ObjectMeta: metav1.ObjectMeta{Name: identity.PeerName(id), Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: id}},
 				Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{
 					Pod: netv1alpha1.CIDR(n.PodCIDRs[0].String()), External: netv1alpha1.CIDR(n.ExternalCIDR.String())}}},
 			})
@@ -232,7 +232,7 @@ GatewayClient, labelled with this cluster's id. Apply it in the peer cluster.`,
 			if err != nil {
 				return err
 			}
-			pk.Name = identity.ClusterName(id)
+			pk.Name = identity.PeerName(id)
 			return printObj(g.out, output, pk)
 		},
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,11 +28,81 @@ type side struct {
 	c     client.Client
 	id    string
 	net   *identity.Network
-	peer  *side // the other cluster
+	peer  *side  // the other cluster
+	ns    string // where this cluster keeps its objects of the peering (peerNamespace)
 }
 
-// tenantNamespace is where a cluster keeps the objects of its peering with the cluster id.
-func tenantNamespace(peerID string) string { return "liqo-tenant-" + identity.ClusterName(peerID) }
+// tenantNamespace is where a cluster keeps the objects of a new peering with the cluster id:
+// liqo-tenant-<peer name>-<suffix>, unique per peer (identity.PeerName).
+func tenantNamespace(peerID string) string { return "liqo-tenant-" + identity.PeerName(peerID) }
+
+// legacyTenantNamespace is the tenant namespace skeinctl used before the suffix: peerings
+// made then keep working where they are, found by their Configuration's label.
+func legacyTenantNamespace(peerID string) string { return "liqo-tenant-" + identity.ClusterName(peerID) }
+
+// peerNamespace finds where s keeps its objects of the peering with s.peer: the namespace of
+// the Configuration labelled with the peer's id, wherever it is (the spec's manual flow puts it
+// in the current namespace; earlier skeinctl versions in the legacy tenant namespace), or, for
+// a new peering, the tenant namespace. The gateways read their Configuration and PublicKey
+// from their own namespace, so everything of one peering lives in one namespace.
+func (g *globals) peerNamespace(ctx context.Context, s *side) (string, error) {
+	var confs netv1alpha1.ConfigurationList
+	if err := s.c.List(ctx, &confs, client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: s.peer.id}); err != nil {
+		return "", fmt.Errorf("(%s) list configurations of cluster %s: %w", s.label, s.peer.id, err)
+	}
+	switch len(confs.Items) {
+	case 0:
+		return tenantNamespace(s.peer.id), nil
+	case 1:
+		c := confs.Items[0]
+		if c.Namespace != tenantNamespace(s.peer.id) {
+			g.info(s, "Using the existing Configuration %s/%s of cluster %s", c.Namespace, c.Name, s.peer.id)
+		}
+		return c.Namespace, nil
+	}
+	names := make([]string, len(confs.Items))
+	for i, c := range confs.Items {
+		names[i] = c.Namespace + "/" + c.Name
+	}
+	return "", fmt.Errorf("(%s) %d Configurations describe cluster %s (%s): there must be one; delete the others",
+		s.label, len(confs.Items), s.peer.id, strings.Join(names, ", "))
+}
+
+// objectName is the name of an object s creates for its peering: the peer's friendly name in
+// a tenant namespace (one peer per namespace, as the spec shows), the peer name with its
+// suffix in any other namespace (shared with other peers' objects).
+func (s *side) objectName() string {
+	if s.ns == tenantNamespace(s.peer.id) || s.ns == legacyTenantNamespace(s.peer.id) {
+		return identity.ClusterName(s.peer.id)
+	}
+	return identity.PeerName(s.peer.id)
+}
+
+// belongs checks that an existing object skeinctl is about to change is of the peering with
+// peerID (its liqo.io/remote-cluster-id label): another peering's or a stranger's object is
+// never overwritten.
+func belongs(kind string, obj client.Object, peerID string) error {
+	switch got := obj.GetLabels()[netv1alpha1.RemoteClusterIDLabel]; got {
+	case peerID:
+		return nil
+	case "":
+		return fmt.Errorf("%s %s/%s exists without the %s label: it is not this peering's; refusing to change it (rename or delete it)",
+			kind, obj.GetNamespace(), obj.GetName(), netv1alpha1.RemoteClusterIDLabel)
+	default:
+		return fmt.Errorf("%s %s/%s belongs to the peering with cluster %s, not %s: refusing to change it",
+			kind, obj.GetNamespace(), obj.GetName(), got, peerID)
+	}
+}
+
+// readyNote is what an object's Ready condition says, for the messages of a wait that failed.
+func readyNote(conds []metav1.Condition) string {
+	for _, c := range conds {
+		if c.Type == netv1alpha1.ConditionReady {
+			return fmt.Sprintf(" (Ready=%s, %s: %s)", c.Status, c.Reason, c.Message)
+		}
+	}
+	return " (no Ready condition yet)"
+}
 
 type networkOpts struct {
 	remoteKubeconfig string
@@ -53,6 +124,11 @@ func (g *globals) onPair(o *networkOpts, destructive string, fn func(ctx context
 		l, r, err := g.sides(ctx, o)
 		if err != nil {
 			return err
+		}
+		for _, s := range []*side{l, r} {
+			if s.ns, err = g.peerNamespace(ctx, s); err != nil {
+				return err
+			}
 		}
 		return fn(ctx, l, r)
 	}
@@ -140,16 +216,23 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 		g.info(s, "Network configuration correctly retrieved")
 	}
 	for _, s := range []*side{l, r} {
-		peer := s.peer
-		if err := ensureNamespace(ctx, s.c, tenantNamespace(peer.id)); err != nil {
+		if err := ensureNamespace(ctx, s.c, s.ns, s.peer.id); err != nil {
 			return fmt.Errorf("(%s) %w", s.label, err)
 		}
 		g.info(s, "Network configuration correctly set up")
 	}
 	for _, s := range []*side{l, r} {
 		peer := s.peer
+		name := s.objectName()
+		var found netv1alpha1.ConfigurationList
+		if err := s.c.List(ctx, &found, client.InNamespace(s.ns), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: peer.id}); err != nil {
+			return fmt.Errorf("(%s) %w", s.label, err)
+		}
+		if len(found.Items) == 1 {
+			name = found.Items[0].Name // the peering's own, whatever its name
+		}
 		conf := &netv1alpha1.Configuration{
-			ObjectMeta: metav1.ObjectMeta{Name: identity.ClusterName(peer.id), Namespace: tenantNamespace(peer.id),
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns,
 				Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: peer.id}},
 			Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{
 				Pod: netv1alpha1.CIDR(peer.net.PodCIDRs[0].String()), External: netv1alpha1.CIDR(peer.net.ExternalCIDR.String())}}},
@@ -164,6 +247,8 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 			g.info(s, "Configuration applied successfully")
 		case err != nil:
 			return fmt.Errorf("(%s) %w", s.label, err)
+		case belongs("configuration", existing, peer.id) != nil:
+			return fmt.Errorf("(%s) %w", s.label, belongs("configuration", existing, peer.id))
 		case existing.Spec != conf.Spec:
 			existing.Spec = conf.Spec
 			if err := s.c.Update(ctx, existing); err != nil {
@@ -178,16 +263,22 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 		return nil
 	}
 	for _, s := range []*side{l, r} {
-		peer := s.peer
-		key := client.ObjectKey{Namespace: tenantNamespace(peer.id), Name: identity.ClusterName(peer.id)}
-		if err := waitFor(ctx, func() (bool, error) {
-			c := &netv1alpha1.Configuration{}
-			if err := s.c.Get(ctx, key, c); err != nil {
+		var confs netv1alpha1.ConfigurationList
+		c := &netv1alpha1.Configuration{}
+		err := waitFor(ctx, func() (bool, error) {
+			if err := s.c.List(ctx, &confs, client.InNamespace(s.ns), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: s.peer.id}); err != nil || len(confs.Items) != 1 {
 				return false, err
 			}
+			c = &confs.Items[0]
+			if cond := meta.FindStatusCondition(c.Status.Conditions, netv1alpha1.ConditionReady); cond != nil &&
+				cond.Status == metav1.ConditionFalse && cond.Reason == "DuplicateClusterID" {
+				return false, fmt.Errorf("configuration %s/%s is not used: %s", c.Namespace, c.Name, cond.Message)
+			}
 			return c.Status.Remote != nil, nil
-		}); err != nil {
-			return fmt.Errorf("(%s) waiting for configuration %s to be mapped (is skein-controller running?): %w", s.label, key, err)
+		})
+		if err != nil {
+			return fmt.Errorf("(%s) waiting for configuration %s/%s to be mapped%s (is skein-controller running?): %w",
+				s.label, s.ns, c.Name, readyNote(c.Status.Conditions), err)
 		}
 	}
 	return nil
@@ -215,18 +306,20 @@ func (g *globals) reset(ctx context.Context, l, r *side, wait bool) error {
 	return g.deleteConfigurations(ctx, l, r, wait)
 }
 
-// disconnect removes both sides' gateways of the peering and the public keys.
+// disconnect removes both sides' gateways of the peering and the public keys: every
+// GatewayClient, GatewayServer and PublicKey labelled with the peer's id, wherever it is (the
+// manual flow's, an earlier skeinctl's), and says which objects of the peering's namespace it
+// leaves alone because they are not labelled for this peer.
 func (g *globals) disconnect(ctx context.Context, l, r *side, wait bool) error {
 	for _, s := range []*side{l, r} {
-		peer := s.peer
-		ns := tenantNamespace(peer.id)
+		byPeer := client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: s.peer.id}
 		var clients netv1alpha1.GatewayClientList
 		var servers netv1alpha1.GatewayServerList
-		if err := s.c.List(ctx, &clients, client.InNamespace(ns)); err != nil {
-			return fmt.Errorf("(%s) %w", s.label, err)
-		}
-		if err := s.c.List(ctx, &servers, client.InNamespace(ns)); err != nil {
-			return fmt.Errorf("(%s) %w", s.label, err)
+		var keys netv1alpha1.PublicKeyList
+		for _, list := range []client.ObjectList{&clients, &servers, &keys} {
+			if err := s.c.List(ctx, list, byPeer); err != nil {
+				return fmt.Errorf("(%s) %w", s.label, err)
+			}
 		}
 		for i := range clients.Items {
 			if err := deleteAndWait(ctx, s.c, &clients.Items[i], wait); err != nil {
@@ -240,25 +333,54 @@ func (g *globals) disconnect(ctx context.Context, l, r *side, wait bool) error {
 			}
 			g.info(s, "Gateway server correctly deleted")
 		}
-		var keys netv1alpha1.PublicKeyList
-		if err := s.c.List(ctx, &keys, client.InNamespace(ns), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: peer.id}); err != nil {
-			return fmt.Errorf("(%s) %w", s.label, err)
-		}
 		for i := range keys.Items {
 			if err := deleteAndWait(ctx, s.c, &keys.Items[i], wait); err != nil {
 				return fmt.Errorf("(%s) %w", s.label, err)
 			}
 		}
+		if len(clients.Items)+len(servers.Items)+len(keys.Items) == 0 {
+			g.info(s, "No gateway or public key of cluster %s found", s.peer.id)
+		}
+		if err := g.leftAlone(ctx, s, &netv1alpha1.GatewayClientList{}, &netv1alpha1.GatewayServerList{}, &netv1alpha1.PublicKeyList{}); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// deleteConfigurations removes both sides' Configurations of each other.
+// leftAlone reports the objects of these kinds in the peering's namespace that are not
+// labelled for the peer (someone else's, or made by hand without the label): skeinctl does not
+// delete them.
+func (g *globals) leftAlone(ctx context.Context, s *side, lists ...client.ObjectList) error {
+	for _, list := range lists {
+		if err := s.c.List(ctx, list, client.InNamespace(s.ns)); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("(%s) %w", s.label, err)
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			return err
+		}
+		for _, it := range items {
+			o, ok := it.(client.Object)
+			if !ok || o.GetLabels()[netv1alpha1.RemoteClusterIDLabel] == s.peer.id {
+				continue
+			}
+			kind := strings.TrimSuffix(fmt.Sprintf("%T", list), "List")
+			kind = kind[strings.LastIndex(kind, ".")+1:]
+			g.info(s, "Left alone: %s %s/%s (not labelled %s=%s)", kind, o.GetNamespace(), o.GetName(), netv1alpha1.RemoteClusterIDLabel, s.peer.id)
+		}
+	}
+	return nil
+}
+
+// deleteConfigurations removes both sides' Configurations of each other, wherever they are.
 func (g *globals) deleteConfigurations(ctx context.Context, l, r *side, wait bool) error {
 	for _, s := range []*side{l, r} {
-		peer := s.peer
 		var confs netv1alpha1.ConfigurationList
-		if err := s.c.List(ctx, &confs, client.InNamespace(tenantNamespace(peer.id)), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: peer.id}); err != nil {
+		if err := s.c.List(ctx, &confs, client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: s.peer.id}); err != nil {
 			return fmt.Errorf("(%s) %w", s.label, err)
 		}
 		for i := range confs.Items {
@@ -266,7 +388,14 @@ func (g *globals) deleteConfigurations(ctx context.Context, l, r *side, wait boo
 				return fmt.Errorf("(%s) %w", s.label, err)
 			}
 		}
-		g.info(s, "Network configuration correctly deleted")
+		if len(confs.Items) == 0 {
+			g.info(s, "No network configuration of cluster %s found", s.peer.id)
+		} else {
+			g.info(s, "Network configuration correctly deleted")
+		}
+		if err := g.leftAlone(ctx, s, &netv1alpha1.ConfigurationList{}); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -287,9 +416,22 @@ func deleteAndWait(ctx context.Context, c client.Client, obj client.Object, wait
 	})
 }
 
-func ensureNamespace(ctx context.Context, c client.Client, name string) error {
-	err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+// ensureNamespace creates the peering's namespace, labelled with the peer's id, or checks that
+// an existing one is not labelled for another peer.
+func ensureNamespace(ctx context.Context, c client.Client, name, peerID string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		netv1alpha1.RemoteClusterIDLabel: peerID, "app.kubernetes.io/managed-by": "skeinctl"}}}
+	err := c.Create(ctx, ns)
+	if apierrors.IsAlreadyExists(err) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(ns), ns); err != nil {
+			return err
+		}
+		if got := ns.Labels[netv1alpha1.RemoteClusterIDLabel]; got != "" && got != peerID {
+			return fmt.Errorf("namespace %s is labelled for the peering with cluster %s, not %s: refusing to use it", name, got, peerID)
+		}
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("create namespace %s: %w", name, err)
 	}
 	return nil
@@ -354,8 +496,19 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 	g.info(l, "Network correctly initialized")
 	g.info(r, "Network correctly initialized")
 
-	// The server, in the remote cluster, for this (local) cluster.
-	srvNS, srvName := tenantNamespace(l.id), "gw-"+identity.ClusterName(l.id)
+	// The server, in the remote cluster, for this (local) cluster: the peering's own if there
+	// is one (labelled with our id in the remote's namespace of the peering), else a new one.
+	srvNS, srvName := r.ns, "gw-"+r.objectName()
+	var servers netv1alpha1.GatewayServerList
+	if err := r.c.List(ctx, &servers, client.InNamespace(r.ns), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: l.id}); err != nil {
+		return fmt.Errorf("(remote) %w", err)
+	}
+	if len(servers.Items) > 1 {
+		return fmt.Errorf("(remote) %d GatewayServers in %s for cluster %s: there must be one", len(servers.Items), r.ns, l.id)
+	}
+	if len(servers.Items) == 1 {
+		srvName = servers.Items[0].Name
+	}
 	gs := &netv1alpha1.GatewayServer{}
 	err := r.c.Get(ctx, client.ObjectKey{Namespace: srvNS, Name: srvName}, gs)
 	switch {
@@ -376,9 +529,14 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 		if err := createOrGet(ctx, r.c, gs); err != nil {
 			return fmt.Errorf("(remote) create gatewayserver %s/%s: %w", srvNS, srvName, err)
 		}
+		if err := belongs("gatewayserver", gs, l.id); err != nil {
+			return fmt.Errorf("(remote) %w", err) // another connect's, for another peer
+		}
 		g.info(r, "Gateway server correctly set up")
 	case err != nil:
 		return fmt.Errorf("(remote) %w", err)
+	case belongs("gatewayserver", gs, l.id) != nil:
+		return fmt.Errorf("(remote) %w", belongs("gatewayserver", gs, l.id))
 	case gs.Spec.MTU != c.mtu:
 		return fmt.Errorf("(remote) gatewayserver %s/%s has MTU %d, not %d: the MTU must be the same on both sides (disconnect first to change it)", srvNS, srvName, gs.Spec.MTU, c.mtu)
 	default:
@@ -393,12 +551,23 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 		err := r.c.Get(ctx, client.ObjectKeyFromObject(gs), gs)
 		return err == nil && gs.Status.Endpoint != nil && len(gs.Status.Endpoint.Addresses) > 0, err
 	}); err != nil {
-		return fmt.Errorf("(remote) waiting for gatewayserver %s/%s to get an endpoint (its Service, a load balancer, a ready gateway pod): %w", srvNS, srvName, err)
+		return fmt.Errorf("(remote) waiting for gatewayserver %s/%s to get an endpoint (its Service, a load balancer, a ready gateway pod)%s: %w",
+			srvNS, srvName, readyNote(gs.Status.Conditions), err)
 	}
 	g.info(r, "Gateway server Service created successfully")
 
 	// The client, here, for the remote cluster.
-	cliNS, cliName := tenantNamespace(r.id), "gw-"+identity.ClusterName(r.id)
+	cliNS, cliName := l.ns, "gw-"+l.objectName()
+	var clients netv1alpha1.GatewayClientList
+	if err := l.c.List(ctx, &clients, client.InNamespace(l.ns), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: r.id}); err != nil {
+		return fmt.Errorf("(local) %w", err)
+	}
+	if len(clients.Items) > 1 {
+		return fmt.Errorf("(local) %d GatewayClients in %s for cluster %s: there must be one", len(clients.Items), l.ns, r.id)
+	}
+	if len(clients.Items) == 1 {
+		cliName = clients.Items[0].Name
+	}
 	gc := &netv1alpha1.GatewayClient{}
 	err = l.c.Get(ctx, client.ObjectKey{Namespace: cliNS, Name: cliName}, gc)
 	endpoint := netv1alpha1.Endpoint{Addresses: gs.Status.Endpoint.Addresses, Port: gs.Status.Endpoint.Port, Protocol: "UDP"}
@@ -412,9 +581,14 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 		if err := createOrGet(ctx, l.c, gc); err != nil {
 			return fmt.Errorf("(local) create gatewayclient %s/%s: %w", cliNS, cliName, err)
 		}
+		if err := belongs("gatewayclient", gc, r.id); err != nil {
+			return fmt.Errorf("(local) %w", err)
+		}
 		g.info(l, "Gateway client correctly set up")
 	case err != nil:
 		return fmt.Errorf("(local) %w", err)
+	case belongs("gatewayclient", gc, r.id) != nil:
+		return fmt.Errorf("(local) %w", belongs("gatewayclient", gc, r.id))
 	case gc.Spec.MTU != c.mtu:
 		return fmt.Errorf("(local) gatewayclient %s/%s has MTU %d, not %d: the MTU must be the same on both sides (disconnect first to change it)", cliNS, cliName, gc.Spec.MTU, c.mtu)
 	default:
@@ -441,7 +615,7 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 		return err
 	}
 	g.info(r, "Gateway server Secret created successfully")
-	if err := applyPublicKey(ctx, l, srvSecret, r.id, tenantNamespace(r.id)); err != nil {
+	if err := applyPublicKey(ctx, l, srvSecret); err != nil {
 		return err
 	}
 	g.info(l, "Public key correctly created")
@@ -453,7 +627,7 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 		return err
 	}
 	g.info(l, "Gateway client Secret created successfully")
-	if err := applyPublicKey(ctx, r, cliSecret, l.id, tenantNamespace(l.id)); err != nil {
+	if err := applyPublicKey(ctx, r, cliSecret); err != nil {
 		return err
 	}
 	g.info(r, "Public key correctly created")
@@ -481,7 +655,10 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 			err := s.sd.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.name}, conn)
 			return err == nil && conn.Status.Value == netv1alpha1.Connected, err
 		}); err != nil {
-			return fmt.Errorf("(%s) waiting for the Connection to be established (check the gateway's logs): %w", s.sd.label, err)
+			conn := &netv1alpha1.Connection{}
+			_ = s.sd.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.name}, conn)
+			return fmt.Errorf("(%s) waiting for Connection %s/%s to be established (status %q%s; check the gateway's logs): %w",
+				s.sd.label, s.ns, s.name, conn.Status.Value, readyNote(conn.Status.Conditions), err)
 		}
 		g.info(s.sd, "Connection is established")
 	}
@@ -543,24 +720,41 @@ func gatewaySecret(ctx context.Context, s *side, ns string, ref func() *netv1alp
 }
 
 // applyPublicKey creates or updates, in s, the PublicKey of the peer's gateway whose key pair
-// is secret.
-func applyPublicKey(ctx context.Context, s *side, secret *corev1.Secret, peerID, ns string) error {
-	pk, err := gateway.PeerPublicKey(secret, peerID, ns)
+// is secret: the peering's own if there is one (labelled with the peer's id in s.ns), else a
+// new one.
+func applyPublicKey(ctx context.Context, s *side, secret *corev1.Secret) error {
+	pk, err := gateway.PeerPublicKey(secret, s.peer.id, s.ns)
 	if err != nil {
 		return fmt.Errorf("(%s) %w", s.label, err)
 	}
-	pk.Name = identity.ClusterName(peerID)
+	pk.Name = s.objectName()
+	var keys netv1alpha1.PublicKeyList
+	if err := s.c.List(ctx, &keys, client.InNamespace(s.ns), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: s.peer.id}); err != nil {
+		return fmt.Errorf("(%s) %w", s.label, err)
+	}
+	switch len(keys.Items) {
+	case 0:
+	case 1:
+		pk.Name = keys.Items[0].Name
+	default:
+		return fmt.Errorf("(%s) %d PublicKeys in %s for cluster %s: there must be one", s.label, len(keys.Items), s.ns, s.peer.id)
+	}
 	existing := &netv1alpha1.PublicKey{}
 	err = s.c.Get(ctx, client.ObjectKeyFromObject(pk), existing)
 	switch {
 	case apierrors.IsNotFound(err):
-		err = createOrGet(ctx, s.c, pk)
-	case err == nil && existing.Spec != pk.Spec:
+		if err = createOrGet(ctx, s.c, pk); err == nil {
+			err = belongs("publickey", pk, s.peer.id)
+		}
+	case err != nil:
+	case belongs("publickey", existing, s.peer.id) != nil:
+		err = belongs("publickey", existing, s.peer.id)
+	case existing.Spec != pk.Spec:
 		existing.Spec = pk.Spec
 		err = s.c.Update(ctx, existing)
 	}
 	if err != nil {
-		return fmt.Errorf("(%s) publickey %s/%s: %w", s.label, ns, pk.Name, err)
+		return fmt.Errorf("(%s) publickey %s/%s: %w", s.label, s.ns, pk.Name, err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -264,5 +265,147 @@ current-context: c
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("gave up after %v with --timeout 1s", d.Round(time.Millisecond))
+	}
+}
+
+// TestCollidingPeerNames: a cluster peering with two clusters whose friendly names collide
+// (both vivid-resonance) keeps both peerings: two tenant namespaces, two Configurations, two
+// gateways, two PublicKeys, each labelled for its peer; disconnecting one leaves the other.
+func TestCollidingPeerNames(t *testing.T) {
+	const idA = "3d0c9a55-7f41-4a4e-9d7a-0b8e4e6b7c11"
+	const idB, idC = "4be03db0-dc25-44bd-b940-67edfe175330", "f9341c68-966b-4ea1-88be-ab134da98f1d"
+	if identity.ClusterName(idB) != identity.ClusterName(idC) {
+		t.Fatalf("the ids no longer collide: %s, %s", identity.ClusterName(idB), identity.ClusterName(idC))
+	}
+	a, kcA := cluster(t, idA)
+	_, kcB := cluster(t, idB)
+	_, kcC := cluster(t, idC)
+	for _, kc := range []string{kcB, kcC} {
+		out, err := run(t, "--kubeconfig", kcA, "--timeout", "60s", "network", "connect", "--remote-kubeconfig", kc, "--server-service-type", "ClusterIP")
+		if err != nil {
+			t.Fatalf("connect: %v\n%s", err, out)
+		}
+		if strings.Contains(out, "already") {
+			t.Errorf("connect to a new peer found something already set up:\n%s", out)
+		}
+	}
+	ctx := context.Background()
+	check := func(peers ...string) {
+		t.Helper()
+		for _, list := range []client.ObjectList{&netv1alpha1.ConfigurationList{}, &netv1alpha1.GatewayClientList{}, &netv1alpha1.PublicKeyList{}} {
+			apitest.Must(t, a.Client.List(ctx, list))
+			items, _ := meta.ExtractList(list)
+			byPeer := map[string]string{}
+			for _, it := range items {
+				o := it.(client.Object)
+				byPeer[o.GetLabels()[netv1alpha1.RemoteClusterIDLabel]] = o.GetNamespace()
+			}
+			if len(items) != len(peers) {
+				t.Errorf("%T: %d objects, want %d (one per peer): %v", list, len(items), len(peers), byPeer)
+			}
+			for _, p := range peers {
+				if byPeer[p] != tenantNamespace(p) {
+					t.Errorf("%T: peer %s's object in %q, want %s", list, p, byPeer[p], tenantNamespace(p))
+				}
+			}
+		}
+	}
+	check(idB, idC)
+	if tenantNamespace(idB) == tenantNamespace(idC) {
+		t.Fatalf("one tenant namespace for both peers: %s", tenantNamespace(idB))
+	}
+	out, err := run(t, "--kubeconfig", kcA, "network", "reset", "--remote-kubeconfig", kcB, "--yes", "--wait")
+	if err != nil {
+		t.Fatalf("reset: %v\n%s", err, out)
+	}
+	check(idC)
+}
+
+// TestManualFlowSeen: after the spec's manual flow (objects in namespace default), network
+// init and connect use those objects instead of making a second peering in a tenant
+// namespace; reset deletes them, names what it leaves alone, and does not claim a deletion
+// when there is nothing to delete. An object of the peering's name that belongs to another
+// peer is refused, not overwritten.
+func TestManualFlowSeen(t *testing.T) {
+	const idA, idB = "5a8e2c1d-0b4f-4e6a-9c3d-2f1e0a9b8c71", "9e7d6c5b-4a39-4281-9f0e-1d2c3b4a5f62"
+	a, kcA := cluster(t, idA)
+	b, kcB := cluster(t, idB)
+	ctx := context.Background()
+	// The manual flow's Configurations, applied in default on both sides.
+	for _, s := range []struct {
+		env  *apitest.Env
+		kc   string
+		peer string
+	}{{a, kcB, idB}, {b, kcA, idA}} {
+		out, err := run(t, "--kubeconfig", s.kc, "generate", "configuration")
+		if err != nil {
+			t.Fatalf("generate configuration: %v\n%s", err, out)
+		}
+		conf := &netv1alpha1.Configuration{}
+		apitest.Must(t, yaml.Unmarshal([]byte(out), conf))
+		if conf.Name != identity.PeerName(s.peer) {
+			t.Errorf("generated configuration named %s, want %s", conf.Name, identity.PeerName(s.peer))
+		}
+		conf.Namespace = "default"
+		apitest.Must(t, s.env.Client.Create(ctx, conf))
+	}
+	// Something unlabelled in default, which nothing may touch.
+	stranger := &netv1alpha1.PublicKey{ObjectMeta: metav1.ObjectMeta{Name: "stranger", Namespace: "default"},
+		Spec: netv1alpha1.PublicKeySpec{PublicKey: "GExyYe7RJ3Lo5nQVa6K2Tp9zobXCvWmJawsLxu7hn10="}}
+	apitest.Must(t, a.Client.Create(ctx, stranger))
+
+	out, err := run(t, "--kubeconfig", kcA, "--timeout", "60s", "network", "connect", "--remote-kubeconfig", kcB, "--server-service-type", "ClusterIP")
+	if err != nil {
+		t.Fatalf("connect after the manual configurations: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "Using the existing Configuration default/") || strings.Contains(out, "Configuration applied successfully") {
+		t.Errorf("connect did not use the manual flow's Configurations:\n%s", out)
+	}
+	var confs netv1alpha1.ConfigurationList
+	apitest.Must(t, a.Client.List(ctx, &confs))
+	if len(confs.Items) != 1 || confs.Items[0].Namespace != "default" {
+		t.Errorf("configurations in A after connect: %d (want the manual one only)", len(confs.Items))
+	}
+	var clients netv1alpha1.GatewayClientList
+	apitest.Must(t, a.Client.List(ctx, &clients))
+	if len(clients.Items) != 1 || clients.Items[0].Namespace != "default" || clients.Items[0].Name != "gw-"+identity.PeerName(idB) {
+		t.Errorf("gateway clients in A: %+v, want gw-%s in default", clients.Items, identity.PeerName(idB))
+	}
+
+	out, err = run(t, "--kubeconfig", kcA, "network", "reset", "--remote-kubeconfig", kcB, "--yes", "--wait")
+	if err != nil {
+		t.Fatalf("reset: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "Left alone: PublicKey default/stranger") {
+		t.Errorf("reset does not say it left the unlabelled PublicKey alone:\n%s", out)
+	}
+	for _, env := range []*apitest.Env{a, b} {
+		for _, list := range []client.ObjectList{&netv1alpha1.ConfigurationList{}, &netv1alpha1.GatewayClientList{}, &netv1alpha1.GatewayServerList{}} {
+			apitest.Must(t, env.Client.List(ctx, list))
+			if n := meta.LenList(list); n != 0 {
+				t.Errorf("%T: %d left after reset", list, n)
+			}
+		}
+	}
+	apitest.Must(t, a.Client.Get(ctx, client.ObjectKeyFromObject(stranger), &netv1alpha1.PublicKey{}))
+	out, err = run(t, "--kubeconfig", kcA, "network", "reset", "--remote-kubeconfig", kcB, "--yes")
+	if err != nil || strings.Contains(out, "correctly deleted") || !strings.Contains(out, "No network configuration of cluster") {
+		t.Errorf("a second reset: %v\n%s", err, out)
+	}
+
+	// A Configuration of the peering's name, in its tenant namespace, labelled for another peer.
+	apitest.Must(t, a.EnsureNamespace(ctx, tenantNamespace(idB)))
+	other := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: identity.ClusterName(idB), Namespace: tenantNamespace(idB),
+		Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "00000000-0000-4000-8000-000000000001"}},
+		Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.250.0.0/16", External: "10.251.0.0/16"}}}}
+	apitest.Must(t, a.Client.Create(ctx, other))
+	_, err = run(t, "--kubeconfig", kcA, "network", "init", "--remote-kubeconfig", kcB)
+	if err == nil || !strings.Contains(err.Error(), "belongs to the peering with cluster 00000000-0000-4000-8000-000000000001") {
+		t.Errorf("init over another peer's Configuration: %v", err)
+	}
+	got := &netv1alpha1.Configuration{}
+	apitest.Must(t, a.Client.Get(ctx, client.ObjectKeyFromObject(other), got))
+	if got.Spec != other.Spec || got.Labels[netv1alpha1.RemoteClusterIDLabel] != other.Labels[netv1alpha1.RemoteClusterIDLabel] {
+		t.Errorf("another peer's Configuration was changed: %+v", got)
 	}
 }

@@ -39,6 +39,18 @@ func ClusterName(id string) string {
 	return adjectives[int(h[0])%len(adjectives)] + "-" + nouns[int(h[1])%len(nouns)]
 }
 
+// PeerName is ClusterName with a suffix of six hex digits also derived from the id (such as
+// dry-paper-5d16c0, the spec's tenant namespaces): 1,024 friendly names are too few to tell
+// peers apart (ids 4be03db0-... and f9341c68-... are both vivid-resonance), the suffix adds 24
+// bits. It names the tenant namespace of a peer and the objects that share a namespace with
+// other peers' (the generated Configuration and PublicKey); skeinctl still refuses an object
+// whose liqo.io/remote-cluster-id label names another peer, so a collision is an error, never
+// an overwrite.
+func PeerName(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return fmt.Sprintf("%s-%x", ClusterName(id), h[2:5])
+}
+
 // Network is a cluster's network parameters.
 type Network struct {
 	PodCIDRs, ServiceCIDRs, Reserved []netip.Prefix
