@@ -38,7 +38,9 @@ func tenantNamespace(peerID string) string { return "liqo-tenant-" + identity.Pe
 
 // legacyTenantNamespace is the tenant namespace skeinctl used before the suffix: peerings
 // made then keep working where they are, found by their Configuration's label.
-func legacyTenantNamespace(peerID string) string { return "liqo-tenant-" + identity.ClusterName(peerID) }
+func legacyTenantNamespace(peerID string) string {
+	return "liqo-tenant-" + identity.ClusterName(peerID)
+}
 
 // peerNamespace finds where s keeps its objects of the peering with s.peer: the namespace of
 // the Configuration labelled with the peer's id, wherever it is (the spec's manual flow puts it
