@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,10 +26,30 @@ import (
 )
 
 type globals struct {
-	kubeconfig string
-	namespace  string
-	timeout    time.Duration
-	out, err   io.Writer
+	kubeconfig, context string
+	liqoNamespace       string // where skein is installed (liqoctl's --liqo-namespace)
+	namespace           string // the namespace scope of a request (liqoctl's -n): create, generate publickey
+	timeout             time.Duration
+	out, err            io.Writer
+}
+
+// target is one cluster as the flags name it.
+type target struct {
+	kubeconfig, context, liqoNamespace string
+}
+
+func (g *globals) local() target { return target{g.kubeconfig, g.context, g.liqoNamespace} }
+
+// requestNamespace is where create and generate publickey act: the command's own flag, else
+// -n, else default.
+func (g *globals) requestNamespace(flag string) string {
+	switch {
+	case flag != "":
+		return flag
+	case g.namespace != "":
+		return g.namespace
+	}
+	return "default"
 }
 
 func newRoot(out, errw io.Writer) *cobra.Command {
@@ -44,7 +65,9 @@ says liqoctl, type skeinctl: the network workflows, their flags and their output
 	root.SetOut(out)
 	root.SetErr(errw)
 	root.PersistentFlags().StringVar(&g.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster (default: $KUBECONFIG, then ~/.kube/config)")
-	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "liqo", "namespace skein is installed in")
+	root.PersistentFlags().StringVar(&g.context, "context", "", "kubeconfig context of the local cluster (default: the current context)")
+	root.PersistentFlags().StringVarP(&g.liqoNamespace, "liqo-namespace", "l", "liqo", "namespace skein is installed in, in the local cluster")
+	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "", "namespace scope of the request, as liqoctl's -n: where create puts gateways and generate publickey finds them (default: default)")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 2*time.Minute, "how long to wait for the API and for objects to become ready")
 	root.AddCommand(versionCmd(g), statusCmd(g), generateCmd(g), createCmd(g), networkCmd(g))
 	return root
@@ -60,15 +83,19 @@ func versionCmd(g *globals) *cobra.Command {
 	}
 }
 
-// client builds a client for the kubeconfig and checks the API server answers.
-func (g *globals) client(ctx context.Context, kubeconfig string) (client.Client, error) {
+// client builds a client for the cluster t names and checks the API server answers.
+func (g *globals) client(ctx context.Context, t target) (client.Client, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules.ExplicitPath = kubeconfig
+	if t.kubeconfig != "" {
+		rules.ExplicitPath = t.kubeconfig
 	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: t.context}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("reading kubeconfig %q: %w (pass --kubeconfig, or set KUBECONFIG)", kubeconfig, err)
+		where := fmt.Sprintf("kubeconfig %q", t.kubeconfig)
+		if t.context != "" {
+			where += fmt.Sprintf(", context %q", t.context)
+		}
+		return nil, fmt.Errorf("reading %s: %w (pass --kubeconfig, or set KUBECONFIG)", where, err)
 	}
 	// Every request, the reachability check included, within --timeout.
 	cfg.Timeout = g.timeout
@@ -84,13 +111,13 @@ func (g *globals) client(ctx context.Context, kubeconfig string) (client.Client,
 	return c, nil
 }
 
-// cluster connects to the cluster of kubeconfig and reads its id.
-func (g *globals) cluster(ctx context.Context, kubeconfig string) (client.Client, string, error) {
-	cl, err := g.client(ctx, kubeconfig)
+// cluster connects to the cluster t names and reads its id.
+func (g *globals) cluster(ctx context.Context, t target) (client.Client, string, error) {
+	cl, err := g.client(ctx, t)
 	if err != nil {
 		return nil, "", err
 	}
-	id, err := identity.ReadClusterID(ctx, cl, g.namespace)
+	id, err := identity.ReadClusterID(ctx, cl, t.liqoNamespace)
 	return cl, id, err
 }
 
@@ -159,11 +186,11 @@ decides how it sees these CIDRs (remapping them if they clash with its own).`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
 			defer cancel()
-			cl, id, err := g.cluster(ctx, g.kubeconfig)
+			cl, id, err := g.cluster(ctx, g.local())
 			if err != nil {
 				return err
 			}
-			n, err := identity.ReadNetwork(ctx, cl, g.namespace)
+			n, err := identity.ReadNetwork(ctx, cl, g.liqoNamespace)
 			if err != nil {
 				return err
 			}
@@ -195,14 +222,11 @@ GatewayClient, labelled with this cluster's id. Apply it in the peer cluster.`,
 			}
 			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
 			defer cancel()
-			cl, id, err := g.cluster(ctx, g.kubeconfig)
+			cl, id, err := g.cluster(ctx, g.local())
 			if err != nil {
 				return err
 			}
-			ns := gwNamespace
-			if ns == "" {
-				ns = "default"
-			}
+			ns := g.requestNamespace(gwNamespace)
 			var ref *netv1alpha1.ObjectRef
 			if gwType == "server" {
 				gs := &netv1alpha1.GatewayServer{}
@@ -238,7 +262,7 @@ GatewayClient, labelled with this cluster's id. Apply it in the peer cluster.`,
 	}
 	pub.Flags().StringVar(&gwType, "gateway-type", "", "the gateway's role: server or client")
 	pub.Flags().StringVar(&gwName, "gateway-name", "", "name of the GatewayServer or GatewayClient")
-	pub.Flags().StringVar(&gwNamespace, "gateway-namespace", "default", "namespace of the gateway")
+	pub.Flags().StringVar(&gwNamespace, "gateway-namespace", "", "namespace of the gateway (default: -n, else default)")
 	pub.Flags().StringVarP(&output, "output", "o", "yaml", "output format: yaml or json")
 	cmd.AddCommand(conf, pub)
 	return cmd
@@ -257,7 +281,7 @@ func createCmd(g *globals) *cobra.Command {
 		}
 		ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
 		defer cancel()
-		cl, err := g.client(ctx, g.kubeconfig)
+		cl, err := g.client(ctx, g.local())
 		if err != nil {
 			return err
 		}
@@ -289,12 +313,12 @@ func createCmd(g *globals) *cobra.Command {
 			st := netv1alpha1.ServiceType(serviceType)
 			gs := &netv1alpha1.GatewayServer{
 				TypeMeta:   typeMeta("GatewayServer"),
-				ObjectMeta: metav1.ObjectMeta{Name: args[0], Namespace: gwNamespace, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: remoteID}},
+				ObjectMeta: metav1.ObjectMeta{Name: args[0], Namespace: g.requestNamespace(gwNamespace), Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: remoteID}},
 				Spec: netv1alpha1.GatewayServerSpec{
 					Endpoint: netv1alpha1.ServerEndpoint{Port: port, ServiceType: st},
 					MTU:      mtu,
 					ServerTemplateRef: netv1alpha1.TemplateRef{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "WgGatewayServerTemplate",
-						Name: serverTemplate, Namespace: templateNS},
+						Name: serverTemplate, Namespace: cmp.Or(templateNS, g.liqoNamespace)},
 				},
 			}
 			if nodePort != 0 {
@@ -330,12 +354,12 @@ func createCmd(g *globals) *cobra.Command {
 			}
 			gc := &netv1alpha1.GatewayClient{
 				TypeMeta:   typeMeta("GatewayClient"),
-				ObjectMeta: metav1.ObjectMeta{Name: args[0], Namespace: gwNamespace, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: remoteID}},
+				ObjectMeta: metav1.ObjectMeta{Name: args[0], Namespace: g.requestNamespace(gwNamespace), Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: remoteID}},
 				Spec: netv1alpha1.GatewayClientSpec{
 					Endpoint: netv1alpha1.Endpoint{Addresses: addrs, Port: port, Protocol: "UDP"},
 					MTU:      mtu,
 					ClientTemplateRef: netv1alpha1.TemplateRef{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "WgGatewayClientTemplate",
-						Name: clientTemplate, Namespace: templateNS},
+						Name: clientTemplate, Namespace: cmp.Or(templateNS, g.liqoNamespace)},
 				},
 			}
 			return apply(c, gc)
@@ -345,8 +369,8 @@ func createCmd(g *globals) *cobra.Command {
 		c.Flags().StringVar(&remoteID, "remote-cluster-id", "", "the peer cluster's id (required)")
 		c.Flags().Int32Var(&port, "port", netv1alpha1.DefaultPort, "the gateway's UDP port (server: the Service port; client: the server's port)")
 		c.Flags().Int32Var(&mtu, "mtu", netv1alpha1.DefaultMTU, "the tunnel MTU; the same on both sides")
-		c.Flags().StringVar(&templateNS, "template-namespace", "liqo", "namespace of the gateway template")
-		c.Flags().StringVar(&gwNamespace, "gateway-namespace", "default", "namespace of the gateway")
+		c.Flags().StringVar(&templateNS, "template-namespace", "", "namespace of the gateway template (default: --liqo-namespace)")
+		c.Flags().StringVar(&gwNamespace, "gateway-namespace", "", "namespace of the gateway (default: -n, else default)")
 		c.Flags().StringVarP(&output, "output", "o", "", "print the resource (yaml or json) instead of creating it")
 	}
 	server.Flags().StringVar(&serviceType, "service-type", "LoadBalancer", "type of the gateway Service: NodePort, LoadBalancer or ClusterIP")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -30,6 +31,7 @@ type side struct {
 	net   *identity.Network
 	peer  *side  // the other cluster
 	ns    string // where this cluster keeps its objects of the peering (peerNamespace)
+	liqo  string // where skein is installed in this cluster
 }
 
 // tenantNamespace is where a cluster keeps the objects of a new peering with the cluster id:
@@ -107,9 +109,15 @@ func readyNote(conds []metav1.Condition) string {
 }
 
 type networkOpts struct {
-	remoteKubeconfig string
-	wait             bool
-	yes              bool
+	remoteKubeconfig, remoteContext, remoteLiqoNamespace string
+	wait                                                 bool
+	yes                                                  bool
+}
+
+// confirmFlags adds --yes (-y) and liqoctl's --skip-confirm, one switch under two names.
+func confirmFlags(cmd *cobra.Command, o *networkOpts) {
+	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation (for scripts)")
+	cmd.Flags().BoolVar(&o.yes, "skip-confirm", false, "the same as --yes (liqoctl's name)")
 }
 
 // onPair is the RunE of a network command: it confirms first when destructive is set, then
@@ -143,7 +151,9 @@ func (g *globals) info(s *side, format string, a ...any) {
 func networkCmd(g *globals) *cobra.Command {
 	o := &networkOpts{}
 	cmd := &cobra.Command{Use: "network", Short: "Set up and tear down the network between this cluster and a peer"}
-	cmd.PersistentFlags().StringVar(&o.remoteKubeconfig, "remote-kubeconfig", "", "kubeconfig of the remote cluster (required)")
+	cmd.PersistentFlags().StringVar(&o.remoteKubeconfig, "remote-kubeconfig", "", "kubeconfig of the remote cluster (init, connect, disconnect and reset need it or --remote-context)")
+	cmd.PersistentFlags().StringVar(&o.remoteContext, "remote-context", "", "kubeconfig context of the remote cluster (in --remote-kubeconfig, else in the local kubeconfig)")
+	cmd.PersistentFlags().StringVar(&o.remoteLiqoNamespace, "remote-liqo-namespace", "liqo", "namespace skein is installed in, in the remote cluster")
 	cmd.PersistentFlags().BoolVar(&o.wait, "wait", false, "wait until what was set up is ready")
 
 	initCmd := &cobra.Command{
@@ -165,7 +175,7 @@ is destructive: skeinctl asks for confirmation on a terminal; pass --yes to skip
 		Args:    cobra.NoArgs,
 		RunE:    g.onPair(o, "network reset", func(ctx context.Context, l, r *side) error { return g.reset(ctx, l, r, o.wait) }),
 	}
-	resetCmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
+	confirmFlags(resetCmd, o)
 	cmd.AddCommand(initCmd, connectCmd(g, o), disconnectCmd(g, o), resetCmd, networkStatusCmd(g))
 	return cmd
 }
@@ -188,16 +198,20 @@ func (g *globals) confirm(what string, yes bool) error {
 
 // sides connects to both clusters and reads their identities and networks.
 func (g *globals) sides(ctx context.Context, o *networkOpts) (*side, *side, error) {
-	if o.remoteKubeconfig == "" {
-		return nil, nil, fmt.Errorf("--remote-kubeconfig is required: the kubeconfig of the peer cluster")
+	if o.remoteKubeconfig == "" && o.remoteContext == "" {
+		return nil, nil, fmt.Errorf("--remote-kubeconfig is required (or --remote-context, a context of the local kubeconfig): the peer cluster")
 	}
-	l, r := &side{label: "local"}, &side{label: "remote"}
+	remote := target{kubeconfig: o.remoteKubeconfig, context: o.remoteContext, liqoNamespace: o.remoteLiqoNamespace}
+	if remote.kubeconfig == "" {
+		remote.kubeconfig = g.kubeconfig // --remote-context names a context of the local kubeconfig
+	}
+	l, r := &side{label: "local", liqo: g.liqoNamespace}, &side{label: "remote", liqo: o.remoteLiqoNamespace}
 	for _, s := range []struct {
 		sd *side
-		kc string
-	}{{l, g.kubeconfig}, {r, o.remoteKubeconfig}} {
+		t  target
+	}{{l, g.local()}, {r, remote}} {
 		var err error
-		if s.sd.c, s.sd.id, err = g.cluster(ctx, s.kc); err != nil {
+		if s.sd.c, s.sd.id, err = g.cluster(ctx, s.t); err != nil {
 			return nil, nil, fmt.Errorf("(%s) %w", s.sd.label, err)
 		}
 		g.info(s.sd, "Cluster identity correctly retrieved")
@@ -212,7 +226,7 @@ func (g *globals) sides(ctx context.Context, o *networkOpts) (*side, *side, erro
 func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 	var err error
 	for _, s := range []*side{l, r} {
-		if s.net, err = identity.ReadNetwork(ctx, s.c, g.namespace); err != nil {
+		if s.net, err = identity.ReadNetwork(ctx, s.c, s.liqo); err != nil {
 			return fmt.Errorf("(%s) %w", s.label, err)
 		}
 		g.info(s, "Network configuration correctly retrieved")
@@ -297,7 +311,7 @@ terminal; pass --yes to skip the question.`,
 		Args:    cobra.NoArgs,
 		RunE:    g.onPair(o, "network disconnect", func(ctx context.Context, l, r *side) error { return g.disconnect(ctx, l, r, o.wait) }),
 	}
-	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
+	confirmFlags(cmd, o)
 	return cmd
 }
 
@@ -461,6 +475,9 @@ type connectOpts struct {
 	serviceType, lbIP string
 	port, nodePort    int32
 	mtu               int32
+	// The templates' names and namespaces (default: the chart's, in each side's install
+	// namespace).
+	serverTemplate, serverTemplateNS, clientTemplate, clientTemplateNS string
 }
 
 func connectCmd(g *globals, o *networkOpts) *cobra.Command {
@@ -487,11 +504,16 @@ again changes nothing.`,
 	cmd.Flags().Int32Var(&c.nodePort, "node-port", 0, "force this node port; 0 lets Kubernetes choose")
 	cmd.Flags().StringVar(&c.lbIP, "load-balancer-ip", "", "ask the load balancer for this IP; empty lets it choose")
 	cmd.Flags().Int32Var(&c.mtu, "mtu", netv1alpha1.DefaultMTU, "MTU of the tunnel; must be the same on both sides")
+	cmd.Flags().StringVar(&c.serverTemplate, "server-template-name", "wireguard-server", "WgGatewayServerTemplate of the gateway server, in the remote cluster")
+	cmd.Flags().StringVar(&c.serverTemplateNS, "server-template-namespace", "", "namespace of the server template (default: --remote-liqo-namespace)")
+	cmd.Flags().StringVar(&c.clientTemplate, "client-template-name", "wireguard-client", "WgGatewayClientTemplate of the gateway client, in the local cluster")
+	cmd.Flags().StringVar(&c.clientTemplateNS, "client-template-namespace", "", "namespace of the client template (default: --liqo-namespace)")
 	return cmd
 }
 
 func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait bool) error {
-	quiet := &globals{kubeconfig: g.kubeconfig, namespace: g.namespace, timeout: g.timeout, out: io.Discard, err: g.err}
+	quiet := &globals{kubeconfig: g.kubeconfig, context: g.context, liqoNamespace: g.liqoNamespace, namespace: g.namespace,
+		timeout: g.timeout, out: io.Discard, err: g.err}
 	if err := quiet.init(ctx, l, r, true); err != nil {
 		return err
 	}
@@ -519,7 +541,7 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 			ObjectMeta: metav1.ObjectMeta{Name: srvName, Namespace: srvNS, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: l.id}},
 			Spec: netv1alpha1.GatewayServerSpec{
 				Endpoint: netv1alpha1.ServerEndpoint{Port: c.port, ServiceType: netv1alpha1.ServiceType(c.serviceType)}, MTU: c.mtu,
-				ServerTemplateRef: netv1alpha1.TemplateRef{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "WgGatewayServerTemplate", Name: "wireguard-server", Namespace: g.namespace},
+				ServerTemplateRef: netv1alpha1.TemplateRef{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "WgGatewayServerTemplate", Name: c.serverTemplate, Namespace: cmp.Or(c.serverTemplateNS, r.liqo)},
 			},
 		}
 		if c.nodePort != 0 {
@@ -578,7 +600,7 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 		gc = &netv1alpha1.GatewayClient{
 			ObjectMeta: metav1.ObjectMeta{Name: cliName, Namespace: cliNS, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: r.id}},
 			Spec: netv1alpha1.GatewayClientSpec{Endpoint: endpoint, MTU: c.mtu,
-				ClientTemplateRef: netv1alpha1.TemplateRef{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "WgGatewayClientTemplate", Name: "wireguard-client", Namespace: g.namespace}},
+				ClientTemplateRef: netv1alpha1.TemplateRef{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "WgGatewayClientTemplate", Name: c.clientTemplate, Namespace: cmp.Or(c.clientTemplateNS, l.liqo)}},
 		}
 		if err := createOrGet(ctx, l.c, gc); err != nil {
 			return fmt.Errorf("(local) create gatewayclient %s/%s: %w", cliNS, cliName, err)

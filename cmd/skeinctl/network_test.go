@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -407,5 +409,41 @@ func TestManualFlowSeen(t *testing.T) {
 	apitest.Must(t, a.Client.Get(ctx, client.ObjectKeyFromObject(other), got))
 	if got.Spec != other.Spec || got.Labels[netv1alpha1.RemoteClusterIDLabel] != other.Labels[netv1alpha1.RemoteClusterIDLabel] {
 		t.Errorf("another peer's Configuration was changed: %+v", got)
+	}
+}
+
+// TestContexts: liqoctl's way of naming two clusters in one kubeconfig (--context and
+// --remote-context) and of skipping the question (--skip-confirm) work; a context that does
+// not exist is named in the error.
+func TestContexts(t *testing.T) {
+	const idA, idB = "6b1f0c2e-3d4a-4b5c-8d6e-7f8091a2b3c4", "c4b3a291-80f7-4e6d-9c5b-4a3d2e1f0b6a"
+	_, kcA := cluster(t, idA)
+	_, kcB := cluster(t, idB)
+	merged := clientcmdapi.NewConfig()
+	for name, kc := range map[string]string{"a": kcA, "b": kcB} {
+		cfg, err := clientcmd.LoadFromFile(kc)
+		apitest.Must(t, err)
+		ctx := cfg.Contexts[cfg.CurrentContext]
+		merged.Clusters[name] = cfg.Clusters[ctx.Cluster]
+		merged.AuthInfos[name] = cfg.AuthInfos[ctx.AuthInfo]
+		merged.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	}
+	merged.CurrentContext = "b" // the wrong one for the local side: --context must win
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	apitest.Must(t, clientcmd.WriteToFile(*merged, path))
+
+	out, err := run(t, "--kubeconfig", path, "--context", "a", "--timeout", "30s", "network", "init", "--remote-context", "b", "--wait")
+	if err != nil {
+		t.Fatalf("init with contexts: %v\n%s", err, out)
+	}
+	if out, err := run(t, "--kubeconfig", path, "--context", "a", "status"); err != nil || !strings.Contains(out, idA) {
+		t.Errorf("status --context a: %v\n%s", err, out)
+	}
+	out, err = run(t, "--kubeconfig", path, "--context", "a", "network", "reset", "--remote-context", "b", "--skip-confirm", "--wait")
+	if err != nil || !strings.Contains(out, "Network configuration correctly deleted") {
+		t.Errorf("reset --skip-confirm: %v\n%s", err, out)
+	}
+	if _, err := run(t, "--kubeconfig", path, "--context", "nope", "status"); err == nil || !strings.Contains(err.Error(), `context "nope"`) {
+		t.Errorf("an unknown context: %v", err)
 	}
 }

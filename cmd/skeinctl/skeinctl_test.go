@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -86,10 +87,12 @@ func TestFlags(t *testing.T) {
 		"create gatewayclient": {"addresses": "[]", "port": "51820", "mtu": "1340", "remote-cluster-id": ""},
 		"generate publickey":   {"gateway-type": "", "gateway-name": ""},
 		"network connect": {"server-service-type": "LoadBalancer", "server-port": "51820", "node-port": "0", "load-balancer-ip": "", "mtu": "1340",
-			"kubeconfig": "", "remote-kubeconfig": "", "wait": "false", "timeout": "2m0s"},
-		"network init":       {"kubeconfig": "", "remote-kubeconfig": "", "wait": "false", "timeout": "2m0s"},
-		"network disconnect": {"remote-kubeconfig": "", "wait": "false", "yes": "false"},
-		"network reset":      {"remote-kubeconfig": "", "wait": "false", "yes": "false"},
+			"kubeconfig": "", "remote-kubeconfig": "", "wait": "false", "timeout": "2m0s",
+			"context": "", "remote-context": "", "liqo-namespace": "liqo", "remote-liqo-namespace": "liqo", "namespace": "",
+			"server-template-name": "wireguard-server", "server-template-namespace": "", "client-template-name": "wireguard-client", "client-template-namespace": ""},
+		"network init":       {"kubeconfig": "", "remote-kubeconfig": "", "wait": "false", "timeout": "2m0s", "context": "", "remote-context": ""},
+		"network disconnect": {"remote-kubeconfig": "", "wait": "false", "yes": "false", "skip-confirm": "false"},
+		"network reset":      {"remote-kubeconfig": "", "wait": "false", "yes": "false", "skip-confirm": "false"},
 	}
 	for path, flags := range want {
 		cmd, _, err := root.Find(strings.Fields(path))
@@ -110,11 +113,33 @@ func TestFlags(t *testing.T) {
 			}
 		}
 	}
+	// liqoctl's short flags keep liqoctl's meaning.
+	for short, long := range map[string]string{"n": "namespace", "l": "liqo-namespace", "y": "yes"} {
+		cmd, _, _ := root.Find([]string{"network", "reset"})
+		f := cmd.Flags().ShorthandLookup(short)
+		if f == nil {
+			f = cmd.InheritedFlags().ShorthandLookup(short)
+		}
+		if f == nil || f.Name != long {
+			t.Errorf("-%s: %v, want --%s", short, f, long)
+		}
+	}
 	var walk func(*cobra.Command)
 	walk = func(c *cobra.Command) {
 		if c.Runnable() && c.Example == "" {
 			t.Errorf("%q has no example in its help", c.CommandPath())
 		}
+		// No flag says it is required where the command does not need it.
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if strings.Contains(f.Usage, "(required)") && c.Name() == "status" {
+				t.Errorf("%s --%s: %q, but status does not need it", c.CommandPath(), f.Name, f.Usage)
+			}
+		})
+		c.InheritedFlags().VisitAll(func(f *pflag.Flag) {
+			if strings.Contains(f.Usage, "(required)") {
+				t.Errorf("%s: the inherited --%s says %q", c.CommandPath(), f.Name, f.Usage)
+			}
+		})
 		for _, sub := range c.Commands() {
 			walk(sub)
 		}
@@ -158,7 +183,7 @@ func TestGenerateGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden.Check(t, "generate-publickey", out)
-	if _, err := run(t, "--kubeconfig", kc, "-n", "not-installed", "generate", "configuration"); err == nil || !strings.Contains(err.Error(), "is skein installed") {
+	if _, err := run(t, "--kubeconfig", kc, "-l", "not-installed", "generate", "configuration"); err == nil || !strings.Contains(err.Error(), "is skein installed") {
 		t.Errorf("skein not installed: %v", err)
 	}
 }

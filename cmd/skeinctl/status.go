@@ -41,11 +41,11 @@ internal CIDRs: what a Configuration written by hand holds) and whether skein's 
 			}
 			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
 			defer cancel()
-			cl, id, err := g.cluster(ctx, g.kubeconfig)
+			cl, id, err := g.cluster(ctx, g.local())
 			if err != nil {
 				return err
 			}
-			n, err := identity.ReadNetwork(ctx, cl, g.namespace)
+			n, err := identity.ReadNetwork(ctx, cl, g.liqoNamespace)
 			if err != nil {
 				return err
 			}
@@ -57,8 +57,8 @@ internal CIDRs: what a Configuration written by hand holds) and whether skein's 
 			for _, p := range n.ServiceCIDRs {
 				st.ServiceCIDRs = append(st.ServiceCIDRs, p.String())
 			}
-			st.Components["skein-controller"] = deploymentHealth(ctx, cl, g.namespace)
-			st.Components["skein-agent"] = daemonSetHealth(ctx, cl, g.namespace)
+			st.Components["skein-controller"] = deploymentHealth(ctx, cl, g.liqoNamespace)
+			st.Components["skein-agent"] = daemonSetHealth(ctx, cl, g.liqoNamespace)
 			if output != "" {
 				return printObj(g.out, output, st)
 			}
@@ -151,7 +151,7 @@ func networkStatusCmd(g *globals) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(c.Context(), g.timeout)
 			defer cancel()
-			cl, err := g.client(ctx, g.kubeconfig)
+			cl, err := g.client(ctx, g.local())
 			if err != nil {
 				return err
 			}
