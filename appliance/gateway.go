@@ -229,7 +229,14 @@ func (g *Gateway) Apply(next *config.Gateway) error {
 	if err := g.dp.Reconfig(next.Dataplane); err != nil {
 		return err
 	}
-	if u := next.UAPIUpdate(cur); u != "" {
+	u := next.UAPIUpdate(cur)
+	if cur.PeerEndpoint.IsValid() && next.PeerEndpoint.IsValid() && next.PeerEndpoint != cur.PeerEndpoint && next.PeerPublicKey == cur.PeerPublicKey {
+		// A client dialing elsewhere (the server's next address, a name resolved again):
+		// the peer is reset, which forgets wireguard-go's handshake pace, so the next probe
+		// starts a handshake there at once, not at the next retransmission (up to 5 s).
+		u = next.PeerResetUAPI()
+	}
+	if u != "" {
 		if err := g.wg.IpcSet(u); err != nil {
 			return fmt.Errorf("wireguard: %w", err)
 		}
@@ -336,6 +343,10 @@ func (g *Gateway) peerState() wgPeer {
 }
 
 // currentPlan is the configuration in force (Apply replaces it).
+// Plan is the configuration the gateway runs with (the last one applied); treat it as
+// read-only.
+func (g *Gateway) Plan() *config.Gateway { return g.currentPlan() }
+
 func (g *Gateway) currentPlan() *config.Gateway {
 	g.applyMu.Lock()
 	defer g.applyMu.Unlock()

@@ -71,6 +71,9 @@ func StartInCluster(cfg *rest.Config, opts gateway.Options, election *gateway.El
 			}
 		}()
 	}
+	if !opts.Server {
+		go ic.watchEndpoint(ctx, w)
+	}
 	go func() {
 		defer close(ic.done)
 		if err := w.Run(ctx); err != nil {
@@ -82,6 +85,44 @@ func StartInCluster(cfg *rest.Config, opts gateway.Options, election *gateway.El
 		elected.Wait()
 	}()
 	return ic, nil
+}
+
+// watchEndpoint moves an active client on to the server's next address (or a fresh
+// resolution of its name) when the server has not answered for the watcher's EndpointHold
+// since the client began dialing where it dials: an address that does not lead to the server
+// is left, and every address of the GatewayClient is tried in turn.
+func (ic *InCluster) watchEndpoint(ctx context.Context, w *gateway.Watcher) {
+	hold := w.EndpointHold()
+	tick := time.NewTicker(min(max(hold/4, 100*time.Millisecond), 5*time.Second))
+	defer tick.Stop()
+	var since time.Time // when the client began dialing the current address while active
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		ic.mu.Lock()
+		gw, active := ic.gw, ic.active
+		ic.mu.Unlock()
+		now := time.Now()
+		if gw == nil || !active {
+			since = time.Time{}
+			continue
+		}
+		if since.IsZero() {
+			since = now
+			continue
+		}
+		last := since
+		if r := gw.Status().LastReply; r.After(last) {
+			last = r
+		}
+		if now.Sub(last) >= hold {
+			w.NextEndpoint()
+			since = now
+		}
+	}
 }
 
 // becomeActive runs when this replica wins the Lease.

@@ -75,6 +75,7 @@ func main() {
 	httpListen := fs.String("http-listen", ":9471", "in-cluster: address of /healthz, /readyz and /metrics (\"off\" disables them)")
 	probeInterval := fs.Duration("probe-interval", config.DefaultProbeInterval, "in-cluster: interval of the probes to the peer gateway")
 	probeFail := fs.Int("probe-fail-after", config.DefaultProbeFail, "in-cluster: consecutive lost probes that make the Connection Error")
+	endpointHold := fs.Duration("endpoint-hold", 30*time.Second, "in-cluster client: how long the server may stay silent before the client dials the GatewayClient's next address (or resolves its name again); at least 1s")
 	watchPods := fs.Bool("watch-pods", false, "in-cluster: route local pods by /32 from Pod objects (for CNIs without per-node pod CIDRs)")
 	podName := fs.String("pod-name", os.Getenv("POD_NAME"), "in-cluster: this replica's pod; with it, replicas elect an active one through a Lease (default $POD_NAME; empty: no election)")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "in-cluster: the node this replica runs on, published when active (default $NODE_NAME)")
@@ -159,6 +160,9 @@ func main() {
 		if *overlayPort > 65535 || *listenPort > 65535 || *vni > 1<<24-1 {
 			fail(2, "--overlay-port and --listen-port must be below 65536, --vni below 2^24")
 		}
+		if *endpointHold < time.Second {
+			fail(2, "--endpoint-hold %v: want at least 1s (the server needs time to answer a handshake)", *endpointHold)
+		}
 		restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 		if err != nil {
 			fail(1, "reaching the API server: %v", err)
@@ -175,7 +179,7 @@ func main() {
 			memLimitMiB = -1 // the flag's 0 is "none"
 		}
 		ic, err := appliance.StartInCluster(restCfg, gateway.Options{
-			Namespace: *namespace, Name: *name, Server: *mode == "server", WatchPods: *watchPods,
+			Namespace: *namespace, Name: *name, Server: *mode == "server", WatchPods: *watchPods, EndpointHold: *endpointHold,
 			Local: gateway.Local{
 				PodIP: ip, OverlayKind: kind, OverlayPort: uint16(*overlayPort), VNI: uint32(*vni), OverlayMTU: *overlayMTU, CompleteChecksums: *completeSums,
 				ListenPort: uint16(*listenPort), ProbeInterval: *probeInterval, ProbeFail: *probeFail,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
@@ -478,6 +480,28 @@ type connectOpts struct {
 	// The templates' names and namespaces (default: the chart's, in each side's install
 	// namespace).
 	serverTemplate, serverTemplateNS, clientTemplate, clientTemplateNS string
+	// What the client dials instead of the server's own status.endpoint (a NAT, a load
+	// balancer's public name).
+	clientAddresses []string
+	clientPort      int32
+}
+
+// checkClientEndpoint checks --client-address and --client-port: IP addresses or DNS names,
+// a port in range.
+func checkClientEndpoint(addresses []string, port int32) error {
+	for _, a := range addresses {
+		a = strings.TrimSpace(a)
+		if _, err := netip.ParseAddr(a); err == nil {
+			continue
+		}
+		if errs := validation.IsDNS1123Subdomain(a); len(errs) > 0 {
+			return fmt.Errorf("--client-address %q: want an IP address or a DNS name (%s)", a, strings.Join(errs, "; "))
+		}
+	}
+	if port != 0 && (port < 1 || port > 65535) {
+		return fmt.Errorf("--client-port %d: want 1-65535 (or 0: the server's own port)", port)
+	}
+	return nil
 }
 
 func connectCmd(g *globals, o *networkOpts) *cobra.Command {
@@ -495,6 +519,9 @@ again changes nothing.`,
 			if err := checkMTU(c.mtu); err != nil {
 				return err
 			}
+			if err := checkClientEndpoint(c.clientAddresses, c.clientPort); err != nil {
+				return err
+			}
 			return checkServiceType("--server-service-type", c.serviceType)
 		},
 		RunE: g.onPair(o, "", func(ctx context.Context, l, r *side) error { return g.connect(ctx, l, r, c, o.wait) }),
@@ -504,6 +531,9 @@ again changes nothing.`,
 	cmd.Flags().Int32Var(&c.nodePort, "node-port", 0, "force this node port; 0 lets Kubernetes choose")
 	cmd.Flags().StringVar(&c.lbIP, "load-balancer-ip", "", "ask the load balancer for this IP; empty lets it choose")
 	cmd.Flags().Int32Var(&c.mtu, "mtu", netv1alpha1.DefaultMTU, "MTU of the tunnel; must be the same on both sides")
+	cmd.Flags().StringSliceVar(&c.clientAddresses, "client-address", nil,
+		"address(es) the client dials instead of the server's own (status.endpoint.addresses): a NAT's or load balancer's public IP or DNS name; tried in order")
+	cmd.Flags().Int32Var(&c.clientPort, "client-port", 0, "port the client dials instead of the server's own (status.endpoint.port); 0 keeps the server's")
 	cmd.Flags().StringVar(&c.serverTemplate, "server-template-name", "wireguard-server", "WgGatewayServerTemplate of the gateway server, in the remote cluster")
 	cmd.Flags().StringVar(&c.serverTemplateNS, "server-template-namespace", "", "namespace of the server template (default: --remote-liqo-namespace)")
 	cmd.Flags().StringVar(&c.clientTemplate, "client-template-name", "wireguard-client", "WgGatewayClientTemplate of the gateway client, in the local cluster")
@@ -595,6 +625,15 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 	gc := &netv1alpha1.GatewayClient{}
 	err = l.c.Get(ctx, client.ObjectKey{Namespace: cliNS, Name: cliName}, gc)
 	endpoint := netv1alpha1.Endpoint{Addresses: gs.Status.Endpoint.Addresses, Port: gs.Status.Endpoint.Port, Protocol: "UDP"}
+	if len(c.clientAddresses) > 0 {
+		endpoint.Addresses = nil
+		for _, a := range c.clientAddresses {
+			endpoint.Addresses = append(endpoint.Addresses, netv1alpha1.Address(strings.TrimSpace(a)))
+		}
+	}
+	if c.clientPort != 0 {
+		endpoint.Port = c.clientPort
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		gc = &netv1alpha1.GatewayClient{

@@ -27,6 +27,7 @@ import (
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/identity"
+	"github.com/skein-net/skein/control/kube"
 	"github.com/skein-net/skein/internal/apitest"
 	"github.com/skein-net/skein/internal/golden"
 )
@@ -438,6 +439,27 @@ func TestContexts(t *testing.T) {
 	}
 	if out, err := run(t, "--kubeconfig", path, "--context", "a", "status"); err != nil || !strings.Contains(out, idA) {
 		t.Errorf("status --context a: %v\n%s", err, out)
+	}
+	// The client dials what --client-address and --client-port say (a NAT in front of the
+	// server), in order; bad values are refused before anything is created.
+	for _, bad := range [][]string{{"--client-address", "not a name!"}, {"--client-port", "70000"}} {
+		args := append([]string{"--kubeconfig", path, "--context", "a", "network", "connect", "--remote-context", "b", "--server-service-type", "ClusterIP"}, bad...)
+		if _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("connect %v: %v, want an error naming %s", bad, err, bad[0])
+		}
+	}
+	out, err = run(t, "--kubeconfig", path, "--context", "a", "--timeout", "60s", "network", "connect", "--remote-context", "b",
+		"--server-service-type", "ClusterIP", "--client-address", "203.0.113.9,gw.peer.example", "--client-port", "31820")
+	if err != nil {
+		t.Fatalf("connect with overrides: %v\n%s", err, out)
+	}
+	a, _ := clientcmd.BuildConfigFromFlags("", kcA)
+	ca, err := client.New(a, client.Options{Scheme: kube.Scheme()})
+	apitest.Must(t, err)
+	var gcs netv1alpha1.GatewayClientList
+	apitest.Must(t, ca.List(context.Background(), &gcs))
+	if len(gcs.Items) != 1 || fmt.Sprint(gcs.Items[0].Spec.Endpoint.Addresses) != "[203.0.113.9 gw.peer.example]" || gcs.Items[0].Spec.Endpoint.Port != 31820 {
+		t.Errorf("gateway clients after connect with overrides: %+v", gcs.Items)
 	}
 	out, err = run(t, "--kubeconfig", path, "--context", "a", "network", "reset", "--remote-context", "b", "--skip-confirm", "--wait")
 	if err != nil || !strings.Contains(out, "Network configuration correctly deleted") {

@@ -60,6 +60,10 @@ type Local struct {
 	Window         int
 	// Resolve turns a host name of a GatewayClient's endpoint into an address.
 	Resolve func(host string) (netip.Addr, error)
+	// EndpointIndex picks which of a GatewayClient's endpoint addresses a client dials
+	// (modulo their number): the Watcher moves it on when the server does not answer
+	// (NextEndpoint), so every address is tried in order.
+	EndpointIndex int
 }
 
 // ErrNotReady wraps what FromObjects is still waiting for (objects the controller or the
@@ -99,7 +103,7 @@ func FromObjects(o Objects, l Local) (*config.Gateway, error) {
 		if len(ep.Addresses) == 0 {
 			return nil, errors.New("gatewayclient spec.endpoint.addresses is empty")
 		}
-		host := string(ep.Addresses[0])
+		host := string(ep.Addresses[l.EndpointIndex%len(ep.Addresses)])
 		a, err := netip.ParseAddr(host)
 		if err != nil {
 			if l.Resolve == nil {

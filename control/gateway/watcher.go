@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,7 +44,11 @@ type Options struct {
 	WatchPods bool
 	// Resync re-reads everything this often even without events (default 30 s).
 	Resync time.Duration
-	Log    *slog.Logger
+	// EndpointHold is how long a client's server may stay silent before the client dials the
+	// next of the GatewayClient's addresses, or resolves its name again (default 30 s: longer
+	// than a reconnect's 15 s, so a peer's failover is not mistaken for a dead address).
+	EndpointHold time.Duration
+	Log          *slog.Logger
 }
 
 // Apply receives each new configuration; an error is logged and retried at the next change
@@ -58,6 +63,8 @@ type Watcher struct {
 	client client.Client // direct, for writes
 	apply  Apply
 	poke   chan struct{}
+
+	endpoint atomic.Int64 // Local.EndpointIndex
 
 	mu      sync.Mutex
 	lastErr string
@@ -74,6 +81,9 @@ func New(cfg *rest.Config, opts Options, apply Apply) (*Watcher, error) {
 	}
 	if opts.Resync == 0 {
 		opts.Resync = 30 * time.Second
+	}
+	if opts.EndpointHold == 0 {
+		opts.EndpointHold = 30 * time.Second
 	}
 	if opts.Local.Resolve == nil {
 		opts.Local.Resolve = func(host string) (netip.Addr, error) {
@@ -155,12 +165,27 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 }
 
+// NextEndpoint makes a client dial the next of its GatewayClient's addresses (the first
+// again after the last), resolving a name again, at once: the server has not answered at the
+// one it dials (a NAT's address that changed, a load balancer's address that moved, one of
+// several addresses unreachable from here).
+func (w *Watcher) NextEndpoint() {
+	n := w.endpoint.Add(1)
+	w.opts.Log.Warn("the gateway server does not answer: dialing its next address (or resolving its name again)", "endpointIndex", n)
+	w.wake()
+}
+
+// EndpointHold is Options.EndpointHold with its default.
+func (w *Watcher) EndpointHold() time.Duration { return w.opts.EndpointHold }
+
 // reconcile reads everything from the cache, translates and applies.
 func (w *Watcher) reconcile(ctx context.Context) {
 	o, err := w.gather(ctx)
 	var g *config.Gateway
 	if err == nil {
-		g, err = FromObjects(o, w.opts.Local)
+		local := w.opts.Local
+		local.EndpointIndex = int(w.endpoint.Load())
+		g, err = FromObjects(o, local)
 	}
 	if err == nil {
 		err = w.apply(g)
