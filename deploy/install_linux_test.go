@@ -128,9 +128,14 @@ func TestChartInstall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	// The notes print the skeinctl command that applies the peering values.
-	if want := "--server-service-type LoadBalancer --server-port 51820 --mtu 1400 --wait"; !strings.Contains(out, want) {
+	// The notes say which peering values network connect will use; the controller gets them.
+	if want := "a LoadBalancer Service on port 51820, MTU 1400"; !strings.Contains(out, want) {
 		t.Errorf("helm install's notes lack %q:\n%s", want, out)
+	}
+	ctrlDep := &appsv1.Deployment{}
+	must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fullname + "-controller"}, ctrlDep))
+	if args := strings.Join(ctrlDep.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--gateway-mtu=1400 --gateway-server-service-type=LoadBalancer --gateway-server-port=51820") {
+		t.Errorf("the controller does not get the peering values: %s", args)
 	}
 	getID := func() string {
 		t.Helper()

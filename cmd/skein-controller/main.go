@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,6 +76,9 @@ func main() {
 	nodeCIDRs := fs.String("node-cidrs", "", "the networks of the nodes' addresses, comma-separated: never inside a peer's CIDR as seen here (the nodes' own addresses, from the Node objects, never are either)")
 	allowPrivileged := fs.Bool("allow-privileged-gateways", false, "render gateway pods whose template asks for privileged containers, added capabilities, the host's network, PID or IPC namespace, or hostPath volumes (refused by default: the gateway runs unprivileged)")
 	minPrefix := fs.Int("min-remote-prefix-length", netv1alpha1.DefaultMinRemotePrefixLength, "refuse peers' CIDRs larger than this prefix length (a Configuration whose pod or external CIDR is, say, a /4 is not routed: Ready=False, ForbiddenCIDR)")
+	gwMTU := fs.Int("gateway-mtu", netv1alpha1.DefaultMTU, "tunnel MTU skeinctl network connect uses when --mtu is not given (the chart's peering.networking.gateway.mtu; 576-9000)")
+	gwServiceType := fs.String("gateway-server-service-type", string(netv1alpha1.ServiceTypeLoadBalancer), "type of a gateway server's Service in this cluster when skeinctl network connect is not told (peering.networking.gateway.server.service.type: NodePort, LoadBalancer or ClusterIP)")
+	gwPort := fs.Int("gateway-server-port", netv1alpha1.DefaultPort, "port of a gateway server's Service in this cluster when skeinctl network connect is not told (peering.networking.gateway.server.service.port)")
 	metrics := fs.String("metrics-listen", ":9473", "address of /metrics (\"off\" or \"0\" disables it)")
 	health := fs.String("health-listen", ":9474", "address of /healthz (the process serves) and /readyz (its caches are synced) for the kubelet's probes (\"0\" disables them)")
 	qps := fs.Float64("kube-api-qps", 50, "requests per second to the API server (client-go's default of 5 makes 100 peerings take a minute)")
@@ -96,6 +100,14 @@ func main() {
 	internal, external := prefixes("internal-cidr", *internalCIDR), prefixes("external-cidr", *externalCIDR)
 	if len(internal) != 1 || len(external) != 1 {
 		fail(fmt.Errorf("--internal-cidr and --external-cidr take one CIDR each"))
+	}
+	switch {
+	case *gwMTU < 576 || *gwMTU > 9000:
+		fail(fmt.Errorf("--gateway-mtu %d: want 576-9000", *gwMTU))
+	case *gwPort < 1 || *gwPort > 65535:
+		fail(fmt.Errorf("--gateway-server-port %d: want 1-65535", *gwPort))
+	case !slices.Contains([]string{"NodePort", "LoadBalancer", "ClusterIP"}, *gwServiceType):
+		fail(fmt.Errorf("--gateway-server-service-type %q: want NodePort, LoadBalancer or ClusterIP", *gwServiceType))
 	}
 	opts := controller.Options{
 		PodCIDRs: prefixes("pod-cidrs", *podCIDRs), ServiceCIDRs: prefixes("service-cidr", *serviceCIDR),
@@ -132,7 +144,8 @@ func main() {
 	}
 	log.Info("cluster identity", "clusterID", id, "name", identity.ClusterName(id), "namespace", *namespace)
 	if err := identity.PublishNetwork(ctx, direct, *namespace, identity.Network{PodCIDRs: opts.PodCIDRs, ServiceCIDRs: opts.ServiceCIDRs,
-		Reserved: opts.Reserved, ExternalCIDR: opts.ExternalCIDR, InternalCIDR: opts.InternalCIDR}); err != nil {
+		Reserved: opts.Reserved, ExternalCIDR: opts.ExternalCIDR, InternalCIDR: opts.InternalCIDR,
+		Gateway: identity.GatewayDefaults{MTU: int32(*gwMTU), ServerServiceType: *gwServiceType, ServerPort: int32(*gwPort)}}); err != nil {
 		fail(fmt.Errorf("publishing the network parameters: %w", err))
 	}
 	if err := controller.Setup(mgr, opts); err != nil {

@@ -484,6 +484,33 @@ type connectOpts struct {
 	// balancer's public name).
 	clientAddresses []string
 	clientPort      int32
+	// Which of --mtu, --server-service-type and --server-port were given: the others come
+	// from the clusters' published gateway defaults (the chart's peering.networking.gateway).
+	mtuSet, serviceTypeSet, portSet bool
+}
+
+// clusterDefaults fills what the flags did not give from the clusters' published gateway
+// defaults: the server's Service type and port from the remote cluster (it runs the server),
+// the MTU from both, which must agree.
+func (c *connectOpts) clusterDefaults(l, r *side) error {
+	if !c.mtuSet {
+		lm, rm := l.net.Gateway.MTU, r.net.Gateway.MTU
+		switch {
+		case lm != 0 && rm != 0 && lm != rm:
+			return fmt.Errorf("the clusters' default tunnel MTUs differ (peering.networking.gateway.mtu: %d here, %d in the remote cluster): pass --mtu", lm, rm)
+		case lm != 0:
+			c.mtu = lm
+		case rm != 0:
+			c.mtu = rm
+		}
+	}
+	if d := r.net.Gateway; !c.serviceTypeSet && d.ServerServiceType != "" {
+		c.serviceType = d.ServerServiceType
+	}
+	if d := r.net.Gateway; !c.portSet && d.ServerPort != 0 {
+		c.port = d.ServerPort
+	}
+	return nil
 }
 
 // checkClientEndpoint checks --client-address and --client-port: IP addresses or DNS names,
@@ -515,7 +542,8 @@ until the gateway pods are ready and the Connection is established on both sides
 again changes nothing.`,
 		Example: `  skeinctl network connect --kubeconfig PATH_TO_CLUSTER_1_KUBECONFIG --remote-kubeconfig PATH_TO_CLUSTER_2_KUBECONFIG --server-service-type NodePort --wait`,
 		Args:    cobra.NoArgs,
-		PreRunE: func(*cobra.Command, []string) error {
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			c.mtuSet, c.serviceTypeSet, c.portSet = cmd.Flags().Changed("mtu"), cmd.Flags().Changed("server-service-type"), cmd.Flags().Changed("server-port")
 			if err := checkMTU(c.mtu); err != nil {
 				return err
 			}
@@ -526,11 +554,11 @@ again changes nothing.`,
 		},
 		RunE: g.onPair(o, "", func(ctx context.Context, l, r *side) error { return g.connect(ctx, l, r, c, o.wait) }),
 	}
-	cmd.Flags().StringVar(&c.serviceType, "server-service-type", "LoadBalancer", "type of the gateway server's Service: NodePort, LoadBalancer or ClusterIP")
-	cmd.Flags().Int32Var(&c.port, "server-port", netv1alpha1.DefaultPort, "port of the gateway server's Service")
+	cmd.Flags().StringVar(&c.serviceType, "server-service-type", "LoadBalancer", "type of the gateway server's Service: NodePort, LoadBalancer or ClusterIP (default: the remote cluster's peering.networking.gateway.server.service.type, else LoadBalancer)")
+	cmd.Flags().Int32Var(&c.port, "server-port", netv1alpha1.DefaultPort, "port of the gateway server's Service (default: the remote cluster's peering.networking.gateway.server.service.port, else 51820)")
 	cmd.Flags().Int32Var(&c.nodePort, "node-port", 0, "force this node port; 0 lets Kubernetes choose")
 	cmd.Flags().StringVar(&c.lbIP, "load-balancer-ip", "", "ask the load balancer for this IP; empty lets it choose")
-	cmd.Flags().Int32Var(&c.mtu, "mtu", netv1alpha1.DefaultMTU, "MTU of the tunnel; must be the same on both sides")
+	cmd.Flags().Int32Var(&c.mtu, "mtu", netv1alpha1.DefaultMTU, "MTU of the tunnel, the same on both sides (default: the clusters' peering.networking.gateway.mtu, else 1340)")
 	cmd.Flags().StringSliceVar(&c.clientAddresses, "client-address", nil,
 		"address(es) the client dials instead of the server's own (status.endpoint.addresses): a NAT's or load balancer's public IP or DNS name; tried in order")
 	cmd.Flags().Int32Var(&c.clientPort, "client-port", 0, "port the client dials instead of the server's own (status.endpoint.port); 0 keeps the server's")
@@ -545,6 +573,9 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 	quiet := &globals{kubeconfig: g.kubeconfig, context: g.context, liqoNamespace: g.liqoNamespace, namespace: g.namespace,
 		timeout: g.timeout, out: io.Discard, err: g.err}
 	if err := quiet.init(ctx, l, r, true); err != nil {
+		return err
+	}
+	if err := c.clusterDefaults(l, r); err != nil {
 		return err
 	}
 	g.info(l, "Network correctly initialized")

@@ -469,3 +469,41 @@ func TestContexts(t *testing.T) {
 		t.Errorf("an unknown context: %v", err)
 	}
 }
+
+// TestClusterGatewayDefaults: without --mtu, --server-service-type and --server-port, connect
+// uses the clusters' published gateway defaults (the chart's peering.networking.gateway.*): the
+// server's Service as the remote cluster says, the MTU both agree on; when they disagree it
+// asks for --mtu.
+func TestClusterGatewayDefaults(t *testing.T) {
+	const idA, idB = "1e2d3c4b-5a69-4788-97a6-b5c4d3e2f101", "2f3e4d5c-6b7a-4899-a8b7-c6d5e4f30212"
+	a, kcA := cluster(t, idA)
+	b, kcB := cluster(t, idB)
+	ctx := context.Background()
+	publish := func(env *apitest.Env, g identity.GatewayDefaults) {
+		n, err := identity.ReadNetwork(ctx, env.Client, "liqo")
+		apitest.Must(t, err)
+		n.Gateway = g
+		apitest.Must(t, identity.PublishNetwork(ctx, env.Client, "liqo", *n))
+	}
+	publish(a, identity.GatewayDefaults{MTU: 1300, ServerServiceType: "LoadBalancer", ServerPort: 51820})
+	publish(b, identity.GatewayDefaults{MTU: 1400, ServerServiceType: "ClusterIP", ServerPort: 31999})
+	_, err := run(t, "--kubeconfig", kcA, "--timeout", "60s", "network", "connect", "--remote-kubeconfig", kcB)
+	if err == nil || !strings.Contains(err.Error(), "1300 here, 1400 in the remote cluster): pass --mtu") {
+		t.Fatalf("connect with disagreeing default MTUs: %v", err)
+	}
+	publish(a, identity.GatewayDefaults{MTU: 1400, ServerServiceType: "LoadBalancer", ServerPort: 51820})
+	if out, err := run(t, "--kubeconfig", kcA, "--timeout", "60s", "network", "connect", "--remote-kubeconfig", kcB); err != nil {
+		t.Fatalf("connect with the clusters' defaults: %v\n%s", err, out)
+	}
+	var servers netv1alpha1.GatewayServerList
+	apitest.Must(t, b.Client.List(ctx, &servers))
+	var clients netv1alpha1.GatewayClientList
+	apitest.Must(t, a.Client.List(ctx, &clients))
+	if len(servers.Items) != 1 || len(clients.Items) != 1 {
+		t.Fatalf("%d servers, %d clients", len(servers.Items), len(clients.Items))
+	}
+	gs, gc := servers.Items[0], clients.Items[0]
+	if gs.Spec.MTU != 1400 || gs.Spec.Endpoint.ServiceType != "ClusterIP" || gs.Spec.Endpoint.Port != 31999 || gc.Spec.MTU != 1400 {
+		t.Errorf("server %+v MTU %d, client MTU %d: want the remote's ClusterIP:31999 and MTU 1400", gs.Spec.Endpoint, gs.Spec.MTU, gc.Spec.MTU)
+	}
+}

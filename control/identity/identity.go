@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,6 +56,17 @@ func PeerName(id string) string {
 type Network struct {
 	PodCIDRs, ServiceCIDRs, Reserved []netip.Prefix
 	ExternalCIDR, InternalCIDR       netip.Prefix
+	// Gateway holds the defaults of this cluster's gateways (the chart's
+	// peering.networking.gateway.* values); zero fields were not published.
+	Gateway GatewayDefaults
+}
+
+// GatewayDefaults are what `skeinctl network connect` uses when its flags are not given: the
+// tunnel MTU, and the type and port of a gateway server's Service in this cluster.
+type GatewayDefaults struct {
+	MTU               int32
+	ServerServiceType string
+	ServerPort        int32
 }
 
 func joinPrefixes(ps []netip.Prefix) string {
@@ -85,6 +97,11 @@ func PublishNetwork(ctx context.Context, c client.Client, namespace string, n Ne
 	data := map[string]string{
 		"podCIDRs": joinPrefixes(n.PodCIDRs), "serviceCIDRs": joinPrefixes(n.ServiceCIDRs), "reserved": joinPrefixes(n.Reserved),
 		"externalCIDR": n.ExternalCIDR.String(), "internalCIDR": n.InternalCIDR.String(),
+	}
+	if g := n.Gateway; g.MTU != 0 {
+		data["gatewayMTU"] = strconv.Itoa(int(g.MTU))
+		data["gatewayServerServiceType"] = g.ServerServiceType
+		data["gatewayServerPort"] = strconv.Itoa(int(g.ServerPort))
 	}
 	cm := &corev1.ConfigMap{}
 	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: NetworkConfigMap}, cm)
@@ -127,6 +144,20 @@ func ReadNetwork(ctx context.Context, c client.Client, namespace string) (*Netwo
 	if len(n.PodCIDRs) == 0 {
 		return nil, fmt.Errorf("configmap %s/%s has no podCIDRs", namespace, NetworkConfigMap)
 	}
+	// The gateway defaults: absent from a ConfigMap of an older controller; a bad value is
+	// reported, not guessed.
+	for key, dst := range map[string]*int32{"gatewayMTU": &n.Gateway.MTU, "gatewayServerPort": &n.Gateway.ServerPort} {
+		v, ok := cm.Data[key]
+		if !ok {
+			continue
+		}
+		x, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || x < 1 || x > 65535 {
+			return nil, fmt.Errorf("configmap %s/%s: %s %q is not a number from 1 to 65535", namespace, NetworkConfigMap, key, v)
+		}
+		*dst = int32(x)
+	}
+	n.Gateway.ServerServiceType = cm.Data["gatewayServerServiceType"]
 	return &n, nil
 }
 
