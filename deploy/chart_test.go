@@ -291,7 +291,7 @@ var valueCases = []struct {
 			"resources": map[string]any{"requests": map[string]any{"cpu": "250m", "memory": "100Mi"}, "limits": map[string]any{"memory": "300Mi"}}}}},
 	{name: "ha-clusterid", values: map[string]any{"clusterID": "3c8c2a8e-5d7b-4e47-9f1e-0a6b2f3d4c5e",
 		"controller": map[string]any{"replicas": 2, "metricsPort": 19473, "kubeAPI": map[string]any{"qps": 12.5, "burst": 25}},
-		"gateway":    map[string]any{"replicas": 2}}},
+		"gateway":    map[string]any{"replicas": 2, "watchPods": true}}},
 	{name: "scheduling", values: map[string]any{"imagePullSecrets": []any{map[string]any{"name": "registry-a"}},
 		"agent": map[string]any{"priorityClassName": "system-cluster-critical"},
 		"gateway": map[string]any{"nodeSelector": map[string]any{"skein.example/edge": "true"},

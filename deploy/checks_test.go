@@ -128,6 +128,7 @@ type chartValues struct {
 		PriorityClassName string
 		Annotations       map[string]string
 		ImagePullSecrets  []corev1.LocalObjectReference
+		WatchPods         bool
 	}
 }
 
@@ -507,6 +508,9 @@ func checkGatewayTemplates(v chartValues, ns string, objs []*unstructured.Unstru
 			for _, a := range overlayArgs(v, "overlay-mtu") {
 				c["args"] = append(c["args"].([]any), a)
 			}
+			if v.Gateway.WatchPods {
+				c["args"] = append(c["args"].([]any), "--watch-pods")
+			}
 		}
 		if err := unstructured.SetNestedSlice(want.Object, containers, "spec", "template", "spec", "deployment", "template", "spec", "containers"); err != nil {
 			bad("%v", err)
@@ -584,6 +588,9 @@ func checkGatewayTemplates(v chartValues, ns string, objs []*unstructured.Unstru
 			}
 			if m := missingArgs(c.Args, append(overlayArgs(v, "overlay-mtu"), "--gateway-name=gw")); len(m) > 0 {
 				bad("gateway args %q lack %q", c.Args, m)
+			}
+			if watches := slices.Contains(c.Args, "--watch-pods"); watches != v.Gateway.WatchPods {
+				bad("gateway.watchPods %v, but the rendered gateway's args are %q", v.Gateway.WatchPods, c.Args)
 			}
 		}
 		if t.kind == "WgGatewayServerTemplate" {

@@ -105,10 +105,10 @@ func New(cfg *rest.Config, opts Options, apply Apply) (*Watcher, error) {
 		&netv1alpha1.PublicKey{}:     {Namespaces: inNS},
 		&corev1.Secret{}:             {Namespaces: inNS},
 		&netv1alpha1.InternalNode{}:  {},
-		&corev1.Node{}:               {},
+		&corev1.Node{}:               {Transform: slimNode},
 	}
 	if opts.WatchPods {
-		byObject[&corev1.Pod{}] = cache.ByObject{}
+		byObject[&corev1.Pod{}] = cache.ByObject{Transform: slimPod}
 	}
 	c, err := cache.New(cfg, cache.Options{Scheme: s, ByObject: byObject})
 	if err != nil {

@@ -62,7 +62,8 @@ skein.gatewayTemplate renders one default gateway template from the chart's file
 deploy/templates, kept equal by deploy/chart_test.go). The file is read with .Files.Get and
 parsed, never evaluated, so its '{{ .Name }}'-style strings reach the API untouched: skein-
 controller fills them per gateway. The chart sets the namespace, its labels, and the gateway
-container's image, pull policy, resources and overlay flags, the replicas, and from
+container's image, pull policy, resources and overlay flags (and --watch-pods with
+gateway.watchPods), the replicas, and from
 .Values.gateway the pods' node selector, tolerations, priority class and image pull secrets and
 the annotations of everything rendered.
 Pass dict "root" $ "file" "files/templates/wireguard-server.yaml".
@@ -88,6 +89,9 @@ Pass dict "root" $ "file" "files/templates/wireguard-server.yaml".
 {{- $_ := set $c "resources" . -}}
 {{- end -}}
 {{- $extra := include "skein.overlayArgs" (dict "root" $root "mtuFlag" "overlay-mtu") | fromYamlArray -}}
+{{- if $g.watchPods -}}
+{{- $extra = append $extra "--watch-pods" -}}
+{{- end -}}
 {{- $_ := set $c "args" (concat ($c.args | default list) $extra) -}}
 {{- end -}}
 {{- end -}}
