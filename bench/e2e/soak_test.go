@@ -144,7 +144,10 @@ func (s *soak) run(ctx context.Context) {
 	}
 	nextSample := s.start.Add(s.dur / 6)
 	nextEvent := s.start.Add(s.period / 2)
-	for k := 0; time.Now().Before(end.Add(-s.period / 2)); {
+	// SKEIN_SOAK_FIRST picks the first disturbance (0-4, in the order above), to reproduce one
+	// sooner.
+	first, _ := strconv.Atoi(os.Getenv("SKEIN_SOAK_FIRST"))
+	for k := first; time.Now().Before(end.Add(-s.period / 2)); {
 		now := time.Now()
 		switch {
 		case !now.Before(nextEvent):
