@@ -52,7 +52,7 @@ func realisticPod(i int) *corev1.Pod {
 				{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
 				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now}},
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "web", Ready: true, Image: "registry.example/shop/web:1.42.0",
-				ImageID: "registry.example/shop/web@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+				ImageID:     "registry.example/shop/web@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 				ContainerID: "containerd://0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}},
 		},
 	}
