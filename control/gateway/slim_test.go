@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,9 +28,9 @@ func realisticPod(i int) *corev1.Pod {
 				UID: "9a8b7c6d-5e4f-4a3b-2c1d-0e9f8a7b6c5d"}},
 			ManagedFields: []metav1.ManagedFieldsEntry{
 				{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now,
-					FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: make([]byte, 1400)}},
+					FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(strings.Repeat("x", 1400))},
 				{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now,
-					FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: make([]byte, 1100)}, Subresource: "status"},
+					FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(strings.Repeat("x", 1100)), Subresource: "status"},
 			},
 		},
 		Spec: corev1.PodSpec{
