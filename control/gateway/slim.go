@@ -6,9 +6,10 @@ import (
 )
 
 // The gateway's cache holds every Node and, with WatchPods, every Pod of the cluster: it keeps
-// only what FromObjects reads, so its memory grows with the number of pods by a few hundred
-// bytes each instead of the several kilobytes of a whole Pod (labels, annotations, managed
-// fields, containers, conditions). BenchmarkPodCacheMemory measures both.
+// only what FromObjects reads, so its heap grows by about 1.7 KB per pod (mostly the Pod struct
+// itself, its other fields empty) instead of the 8.4-8.9 KB of a whole Pod with labels,
+// annotations, managed fields, a container and conditions: 236-242 MiB instead of 1.2 GiB at
+// 150,000 pods (BenchmarkPodCacheMemory, 3 runs each).
 
 // slimPod is the cache's transform for Pods: name, node, host network, addresses, phase.
 func slimPod(obj any) (any, error) {
