@@ -152,6 +152,12 @@ func (w *podWorker) run(ctx context.Context) {
 		case <-w.changed:
 			p := w.current()
 			if p.DeletionTimestamp == nil {
+				// Another writer changed the status (kube-controller-manager marks every pod of
+				// a node NotReady when the node's heartbeats stopped, after an API server
+				// outage): put ours back, as the real kubelet's status manager does.
+				if w.readyDiffers(p) {
+					w.markDirty()
+				}
 				continue
 			}
 			grace := int64(30)
@@ -522,6 +528,23 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-time.After(d):
 		return true
 	}
+}
+
+// readyDiffers reports whether p's Ready condition in the API is not what this kubelet
+// knows of its containers.
+func (w *podWorker) readyDiffers(p *corev1.Pod) bool {
+	ready := len(w.ctrs) > 0
+	for _, c := range w.ctrs {
+		c.mu.Lock()
+		ready = ready && c.ready && c.running
+		c.mu.Unlock()
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return (c.Status == corev1.ConditionTrue) != ready
+		}
+	}
+	return ready
 }
 
 // writeStatus reports the pod's phase, IPs, conditions and container states.

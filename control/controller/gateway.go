@@ -359,6 +359,13 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 		if lb := gs.Spec.Endpoint.LoadBalancerIP; lb != nil && *lb != "" && svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 			svc.Spec.LoadBalancerIP = *lb
 		}
+		if svc.Spec.Selector[activePodLabel] == "true" {
+			// The active label alone decides which replica gets the traffic. Readiness would
+			// only add an outage: after an API server outage longer than the nodes' grace
+			// period kube-controller-manager marks every pod of the cluster NotReady until its
+			// kubelet reports again, and the Service would then send the peer nowhere.
+			svc.Spec.PublishNotReadyAddresses = true
+		}
 		objs = append(objs, svc)
 	}
 	// With more than one replica, a voluntary disruption (a node drain) keeps one running.
@@ -408,6 +415,10 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 	}
 	return nil
 }
+
+// activePodLabel marks the active gateway replica's pod (control/gateway.ActiveLabel; the
+// controller does not import the gateway's package).
+const activePodLabel = "networking.liqo.io/active"
 
 // watchesPods reports whether the gateway container runs with --watch-pods.
 func watchesPods(spec *corev1.PodSpec) bool {
@@ -513,7 +524,7 @@ func (r *GatewayReconciler) endpoint(ctx context.Context, g *netv1alpha1.Gateway
 func (r *GatewayReconciler) activeNodeAddress(ctx context.Context, g *netv1alpha1.GatewayServer) (string, string, error) {
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.InNamespace(g.Namespace),
-		client.MatchingLabels{"networking.liqo.io/gateway": g.Name, "networking.liqo.io/active": "true"}); err != nil {
+		client.MatchingLabels{"networking.liqo.io/gateway": g.Name, activePodLabel: "true"}); err != nil {
 		return "", "", err
 	}
 	for _, p := range pods.Items {

@@ -107,6 +107,11 @@ func TestGatewayServer(t *testing.T) {
 	if svc.Spec.Type != corev1.ServiceTypeNodePort || svc.Spec.Ports[0].NodePort != 31820 || svc.Spec.Ports[0].Port != 51820 {
 		t.Errorf("service %+v", svc.Spec)
 	}
+	// The active label selects the replica; readiness must not (kube-controller-manager marks
+	// pods NotReady after an API outage until their kubelets report again).
+	if svc.Spec.Selector["networking.liqo.io/active"] != "true" || !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("service selector %v, publishNotReadyAddresses %v: want the active label and true", svc.Spec.Selector, svc.Spec.PublishNotReadyAddresses)
+	}
 	secret := &corev1.Secret{}
 	apitest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: gs.Status.SecretRef.Name}, secret))
 	priv, err := config.ParseKey(string(secret.Data[config.SecretPrivateKey]))
