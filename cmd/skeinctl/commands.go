@@ -197,8 +197,7 @@ decides how it sees these CIDRs (remapping them if they clash with its own).`,
 			return printObj(g.out, output, &netv1alpha1.Configuration{
 				TypeMeta:   typeMeta("Configuration"),
 				ObjectMeta: metav1.ObjectMeta{Name: identity.PeerName(id), Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: id}},
-				Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{
-					Pod: netv1alpha1.CIDR(n.PodCIDRs[0].String()), External: netv1alpha1.CIDR(n.ExternalCIDR.String())}}},
+				Spec:       netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: n.Published()}},
 			})
 		},
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -252,8 +253,7 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 		conf := &netv1alpha1.Configuration{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns,
 				Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: peer.id}},
-			Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{
-				Pod: netv1alpha1.CIDR(peer.net.PodCIDRs[0].String()), External: netv1alpha1.CIDR(peer.net.ExternalCIDR.String())}}},
+			Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: peer.net.Published()}},
 		}
 		existing := &netv1alpha1.Configuration{}
 		err := s.c.Get(ctx, client.ObjectKeyFromObject(conf), existing)
@@ -267,7 +267,7 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 			return fmt.Errorf("(%s) %w", s.label, err)
 		case belongs("configuration", existing, peer.id) != nil:
 			return fmt.Errorf("(%s) %w", s.label, belongs("configuration", existing, peer.id))
-		case existing.Spec != conf.Spec:
+		case !equality.Semantic.DeepEqual(existing.Spec, conf.Spec):
 			existing.Spec = conf.Spec
 			if err := s.c.Update(ctx, existing); err != nil {
 				return fmt.Errorf("(%s) update configuration %s/%s: %w", s.label, conf.Namespace, conf.Name, err)
@@ -288,11 +288,12 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 				return false, err
 			}
 			c = &confs.Items[0]
-			if cond := meta.FindStatusCondition(c.Status.Conditions, netv1alpha1.ConditionReady); cond != nil &&
-				cond.Status == metav1.ConditionFalse && cond.Reason == "DuplicateClusterID" {
+			cond := meta.FindStatusCondition(c.Status.Conditions, netv1alpha1.ConditionReady)
+			if cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "DuplicateClusterID" {
 				return false, fmt.Errorf("configuration %s/%s is not used: %s", c.Namespace, c.Name, cond.Message)
 			}
-			return c.Status.Remote != nil, nil
+			// Mapped, and mapped for the spec as it is now (an updated spec is mapped again).
+			return c.Status.Remote != nil && cond != nil && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == c.Generation, nil
 		})
 		if err != nil {
 			return fmt.Errorf("(%s) waiting for configuration %s/%s to be mapped%s (is skein-controller running?): %w",

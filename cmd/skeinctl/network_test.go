@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -68,20 +69,29 @@ func TestNetworkInitReset(t *testing.T) {
 	const idA, idB = "ef7a1f41-c753-4a0e-83e5-bed013e7fe4f", "506f88d4-9918-4848-ab74-2a75ae32647f"
 	a, kcA := cluster(t, idA)
 	b, kcB := cluster(t, idB)
+	ctx := context.Background()
+	// B's pods come from two ranges: both are published, and A maps both.
+	nb, err := identity.ReadNetwork(ctx, b.Client, "liqo")
+	apitest.Must(t, err)
+	nb.PodCIDRs = append(nb.PodCIDRs, netip.MustParsePrefix("10.245.0.0/16"))
+	apitest.Must(t, identity.PublishNetwork(ctx, b.Client, "liqo", *nb))
 	out, err := run(t, "--kubeconfig", kcA, "--timeout", "30s", "network", "init", "--remote-kubeconfig", kcB, "--wait")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	golden.Check(t, "network-init", out)
-	ctx := context.Background()
 	for _, s := range []struct {
-		env  *apitest.Env
-		peer string
-	}{{a, idB}, {b, idA}} {
+		env        *apitest.Env
+		peer       string
+		additional int
+	}{{a, idB, 1}, {b, idA, 0}} {
 		var confs netv1alpha1.ConfigurationList
 		apitest.Must(t, s.env.Client.List(ctx, &confs, client.InNamespace(tenantNamespace(s.peer))))
 		if len(confs.Items) != 1 || confs.Items[0].Status.Remote == nil || confs.Items[0].Status.Remote.CIDR.Pod == "10.244.0.0/16" {
 			t.Fatalf("configurations of %s: %+v", s.peer, confs.Items)
+		}
+		if cidr := confs.Items[0].Status.Remote.CIDR; len(cidr.AdditionalPods) != s.additional || len(confs.Items[0].Spec.Remote.CIDR.AdditionalPods) != s.additional {
+			t.Errorf("configuration of %s: spec %+v status %+v, want %d additional pod CIDRs", s.peer, confs.Items[0].Spec.Remote.CIDR, cidr, s.additional)
 		}
 	}
 	// Again: nothing changes, and it says so.
@@ -113,7 +123,7 @@ func TestNetworkInitReset(t *testing.T) {
 		}
 	}
 	// network status lists the peering; status shows the cluster.
-	if out, err := run(t, "--kubeconfig", kcA, "network", "status"); err != nil || !strings.Contains(out, idB) || !strings.Contains(out, "client") || !strings.Contains(out, "10.244.0.0/16") {
+	if out, err := run(t, "--kubeconfig", kcA, "network", "status"); err != nil || !strings.Contains(out, idB) || !strings.Contains(out, "client") || !strings.Contains(out, "10.244.0.0/16,10.245.0.0/16") {
 		t.Errorf("network status: %v\n%s", err, out)
 	}
 	if out, err := run(t, "--kubeconfig", kcA, "status"); err != nil || !strings.Contains(out, idA) || !strings.Contains(out, "10.70.0.0/16") || !strings.Contains(out, "not installed") {
@@ -408,7 +418,7 @@ func TestManualFlowSeen(t *testing.T) {
 	}
 	got := &netv1alpha1.Configuration{}
 	apitest.Must(t, a.Client.Get(ctx, client.ObjectKeyFromObject(other), got))
-	if got.Spec != other.Spec || got.Labels[netv1alpha1.RemoteClusterIDLabel] != other.Labels[netv1alpha1.RemoteClusterIDLabel] {
+	if !reflect.DeepEqual(got.Spec, other.Spec) || got.Labels[netv1alpha1.RemoteClusterIDLabel] != other.Labels[netv1alpha1.RemoteClusterIDLabel] {
 		t.Errorf("another peer's Configuration was changed: %+v", got)
 	}
 }

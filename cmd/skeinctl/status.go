@@ -167,10 +167,14 @@ func networkStatusCmd(g *globals) *cobra.Command {
 			rows := []peeringStatus{} // "[]", not null, when there is no peering
 			for _, cf := range confs.Items {
 				id := cf.Labels[netv1alpha1.RemoteClusterIDLabel]
-				row := peeringStatus{RemoteClusterID: id, Namespace: cf.Namespace, RemotePodCIDR: string(cf.Spec.Remote.CIDR.Pod),
-					RemoteExtCIDR: string(cf.Spec.Remote.CIDR.External), Role: "-", Endpoint: "-", Connection: "-", Latency: "-"}
+				spec := cf.Spec.Remote.CIDR
+				row := peeringStatus{RemoteClusterID: id, Namespace: cf.Namespace, RemotePodCIDR: joinCIDRs(spec.Pods()),
+					RemoteExtCIDR: joinCIDRs(append([]netv1alpha1.CIDR{spec.External}, spec.AdditionalExternals...)),
+					Role:          "-", Endpoint: "-", Connection: "-", Latency: "-"}
 				if cf.Status.Remote != nil {
-					row.SeenPodCIDR, row.SeenExtCIDR = string(cf.Status.Remote.CIDR.Pod), string(cf.Status.Remote.CIDR.External)
+					seen := cf.Status.Remote.CIDR
+					row.SeenPodCIDR = joinCIDRs(seen.Pods())
+					row.SeenExtCIDR = joinCIDRs(append([]netv1alpha1.CIDR{seen.External}, seen.AdditionalExternals...))
 				}
 				gwName := ""
 				for _, s := range servers.Items {
@@ -219,4 +223,13 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// joinCIDRs writes a list of CIDRs as "a,b".
+func joinCIDRs(cs []netv1alpha1.CIDR) string {
+	s := make([]string, len(cs))
+	for i, c := range cs {
+		s[i] = string(c)
+	}
+	return strings.Join(s, ",")
 }

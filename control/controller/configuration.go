@@ -53,9 +53,14 @@ type ConfigurationReconciler struct {
 	restErr error
 }
 
+// keyOf names one CIDR of a Configuration in the allocator: "namespace/name/pod",
+// ".../external", ".../additionalPods[0]"...
 func keyOf(c *netv1alpha1.Configuration, which string) string {
-	return c.Namespace + "/" + c.Name + "/" + which
+	return ownerOf(c.Namespace, c.Name) + which
 }
+
+// ownerOf is the prefix of every key of one Configuration.
+func ownerOf(namespace, name string) string { return namespace + "/" + name + "/" }
 
 // Restore rebuilds the allocator from every Configuration's status. Reconcile calls it once,
 // before its first allocation, so a replica that becomes leader late starts from the API's
@@ -75,9 +80,9 @@ func (r *ConfigurationReconciler) restoreNow(ctx context.Context) error {
 		if c.Status.Remote == nil {
 			continue
 		}
-		for which, s := range map[string]netv1alpha1.CIDR{"pod": c.Status.Remote.CIDR.Pod, "external": c.Status.Remote.CIDR.External} {
-			if p, err := netip.ParsePrefix(string(s)); err == nil {
-				r.IPAM.Restore(keyOf(c, which), p)
+		for _, s := range c.Status.Remote.CIDR.All() {
+			if p, err := netip.ParsePrefix(string(s.CIDR)); err == nil {
+				r.IPAM.Restore(keyOf(c, s.Field), p)
 			}
 		}
 	}
@@ -162,14 +167,12 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	c := &netv1alpha1.Configuration{}
 	if err := r.Client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.IPAM.Release(req.Namespace + "/" + req.Name + "/pod")
-			r.IPAM.Release(req.Namespace + "/" + req.Name + "/external")
+			r.IPAM.ReleaseOwner(ownerOf(req.Namespace, req.Name))
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !c.DeletionTimestamp.IsZero() {
-		r.IPAM.Release(keyOf(c, "pod"))
-		r.IPAM.Release(keyOf(c, "external"))
+		r.IPAM.ReleaseOwner(ownerOf(c.Namespace, c.Name))
 		if controllerutil.RemoveFinalizer(c, ipamFinalizer) {
 			return ctrl.Result{}, r.Client.Update(ctx, c)
 		}
@@ -200,35 +203,44 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	r.IPAM.SetNodes(nodes)
 
 	var errs, refused, why []string
-	var out netv1alpha1.ClusterConfigCIDR
+	wants := c.Spec.Remote.CIDR.All()
+	got := make([]netip.Prefix, len(wants))
 	remapped := false
-	for _, f := range []struct {
-		which string
-		want  netv1alpha1.CIDR
-		set   *netv1alpha1.CIDR
-	}{{"pod", c.Spec.Remote.CIDR.Pod, &out.Pod}, {"external", c.Spec.Remote.CIDR.External, &out.External}} {
-		want, err := netip.ParsePrefix(string(f.want))
+	// Keys of CIDRs the spec no longer lists (an additional CIDR removed) are freed first.
+	r.IPAM.ReleaseOwnerExcept(ownerOf(c.Namespace, c.Name), keysOf(c, wants))
+	for i, f := range wants {
+		want, err := netip.ParsePrefix(string(f.CIDR))
 		if err != nil || !want.Addr().Is4() {
-			errs = append(errs, fmt.Sprintf("spec.remote.cidr.%s %q is not an IPv4 CIDR", f.which, f.want))
+			errs = append(errs, fmt.Sprintf("spec.remote.cidr.%s %q is not an IPv4 CIDR", f.Field, f.CIDR))
 			continue
 		}
-		if why := r.refuse(f.which, want.Masked()); why != "" {
+		want = want.Masked()
+		if why := r.refuse(f.Field, want); why != "" {
 			refused = append(refused, why)
 			continue
 		}
-		if clash := r.IPAM.Clash(keyOf(c, f.which), want.Masked()); clash != "" {
-			why = append(why, fmt.Sprintf("the %s CIDR %v clashes with %s", f.which, want.Masked(), clash))
+		// The peer's own CIDRs must not overlap each other: a packet to an address in both
+		// could not be told apart.
+		if j := slices.IndexFunc(wants[:i], func(o netv1alpha1.NamedCIDR) bool {
+			p, err := netip.ParsePrefix(string(o.CIDR))
+			return err == nil && p.Masked().Overlaps(want)
+		}); j >= 0 {
+			errs = append(errs, fmt.Sprintf("spec.remote.cidr.%s %v overlaps spec.remote.cidr.%s %s", f.Field, want, wants[j].Field, wants[j].CIDR))
+			continue
 		}
-		got, err := r.IPAM.Assign(keyOf(c, f.which), want)
+		if clash := r.IPAM.Clash(keyOf(c, f.Field), want); clash != "" {
+			why = append(why, fmt.Sprintf("the %s CIDR %v clashes with %s", f.Field, want, clash))
+		}
+		g, err := r.IPAM.Assign(keyOf(c, f.Field), want)
 		if err != nil {
 			if errors.Is(err, ipam.ErrExhausted) {
-				return ctrl.Result{}, r.notReady(ctx, c, "PoolExhausted", fmt.Sprintf("no free /%d in the remap pools for the %s CIDR %s", want.Bits(), f.which, want))
+				return ctrl.Result{}, r.notReady(ctx, c, "PoolExhausted", fmt.Sprintf("no free /%d in the remap pools for the %s CIDR %s", want.Bits(), f.Field, want))
 			}
 			errs = append(errs, err.Error())
 			continue
 		}
-		*f.set = netv1alpha1.CIDR(got.String())
-		remapped = remapped || got != want.Masked()
+		got[i] = g
+		remapped = remapped || g != want
 	}
 	if len(refused) > 0 {
 		return ctrl.Result{}, r.unmap(ctx, c, "ForbiddenCIDR", strings.Join(refused, "; ")+": not routed here")
@@ -236,9 +248,16 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if len(errs) > 0 {
 		return ctrl.Result{}, r.unmap(ctx, c, "InvalidCIDR", strings.Join(errs, "; "))
 	}
+	out := seenAs(wants, got)
 	reason, msg := "NoRemapNeeded", "the remote CIDRs clash with nothing here and are used as they are"
 	if remapped {
-		reason, msg = "Remapped", fmt.Sprintf("seen here as pod %s, external %s (%s)", out.Pod, out.External, strings.Join(why, "; "))
+		var seen []string
+		for _, s := range out.All() {
+			if s.CIDR != "" {
+				seen = append(seen, s.Field+" "+string(s.CIDR))
+			}
+		}
+		reason, msg = "Remapped", fmt.Sprintf("seen here as %s (%s)", strings.Join(seen, ", "), strings.Join(why, "; "))
 	}
 	patch := client.MergeFrom(c.DeepCopy())
 	c.Status.Remote = &netv1alpha1.ClusterConfig{CIDR: out}
@@ -249,8 +268,7 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 // unmap takes a Configuration out of use: its prefixes released, status.remote removed (the
 // node agents withdraw its routes), Ready false with the reason.
 func (r *ConfigurationReconciler) unmap(ctx context.Context, c *netv1alpha1.Configuration, reason, msg string) error {
-	r.IPAM.Release(keyOf(c, "pod"))
-	r.IPAM.Release(keyOf(c, "external"))
+	r.IPAM.ReleaseOwner(ownerOf(c.Namespace, c.Name))
 	if c.Status.Remote != nil {
 		patch := client.MergeFrom(c.DeepCopy())
 		c.Status.Remote = nil
@@ -268,4 +286,34 @@ func (r *ConfigurationReconciler) notReady(ctx context.Context, c *netv1alpha1.C
 	patch := client.MergeFrom(c.DeepCopy())
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: netv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: c.Generation})
 	return r.Client.Status().Patch(ctx, c, patch)
+}
+
+// keysOf are the allocator keys of the given CIDRs of c.
+func keysOf(c *netv1alpha1.Configuration, cidrs []netv1alpha1.NamedCIDR) map[string]bool {
+	keys := make(map[string]bool, len(cidrs))
+	for _, f := range cidrs {
+		keys[keyOf(c, f.Field)] = true
+	}
+	return keys
+}
+
+// seenAs builds status.remote.cidr from the allocations, in the order of All: pod, external,
+// additionalPods, additionalExternals.
+func seenAs(wants []netv1alpha1.NamedCIDR, got []netip.Prefix) netv1alpha1.ClusterConfigCIDR {
+	var out netv1alpha1.ClusterConfigCIDR
+	str := func(i int) netv1alpha1.CIDR {
+		if !got[i].IsValid() {
+			return ""
+		}
+		return netv1alpha1.CIDR(got[i].String())
+	}
+	out.Pod, out.External = str(0), str(1)
+	for i := 2; i < len(wants); i++ {
+		if strings.HasPrefix(wants[i].Field, "additionalPods") {
+			out.AdditionalPods = append(out.AdditionalPods, str(i))
+		} else {
+			out.AdditionalExternals = append(out.AdditionalExternals, str(i))
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -136,7 +137,7 @@ func TestIPAM(t *testing.T) {
 	}
 	after := waitStatus(t, c, ns, "b", "c", "d", "e")
 	for _, n := range []string{"b", "c", "d"} {
-		if after[n].Status.Remote.CIDR != got[n].Status.Remote.CIDR {
+		if !reflect.DeepEqual(after[n].Status.Remote.CIDR, got[n].Status.Remote.CIDR) {
 			t.Errorf("%s moved across a restart: %+v -> %+v", n, got[n].Status.Remote.CIDR, after[n].Status.Remote.CIDR)
 		}
 	}
@@ -305,4 +306,93 @@ func TestDangerousPeers(t *testing.T) {
 		p, err := netip.ParsePrefix(string(cf.Status.Remote.CIDR.Pod))
 		return err == nil && !p.Contains(netip.MustParseAddr("172.29.5.5")) && p.Bits() == 16
 	})
+}
+
+// Three peers that each grew a second pod CIDR, all on the same ranges as this cluster (whose
+// pods are in 10.244.0.0/16): every one of the six pod CIDRs gets a prefix of its own, the
+// allocations survive a restart, a peer whose own CIDRs overlap is refused with a reason, and
+// an additional CIDR dropped from a spec gives its prefix back.
+func TestAdditionalCIDRs(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "additional")
+	ctx := context.Background()
+	stop := startConfigurations(t, env)
+
+	peers := []string{"p1", "p2", "p3"}
+	for i, n := range peers {
+		cf := conf(ns, n, "cluster-"+n, "10.244.0.0/16", fmt.Sprintf("10.%d.0.0/16", 110+i))
+		cf.Spec.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{"10.245.0.0/16"}
+		cf.Spec.Remote.CIDR.AdditionalExternals = []netv1alpha1.CIDR{netv1alpha1.CIDR(fmt.Sprintf("10.%d.0.0/24", 120+i))}
+		apitest.Must(t, c.Create(ctx, cf))
+	}
+	got := waitStatus(t, c, ns, peers...)
+	seen := map[netip.Prefix]string{}
+	for _, l := range local {
+		seen[l] = "local"
+	}
+	for _, n := range peers {
+		cf := got[n]
+		cond := meta.FindStatusCondition(cf.Status.Conditions, "Ready")
+		if cf.Status.Remote == nil || cond.Status != metav1.ConditionTrue {
+			t.Fatalf("%s: not mapped: %+v", n, cf.Status)
+		}
+		st := cf.Status.Remote.CIDR
+		if len(st.AdditionalPods) != 1 || len(st.AdditionalExternals) != 1 {
+			t.Fatalf("%s: status %+v does not map every CIDR of the spec", n, st)
+		}
+		if !strings.Contains(cond.Message, "additionalPods[0] ") {
+			t.Errorf("%s: condition %q does not name the additional CIDR", n, cond.Message)
+		}
+		for i, s := range st.All() {
+			p := netip.MustParsePrefix(string(s.CIDR))
+			want := netip.MustParsePrefix(string(cf.Spec.Remote.CIDR.All()[i].CIDR))
+			if p.Bits() != want.Bits() {
+				t.Errorf("%s %s: %v has not the length of %v", n, s.Field, p, want)
+			}
+			for q, who := range seen {
+				if q.Overlaps(p) {
+					t.Errorf("%s %s seen as %v, which overlaps %v (%s)", n, s.Field, p, q, who)
+				}
+			}
+			seen[p] = n + " " + s.Field
+		}
+	}
+
+	// Restart: nothing moves.
+	stop()
+	stop = startConfigurations(t, env)
+	defer stop()
+	bad := conf(ns, "overlapping", "cluster-overlapping", "10.60.0.0/16", "10.61.0.0/16")
+	bad.Spec.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{"10.60.128.0/17"}
+	apitest.Must(t, c.Create(ctx, bad))
+	after := waitStatus(t, c, ns, append(peers, "overlapping")...)
+	for _, n := range peers {
+		if !reflect.DeepEqual(after[n].Status.Remote, got[n].Status.Remote) {
+			t.Errorf("%s moved across a restart: %+v -> %+v", n, got[n].Status.Remote, after[n].Status.Remote)
+		}
+	}
+	if cond := meta.FindStatusCondition(after["overlapping"].Status.Conditions, "Ready"); after["overlapping"].Status.Remote != nil ||
+		cond.Reason != "InvalidCIDR" || !strings.Contains(cond.Message, "spec.remote.cidr.additionalPods[0] 10.60.128.0/17 overlaps spec.remote.cidr.pod 10.60.0.0/16") {
+		t.Errorf("a peer whose CIDRs overlap each other: status %+v", after["overlapping"].Status)
+	}
+
+	// p1 drops its second pod CIDR: status follows, and the prefix it had is free again (a
+	// new peer asking for exactly that prefix gets it as it is).
+	freed := after["p1"].Status.Remote.CIDR.AdditionalPods[0]
+	p1 := after["p1"].DeepCopy()
+	p1.Spec.Remote.CIDR.AdditionalPods = nil
+	apitest.Must(t, c.Update(ctx, p1))
+	apitest.Eventually(t, "p1's status drops the additional pod CIDR", 30*time.Second, func() bool {
+		cf := &netv1alpha1.Configuration{}
+		if c.Get(ctx, client.ObjectKeyFromObject(p1), cf) != nil || cf.Status.Remote == nil {
+			return false
+		}
+		cond := meta.FindStatusCondition(cf.Status.Conditions, "Ready")
+		return cond != nil && cond.ObservedGeneration == cf.Generation && len(cf.Status.Remote.CIDR.AdditionalPods) == 0
+	})
+	apitest.Must(t, c.Create(ctx, conf(ns, "reuse", "cluster-reuse", string(freed), "10.62.0.0/16")))
+	if r := waitStatus(t, c, ns, "reuse")["reuse"]; r.Status.Remote == nil || r.Status.Remote.CIDR.Pod != freed {
+		t.Errorf("the prefix p1 gave back (%s) was not free: %+v", freed, r.Status)
+	}
 }

@@ -153,24 +153,24 @@ func FromObjects(o Objects, l Local) (*config.Gateway, error) {
 	if c.Status.Remote == nil {
 		return nil, notReady("configuration %s/%s has no status.remote yet (the controller has not mapped its CIDRs)", c.Namespace, c.Name)
 	}
-	for _, r := range []struct {
-		field      string
-		real, seen netv1alpha1.CIDR
-	}{
-		{"pod", c.Spec.Remote.CIDR.Pod, c.Status.Remote.CIDR.Pod},
-		{"external", c.Spec.Remote.CIDR.External, c.Status.Remote.CIDR.External},
-	} {
-		if r.real == "" {
+	seen := c.Status.Remote.CIDR.All()
+	for i, r := range c.Spec.Remote.CIDR.All() {
+		if r.CIDR == "" {
 			continue
 		}
-		real, err1 := netip.ParsePrefix(string(r.real))
-		seen, err2 := netip.ParsePrefix(string(r.seen))
+		// Status lists the same fields in the same order once the controller has mapped the
+		// current spec; a spec that grew since is not used until it has.
+		if i >= len(seen) || seen[i].Field != r.Field {
+			return nil, notReady("configuration %s/%s: %s is not mapped yet", c.Namespace, c.Name, r.Field)
+		}
+		real, err1 := netip.ParsePrefix(string(r.CIDR))
+		as, err2 := netip.ParsePrefix(string(seen[i].CIDR))
 		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("configuration %s/%s: %s CIDR %q is remapped to %q; want two CIDRs", c.Namespace, c.Name, r.field, r.real, r.seen)
+			return nil, fmt.Errorf("configuration %s/%s: %s CIDR %q is remapped to %q; want two CIDRs", c.Namespace, c.Name, r.Field, r.CIDR, seen[i].CIDR)
 		}
 		s.Remote = append(s.Remote, config.Remote{
-			Field: fmt.Sprintf("configuration %s/%s %s CIDR %s remapped to %s", c.Namespace, c.Name, r.field, r.real, r.seen),
-			Real:  real.Masked(), Seen: seen.Masked()})
+			Field: fmt.Sprintf("configuration %s/%s %s CIDR %s remapped to %s", c.Namespace, c.Name, r.Field, r.CIDR, as),
+			Real:  real.Masked(), Seen: as.Masked()})
 	}
 	if s.Nodes, err = nodes(o); err != nil {
 		return nil, err

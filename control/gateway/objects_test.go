@@ -111,6 +111,44 @@ func TestFromObjectsClient(t *testing.T) {
 	}
 }
 
+// TestFromObjectsAdditionalCIDRs: every CIDR of the peer is translated (its second pod CIDR
+// remapped, its second external CIDR not), and a spec that gained a CIDR the controller has not
+// mapped yet waits rather than running with half the peer.
+func TestFromObjectsAdditionalCIDRs(t *testing.T) {
+	o := objects()
+	cidr := &o.Configuration.Spec.Remote.CIDR
+	cidr.AdditionalPods = []netv1alpha1.CIDR{"10.245.0.0/16"}
+	cidr.AdditionalExternals = []netv1alpha1.CIDR{"10.73.0.0/24"}
+	seen := &o.Configuration.Status.Remote.CIDR
+	seen.AdditionalPods = []netv1alpha1.CIDR{"10.75.0.0/16"}
+	seen.AdditionalExternals = []netv1alpha1.CIDR{"10.73.0.0/24"}
+	g, err := gateway.FromObjects(o, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nat := map[string]string{}
+	for _, p := range g.Dataplane.NAT {
+		nat[p.From.String()] = p.To.String()
+	}
+	if len(nat) != 2 || nat["10.71.0.0/16"] != "10.244.0.0/16" || nat["10.75.0.0/16"] != "10.245.0.0/16" {
+		t.Errorf("NAT %v, want both pod CIDRs remapped", g.Dataplane.NAT)
+	}
+	allowed := map[string]bool{}
+	for _, p := range g.AllowedIPs {
+		allowed[p.String()] = true
+	}
+	for _, want := range []string{"10.244.0.0/16", "10.245.0.0/16", "10.70.0.0/16", "10.73.0.0/24"} {
+		if !allowed[want] {
+			t.Errorf("allowed IPs %v lack %s", g.AllowedIPs, want)
+		}
+	}
+
+	seen.AdditionalExternals = nil // the controller has not caught up with the spec
+	if _, err := gateway.FromObjects(o, local); !errors.Is(err, gateway.ErrNotReady) || !strings.Contains(err.Error(), "additionalExternals[0] is not mapped yet") {
+		t.Errorf("spec ahead of status: %v, want not ready naming the field", err)
+	}
+}
+
 // TestFromObjectsNoNodes: a gateway starts before any agent published its VTEP (the agents
 // wait for the gateway's VTEP), with no node to deliver to.
 func TestFromObjectsNoNodes(t *testing.T) {

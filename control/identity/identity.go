@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 )
 
 // ConfigMap names and keys.
@@ -67,6 +69,20 @@ type GatewayDefaults struct {
 	MTU               int32
 	ServerServiceType string
 	ServerPort        int32
+}
+
+// Published is how the network is published to peers (spec.remote.cidr of the Configuration
+// they apply): every pod CIDR, the first as pod and the others as additionalPods.
+func (n Network) Published() netv1alpha1.ClusterConfigCIDR {
+	out := netv1alpha1.ClusterConfigCIDR{External: netv1alpha1.CIDR(n.ExternalCIDR.String())}
+	for i, p := range n.PodCIDRs {
+		if i == 0 {
+			out.Pod = netv1alpha1.CIDR(p.String())
+		} else {
+			out.AdditionalPods = append(out.AdditionalPods, netv1alpha1.CIDR(p.String()))
+		}
+	}
+	return out
 }
 
 func joinPrefixes(ps []netip.Prefix) string {

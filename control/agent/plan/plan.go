@@ -133,8 +133,8 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 			p.Waiting = append(p.Waiting, fmt.Sprintf("configuration %s/%s: not mapped yet", c.Namespace, c.Name))
 			continue
 		}
-		for _, s := range []netv1alpha1.CIDR{c.Status.Remote.CIDR.Pod, c.Status.Remote.CIDR.External} {
-			pr, err := netip.ParsePrefix(string(s))
+		for _, s := range c.Status.Remote.CIDR.All() {
+			pr, err := netip.ParsePrefix(string(s.CIDR))
 			if err != nil || !pr.Addr().Is4() {
 				continue
 			}

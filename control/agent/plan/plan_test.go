@@ -62,6 +62,28 @@ func TestFromObjects(t *testing.T) {
 	}
 }
 
+// TestFromObjectsAdditionalCIDRs: a peer's further pod and external CIDRs are routed like its
+// first ones.
+func TestFromObjectsAdditionalCIDRs(t *testing.T) {
+	o := objects()
+	o.Configurations[0].Status.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{"10.75.0.0/16"}
+	o.Configurations[0].Status.Remote.CIDR.AdditionalExternals = []netv1alpha1.CIDR{"10.76.0.0/24"}
+	p, err := plan.FromObjects(node, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []string
+	for _, r := range p.Kernel.Peers[0].Routes {
+		routes = append(routes, r.String())
+	}
+	if got := strings.Join(routes, " "); got != "10.71.0.0/16 10.72.0.0/16 10.75.0.0/16 10.76.0.0/24" {
+		t.Errorf("routes %s", got)
+	}
+	if len(p.SNAT.Remote) != 4 {
+		t.Errorf("SNAT remote %v, want all four CIDRs", p.SNAT.Remote)
+	}
+}
+
 func TestFromObjectsNoOverlayIP(t *testing.T) {
 	o := objects()
 	o.InternalNode.Spec.OverlayIP = nil

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 )
 
@@ -68,6 +69,21 @@ func (a *Allocator) Release(key string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.assigned, key)
+}
+
+// ReleaseOwner frees every key that starts with owner (such as "namespace/name/"): all the
+// prefixes of one Configuration, however many CIDRs it had.
+func (a *Allocator) ReleaseOwner(owner string) { a.ReleaseOwnerExcept(owner, nil) }
+
+// ReleaseOwnerExcept frees owner's keys that are not in keep.
+func (a *Allocator) ReleaseOwnerExcept(owner string, keep map[string]bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k := range a.assigned {
+		if strings.HasPrefix(k, owner) && !keep[k] {
+			delete(a.assigned, k)
+		}
+	}
 }
 
 // Get returns key's prefix, if it has one.

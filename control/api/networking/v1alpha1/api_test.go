@@ -321,6 +321,11 @@ func kubectl(t *testing.T, args ...string) string {
 // TestMalformedRejected sends objects a user could plausibly get wrong and checks that admission
 // rejects each with a message that names the field and says what is expected.
 func TestMalformedRejected(t *testing.T) {
+	var cidrs []string
+	for i := range 16 {
+		cidrs = append(cidrs, fmt.Sprintf("10.%d.0.0/16", i+1))
+	}
+	sixteenCIDRs := strings.Join(cidrs, ", ")
 	requireAPI(t)
 	ns := env.Namespace(t, "malformed")
 	const (
@@ -347,6 +352,11 @@ func TestMalformedRejected(t *testing.T) {
 		{"cidr link-local", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 169.254.0.0/16}}}", "spec.remote.cidr.external", "169.254.0.0/16 (link-local"},
 		{"cidr inside loopback", conf + "spec: {remote: {cidr: {pod: 127.1.0.0/16, external: 10.70.0.0/16}}}", "spec.remote.cidr.pod", "127.0.0.0/8 (loopback)"},
 		{"cidr covering multicast", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 192.0.0.0/2}}}", "spec.remote.cidr.external", "224.0.0.0/4 (multicast)"},
+		{"additional pod cidr loopback", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 10.70.0.0/16, additionalPods: [10.244.0.0/16, 127.0.0.0/8]}}}", "spec.remote.cidr.additionalPods[1]", "127.0.0.0/8 (loopback)"},
+		{"additional pod cidr not a cidr", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 10.70.0.0/16, additionalPods: [pods]}}}", "spec.remote.cidr.additionalPods[0]", "must be a CIDR"},
+		{"additional pod cidr twice", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 10.70.0.0/16, additionalPods: [10.244.0.0/16, 10.244.0.0/16]}}}", "spec.remote.cidr.additionalPods[1]", "Duplicate value"},
+		{"additional external default route", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 10.70.0.0/16, additionalExternals: [0.0.0.0/0]}}}", "spec.remote.cidr.additionalExternals[0]", "must not be a default route"},
+		{"sixteen additional pod cidrs", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 10.70.0.0/16, additionalPods: [" + sixteenCIDRs + "]}}}", "spec.remote.cidr.additionalPods", "must have at most 15 items"},
 		{"cidr inside the tunnel /30", conf + "spec: {remote: {cidr: {pod: 169.254.100.0/30, external: 10.70.0.0/16}}}", "spec.remote.cidr.pod", "link-local"},
 		{"server port 0", gws + "spec: {endpoint: {port: 0}, serverTemplateRef: " + tmpl + "}", "spec.endpoint.port", "greater than or equal to 1"},
 		{"server port 70000", gws + "spec: {endpoint: {port: 70000}, serverTemplateRef: " + tmpl + "}", "spec.endpoint.port", "less than or equal to 65535"},

@@ -1,6 +1,10 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // ClusterConfigCIDR holds the CIDRs of one cluster.
 type ClusterConfigCIDR struct {
@@ -13,7 +17,48 @@ type ClusterConfigCIDR struct {
 	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() > 0",message="must not be a default route (/0): it would send all of this cluster's traffic to the peer"
 	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsCIDR(cidr(self)) || cidr(self).containsCIDR(cidr(r)))",message="must not overlap 0.0.0.0/8 (this network), 127.0.0.0/8 (loopback), 169.254.0.0/16 (link-local: cloud metadata, the tunnel), 224.0.0.0/4 (multicast) or 240.0.0.0/4 (reserved)"
 	External CIDR `json:"external"`
+	// AdditionalPods are the cluster's further pod CIDRs, for clusters whose pods come from more
+	// than one range (a second IP pool added as the cluster grew). A field of skein's own: the
+	// spec's pod is a single CIDR. Each is mapped on its own, like pod.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=15
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() > 0",message="must not be a default route (/0): it would send all of this cluster's traffic to the peer"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsCIDR(cidr(self)) || cidr(self).containsCIDR(cidr(r)))",message="must not overlap 0.0.0.0/8 (this network), 127.0.0.0/8 (loopback), 169.254.0.0/16 (link-local: cloud metadata, the tunnel), 224.0.0.0/4 (multicast) or 240.0.0.0/4 (reserved)"
+	AdditionalPods []CIDR `json:"additionalPods,omitempty"`
+	// AdditionalExternals are the cluster's further external CIDRs (nodes in more than one
+	// range). A field of skein's own, mapped like additionalPods.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=15
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() > 0",message="must not be a default route (/0): it would send all of this cluster's traffic to the peer"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsCIDR(cidr(self)) || cidr(self).containsCIDR(cidr(r)))",message="must not overlap 0.0.0.0/8 (this network), 127.0.0.0/8 (loopback), 169.254.0.0/16 (link-local: cloud metadata, the tunnel), 224.0.0.0/4 (multicast) or 240.0.0.0/4 (reserved)"
+	AdditionalExternals []CIDR `json:"additionalExternals,omitempty"`
 }
+
+// NamedCIDR is one CIDR of a ClusterConfigCIDR with the field it came from, such as
+// "additionalPods[1]".
+type NamedCIDR struct {
+	Field string
+	CIDR  CIDR
+}
+
+// All lists every CIDR in a fixed order: pod, external, additionalPods..., additionalExternals....
+// Empty entries are kept, so the same index names the same field in spec and status.
+func (c ClusterConfigCIDR) All() []NamedCIDR {
+	out := make([]NamedCIDR, 0, 2+len(c.AdditionalPods)+len(c.AdditionalExternals))
+	out = append(out, NamedCIDR{"pod", c.Pod}, NamedCIDR{"external", c.External})
+	for i, p := range c.AdditionalPods {
+		out = append(out, NamedCIDR{fmt.Sprintf("additionalPods[%d]", i), p})
+	}
+	for i, p := range c.AdditionalExternals {
+		out = append(out, NamedCIDR{fmt.Sprintf("additionalExternals[%d]", i), p})
+	}
+	return out
+}
+
+// Pods lists pod and then additionalPods.
+func (c ClusterConfigCIDR) Pods() []CIDR { return append([]CIDR{c.Pod}, c.AdditionalPods...) }
 
 // ClusterConfig describes the network of one cluster.
 type ClusterConfig struct {
