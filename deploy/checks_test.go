@@ -128,7 +128,7 @@ type chartValues struct {
 		PriorityClassName string
 		Annotations       map[string]string
 		ImagePullSecrets  []corev1.LocalObjectReference
-		WatchPods         bool
+		WatchPods         any // "auto", true or false
 	}
 }
 
@@ -319,6 +319,7 @@ func checkController(v chartValues, objs []*unstructured.Unstructured) []string 
 		fmt.Sprintf("--metrics-listen=:%d", v.Controller.MetricsPort), fmt.Sprintf("--health-listen=:%d", v.Controller.HealthPort),
 		fmt.Sprintf("--leader-elect=%t", v.Controller.LeaderElection), "--log-level=" + v.Controller.LogLevel, "--log-format=" + v.LogFormat,
 		fmt.Sprintf("--kube-api-qps=%g", v.Controller.KubeAPI.QPS), fmt.Sprintf("--kube-api-burst=%d", v.Controller.KubeAPI.Burst),
+		fmt.Sprintf("--gateway-watch-pods=%v", v.Gateway.WatchPods),
 	}
 	if m := missingArgs(c.Args, want); len(m) > 0 {
 		bad("args %q lack %q", c.Args, m)
@@ -508,7 +509,7 @@ func checkGatewayTemplates(v chartValues, ns string, objs []*unstructured.Unstru
 			for _, a := range overlayArgs(v, "overlay-mtu") {
 				c["args"] = append(c["args"].([]any), a)
 			}
-			if v.Gateway.WatchPods {
+			if fmt.Sprint(v.Gateway.WatchPods) == "true" {
 				c["args"] = append(c["args"].([]any), "--watch-pods")
 			}
 		}
@@ -589,7 +590,7 @@ func checkGatewayTemplates(v chartValues, ns string, objs []*unstructured.Unstru
 			if m := missingArgs(c.Args, append(overlayArgs(v, "overlay-mtu"), "--gateway-name=gw")); len(m) > 0 {
 				bad("gateway args %q lack %q", c.Args, m)
 			}
-			if watches := slices.Contains(c.Args, "--watch-pods"); watches != v.Gateway.WatchPods {
+			if watches := slices.Contains(c.Args, "--watch-pods"); watches != (fmt.Sprint(v.Gateway.WatchPods) == "true") {
 				bad("gateway.watchPods %v, but the rendered gateway's args are %q", v.Gateway.WatchPods, c.Args)
 			}
 		}

@@ -75,6 +75,7 @@ func main() {
 	pools := fs.String("pools", "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16", "remap pools, comma-separated")
 	nodeCIDRs := fs.String("node-cidrs", "", "the networks of the nodes' addresses, comma-separated: never inside a peer's CIDR as seen here (the nodes' own addresses, from the Node objects, never are either)")
 	allowPrivileged := fs.Bool("allow-privileged-gateways", false, "render gateway pods whose template asks for privileged containers, added capabilities, the host's network, PID or IPC namespace, or hostPath volumes (refused by default: the gateway runs unprivileged)")
+	watchPods := fs.String("gateway-watch-pods", controller.PodRoutesAuto, "how gateways find a local pod's node: true (from the Pod objects: every gateway gets --watch-pods and may read every Pod), false (from Node.spec.podCIDRs; templates may still pass --watch-pods) or auto (false until a gateway pod is seen outside its node's pod CIDRs, then true; an event on that gateway says so)")
 	minPrefix := fs.Int("min-remote-prefix-length", netv1alpha1.DefaultMinRemotePrefixLength, "refuse peers' CIDRs larger than this prefix length (a Configuration whose pod or external CIDR is, say, a /4 is not routed: Ready=False, ForbiddenCIDR)")
 	gwMTU := fs.Int("gateway-mtu", netv1alpha1.DefaultMTU, "tunnel MTU skeinctl network connect uses when --mtu is not given (the chart's peering.networking.gateway.mtu; 576-9000)")
 	gwServiceType := fs.String("gateway-server-service-type", string(netv1alpha1.ServiceTypeLoadBalancer), "type of a gateway server's Service in this cluster when skeinctl network connect is not told (peering.networking.gateway.server.service.type: NodePort, LoadBalancer or ClusterIP)")
@@ -106,13 +107,15 @@ func main() {
 		fail(fmt.Errorf("--gateway-mtu %d: want 576-9000", *gwMTU))
 	case *gwPort < 1 || *gwPort > 65535:
 		fail(fmt.Errorf("--gateway-server-port %d: want 1-65535", *gwPort))
+	case !slices.Contains([]string{controller.PodRoutesAuto, controller.PodRoutesAlways, controller.PodRoutesTemplate}, *watchPods):
+		fail(fmt.Errorf("--gateway-watch-pods %q: want auto, true or false", *watchPods))
 	case !slices.Contains([]string{"NodePort", "LoadBalancer", "ClusterIP"}, *gwServiceType):
 		fail(fmt.Errorf("--gateway-server-service-type %q: want NodePort, LoadBalancer or ClusterIP", *gwServiceType))
 	}
 	opts := controller.Options{
 		PodCIDRs: prefixes("pod-cidrs", *podCIDRs), ServiceCIDRs: prefixes("service-cidr", *serviceCIDR),
 		Reserved: prefixes("reserved", *reserved), Pools: prefixes("pools", *pools), NodeCIDRs: prefixes("node-cidrs", *nodeCIDRs),
-		MinRemotePrefixLength: *minPrefix, AllowPrivilegedGateways: *allowPrivileged,
+		MinRemotePrefixLength: *minPrefix, AllowPrivilegedGateways: *allowPrivileged, GatewayWatchPods: *watchPods,
 		ExternalCIDR: external[0], InternalCIDR: internal[0], Metrics: ctrlmetrics.Registry,
 	}
 	ctrlmetrics.Registry.MustRegister(buildinfo.Collector("controller"))

@@ -61,23 +61,26 @@ type GatewayReconciler struct {
 	Events events.EventRecorder
 	// AllowPrivileged lets templates render privileged gateway pods (podpolicy.go).
 	AllowPrivileged bool
+	// PodRoutes decides whether gateways watch Pods (podroutes.go); nil: as the templates say.
+	PodRoutes *PodRoutes
 }
 
 // SetupWithManager registers the reconciler, watching what it creates.
 func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).Owns(&appsv1.Deployment{}).Owns(&corev1.Secret{}).Owns(&policyv1.PodDisruptionBudget{})
+	// The active pod's node decides a NodePort server's endpoint; a pod's address and node may
+	// turn pod routes on (podroutes.go).
+	byPod := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if gw := o.GetLabels()[GatewayPodLabel]; gw != "" {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: gw}}}
+		}
+		return nil
+	})
 	if r.Server {
-		// The active pod's node decides a NodePort server's endpoint.
-		byPod := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			if gw := o.GetLabels()["networking.liqo.io/gateway"]; gw != "" {
-				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: gw}}}
-			}
-			return nil
-		})
 		return b.For(&netv1alpha1.GatewayServer{}).Owns(&corev1.Service{}).Watches(&corev1.Pod{}, byPod).
 			Watches(&netv1alpha1.WgGatewayServerTemplate{}, handler.EnqueueRequestsFromMapFunc(r.usersOf)).Named("gatewayserver").Complete(r)
 	}
-	return b.For(&netv1alpha1.GatewayClient{}).
+	return b.For(&netv1alpha1.GatewayClient{}).Watches(&corev1.Pod{}, byPod).
 		Watches(&netv1alpha1.WgGatewayClientTemplate{}, handler.EnqueueRequestsFromMapFunc(r.usersOf)).Named("gatewayclient").Complete(r)
 }
 
@@ -204,6 +207,10 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			"the template %s %s asks for %s in the gateway pod, which skein-controller does not render (the gateway runs unprivileged; "+
 				"--allow-privileged-gateways allows it)", g.ref.Kind, g.ref.Name, bad))
 	}
+	if err := r.observePods(ctx, obj); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.PodRoutes.Apply(&rendered.Deployment.Template.Spec)
 	if err := r.apply(ctx, obj, rendered); err != nil {
 		var conflict *conflictError
 		if errors.As(err, &conflict) {
@@ -411,6 +418,40 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 	for _, crb := range crbs {
 		if err := applyObject(ctx, r.Client, crb); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// observePods shows the gateway's running pods and their nodes to PodRoutes, and says so in an
+// event on the gateway when one of them turns pod routes on.
+func (r *GatewayReconciler) observePods(ctx context.Context, obj client.Object) error {
+	if r.PodRoutes == nil || r.PodRoutes.Mode != PodRoutesAuto || r.PodRoutes.Evidence() != "" {
+		return nil
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(obj.GetNamespace()), client.MatchingLabels{GatewayPodLabel: obj.GetName()}); err != nil {
+		return err
+	}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.Spec.NodeName == "" || pod.Status.PodIP == "" {
+			continue
+		}
+		node := &corev1.Node{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return err
+		}
+		if why := r.PodRoutes.Observe(pod, node); why != "" {
+			ctrl.LoggerFrom(ctx).Info("gateways route local pods from Pod objects from now on", "why", why)
+			if r.Events != nil {
+				r.Events.Eventf(obj, nil, corev1.EventTypeNormal, "PodRoutes", "Deploy",
+					"%s: the CNI does not keep pods inside Node.spec.podCIDRs, so gateways learn each pod's node from the Pod objects (--watch-pods)", why)
+			}
+			return nil
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,13 @@ import (
 
 func startGateways(t *testing.T, env *apitest.Env) func() {
 	t.Helper()
+	return startGatewaysWith(t, env, nil)
+}
+
+// startGatewaysWith runs both gateway reconcilers with the given pod routes (nil: as the
+// templates say).
+func startGatewaysWith(t *testing.T, env *apitest.Env, routes *controller.PodRoutes) func() {
+	t.Helper()
 	skip := true
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: controller.CacheOptions(), Controller: crconfig.Controller{SkipNameValidation: &skip}})
@@ -40,7 +48,7 @@ func startGateways(t *testing.T, env *apitest.Env) func() {
 	hosts, _ := ipam.NewHosts(netip.MustParsePrefix("10.80.0.0/16"), 0)
 	ov := &controller.OverlayAddresses{Hosts: hosts, Reader: mgr.GetAPIReader()}
 	for _, server := range []bool{true, false} {
-		if err := (&controller.GatewayReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Overlay: ov, Server: server}).SetupWithManager(mgr); err != nil {
+		if err := (&controller.GatewayReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Overlay: ov, Server: server, PodRoutes: routes}).SetupWithManager(mgr); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -335,4 +343,84 @@ func TestPodPolicy(t *testing.T) {
 		crb := &rbacv1.ClusterRoleBinding{}
 		return c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + ns + "-watcher-pods"}, crb) == nil && crb.RoleRef.Name == controller.GatewayPodsClusterRole
 	})
+}
+
+// TestPodRoutesAuto: gateways route pods by their nodes' pod CIDRs until a gateway pod turns
+// up outside its node's (the CNI has its own IPAM); from then on every gateway, this one and
+// the next, runs with --watch-pods and may read every Pod.
+func TestPodRoutesAuto(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "podroutes")
+	ctx := context.Background()
+	installTemplates(t, c, ns)
+	routes, err := controller.ParsePodRoutes("auto")
+	apitest.Must(t, err)
+	stop := startGatewaysWith(t, env, routes)
+	defer stop()
+
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-n1"}, Spec: corev1.NodeSpec{PodCIDR: "10.244.1.0/24", PodCIDRs: []string{"10.244.1.0/24"}}}
+	apitest.Must(t, c.Create(ctx, node))
+	t.Cleanup(func() { c.Delete(context.Background(), node) })
+	gw := func(name string) *netv1alpha1.GatewayClient {
+		gc := &netv1alpha1.GatewayClient{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-" + name}},
+			Spec: netv1alpha1.GatewayClientSpec{MTU: 1340, Endpoint: netv1alpha1.Endpoint{Addresses: []netv1alpha1.Address{"10.42.3.54"}, Port: 32133},
+				ClientTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: "wireguard-client"}},
+		}
+		apitest.Must(t, c.Create(ctx, gc))
+		return gc
+	}
+	pod := func(name, gw, ip string) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{controller.GatewayPodLabel: gw}},
+			Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "gateway", Image: "skein-gateway"}}}}
+		apitest.Must(t, c.Create(ctx, p))
+		p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+		apitest.Must(t, c.Status().Update(ctx, p))
+	}
+	watches := func(name string) bool {
+		d := &appsv1.Deployment{}
+		if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d) != nil {
+			return false
+		}
+		for _, ctr := range d.Spec.Template.Spec.Containers {
+			if ctr.Name == "gateway" && slices.Contains(ctr.Args, "--watch-pods") {
+				return true
+			}
+		}
+		return false
+	}
+	podsBinding := func(gw string) error {
+		return c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + ns + "-" + gw + "-pods"}, &rbacv1.ClusterRoleBinding{})
+	}
+
+	gw("a")
+	apitest.Eventually(t, "gateway a deployed", 30*time.Second, func() bool {
+		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &appsv1.Deployment{}) == nil
+	})
+	pod("a-inside", "a", "10.244.1.7") // where kube-controller-manager's IPAM puts it
+	pod("other-gw", "elsewhere", "10.245.0.3")
+	time.Sleep(2 * time.Second) // the reconciles these pods trigger
+	if watches("a") || podsBinding("a") == nil || routes.Evidence() != "" {
+		t.Fatalf("pods inside their node's pod CIDR turned pod routes on: %q", routes.Evidence())
+	}
+
+	pod("a-outside", "a", "10.245.0.9") // a CNI with IPAM blocks of its own
+	apitest.Eventually(t, "gateway a watches pods", 30*time.Second, func() bool { return watches("a") && podsBinding("a") == nil })
+	if ev := routes.Evidence(); !strings.Contains(ev, ns+"/a-outside has address 10.245.0.9, outside the pod CIDRs of its node "+node.Name) {
+		t.Errorf("evidence %q does not name the pod, its address and its node", ev)
+	}
+	gw("b")
+	apitest.Eventually(t, "gateway b watches pods from the start", 30*time.Second, func() bool { return watches("b") && podsBinding("b") == nil })
+}
+
+func TestParsePodRoutes(t *testing.T) {
+	for _, m := range []string{"auto", "true", "false"} {
+		if _, err := controller.ParsePodRoutes(m); err != nil {
+			t.Errorf("%s: %v", m, err)
+		}
+	}
+	if _, err := controller.ParsePodRoutes("yes"); err == nil || !strings.Contains(err.Error(), "want auto, true or false") {
+		t.Errorf("yes: %v", err)
+	}
 }

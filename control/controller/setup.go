@@ -24,6 +24,9 @@ type Options struct {
 	// AllowPrivilegedGateways lets gateway templates render privileged pods (host namespaces,
 	// hostPath, privileged containers, added capabilities).
 	AllowPrivilegedGateways bool
+	// GatewayWatchPods is when gateways watch Pods: PodRoutesAuto (""), PodRoutesAlways or
+	// PodRoutesTemplate (podroutes.go).
+	GatewayWatchPods string
 	// Metrics, when set, gets the IPAM gauges (skein_controller_ipam_*); the daemon passes
 	// controller-runtime's registry, served on --metrics-listen.
 	Metrics prometheus.Registerer
@@ -57,14 +60,22 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return fmt.Errorf("controller: registering the IPAM metrics: %w", err)
 		}
 	}
+	mode := o.GatewayWatchPods
+	if mode == "" {
+		mode = PodRoutesAuto
+	}
+	podRoutes, err := ParsePodRoutes(mode)
+	if err != nil {
+		return fmt.Errorf("controller: gateway pod routes %w", err)
+	}
 	overlay := &OverlayAddresses{Hosts: overlayHosts, Reader: mgr.GetAPIReader()}
 	c, reader, ev := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("skein-controller")
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		&ConfigurationReconciler{Client: c, Reader: reader, IPAM: alloc, Events: ev, MinPrefixLength: o.MinRemotePrefixLength},
 		&InternalNodeReconciler{Client: c, Reader: reader, Overlay: overlay, External: externalHosts},
 		&PublicKeyReconciler{Client: c},
-		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: true, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways},
-		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: false, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways},
+		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: true, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways, PodRoutes: podRoutes},
+		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: false, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways, PodRoutes: podRoutes},
 	} {
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err

@@ -89,7 +89,7 @@ Pass dict "root" $ "file" "files/templates/wireguard-server.yaml".
 {{- $_ := set $c "resources" . -}}
 {{- end -}}
 {{- $extra := include "skein.overlayArgs" (dict "root" $root "mtuFlag" "overlay-mtu") | fromYamlArray -}}
-{{- if $g.watchPods -}}
+{{- if eq (toString $g.watchPods) "true" -}}
 {{- $extra = append $extra "--watch-pods" -}}
 {{- end -}}
 {{- $_ := set $c "args" (concat ($c.args | default list) $extra) -}}

@@ -1,0 +1,105 @@
+// How gateways find the node of a local pod. A gateway routes a pod's return traffic to the
+// node whose Node.spec.podCIDRs hold the pod's address; CNIs with their own IPAM (Calico's
+// blocks, Cilium's cluster pool, the clouds' VPC CNIs) give pods addresses outside those CIDRs,
+// and the gateway must then learn each pod's node from the Pod objects (--watch-pods), which
+// needs read access to every Pod. PodRoutes decides, cluster-wide, whether gateways do so.
+
+package controller
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Pod route modes (skein-controller --gateway-watch-pods, the chart's gateway.watchPods).
+const (
+	// PodRoutesAuto turns --watch-pods on for every gateway once a gateway pod is seen with an
+	// address outside its node's pod CIDRs (or on a node without any); templates that pass
+	// --watch-pods themselves keep it.
+	PodRoutesAuto = "auto"
+	// PodRoutesAlways gives every gateway --watch-pods.
+	PodRoutesAlways = "true"
+	// PodRoutesTemplate leaves it to the templates.
+	PodRoutesTemplate = "false"
+)
+
+// PodRoutes holds the mode and, in auto mode, the first evidence that pods live outside their
+// nodes' pod CIDRs. Once seen it stays on for the controller's life (a restart finds it again
+// from the gateway pods themselves).
+type PodRoutes struct {
+	Mode string
+
+	mu       sync.Mutex
+	evidence string
+}
+
+// ParsePodRoutes checks a mode.
+func ParsePodRoutes(mode string) (*PodRoutes, error) {
+	switch mode {
+	case PodRoutesAuto, PodRoutesAlways, PodRoutesTemplate:
+		return &PodRoutes{Mode: mode}, nil
+	}
+	return nil, fmt.Errorf("%q: want auto, true or false", mode)
+}
+
+// Observe looks at one running gateway pod and its node. It returns the evidence when this
+// observation is the one that turned pod routes on ("" otherwise).
+func (p *PodRoutes) Observe(pod *corev1.Pod, node *corev1.Node) string {
+	if p == nil || p.Mode != PodRoutesAuto || pod.Spec.HostNetwork || pod.Status.PodIP == "" || node == nil {
+		return ""
+	}
+	ip, err := netip.ParseAddr(pod.Status.PodIP)
+	if err != nil || !ip.Is4() {
+		return ""
+	}
+	cidrs := node.Spec.PodCIDRs
+	if len(cidrs) == 0 && node.Spec.PodCIDR != "" {
+		cidrs = []string{node.Spec.PodCIDR}
+	}
+	if slices.ContainsFunc(cidrs, func(s string) bool {
+		c, err := netip.ParsePrefix(s)
+		return err == nil && c.Contains(ip)
+	}) {
+		return ""
+	}
+	why := fmt.Sprintf("gateway pod %s/%s has address %s, outside the pod CIDRs of its node %s (%v)", pod.Namespace, pod.Name, ip, node.Name, cidrs)
+	if len(cidrs) == 0 {
+		why = fmt.Sprintf("gateway pod %s/%s runs on node %s, which has no pod CIDRs", pod.Namespace, pod.Name, node.Name)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.evidence != "" {
+		return ""
+	}
+	p.evidence = why
+	return why
+}
+
+// Evidence is why pod routes are on in auto mode ("" while they are not).
+func (p *PodRoutes) Evidence() string {
+	if p == nil {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.evidence
+}
+
+// Apply adds --watch-pods to the gateway container when the mode or the evidence asks for it.
+func (p *PodRoutes) Apply(spec *corev1.PodSpec) {
+	if p == nil || watchesPods(spec) {
+		return
+	}
+	if p.Mode != PodRoutesAlways && (p.Mode != PodRoutesAuto || p.Evidence() == "") {
+		return
+	}
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == "gateway" {
+			spec.Containers[i].Args = append(spec.Containers[i].Args, "--watch-pods")
+		}
+	}
+}
