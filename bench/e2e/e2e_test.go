@@ -61,6 +61,11 @@ func (e *env) run(ctx context.Context, i int, args ...string) string {
 // setup builds the binaries and starts the lab. With KEEP set, the lab stays up after a
 // failure (after any run when keepAlways).
 func setup(t *testing.T, keepAlways bool) *env {
+	return setupLab(t, keepAlways, lab.Options{})
+}
+
+// setupLab is setup with a lab of the given pod network (its prefix is set here).
+func setupLab(t *testing.T, keepAlways bool, opts lab.Options) *env {
 	k8s := labtest.Need(t)
 	helm, ok := k8sbin.HelmReady()
 	if !ok {
@@ -77,7 +82,8 @@ func setup(t *testing.T, keepAlways bool) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var progress strings.Builder
-	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: e.prefix}, K8sBin: k8s,
+	opts.Prefix = e.prefix
+	l, err := lab.Start(ctx, lab.Config{Options: opts, K8sBin: k8s,
 		LabBinary: filepath.Join(e.bin, "lab"), BinDir: e.bin, Log: &progress})
 	t.Cleanup(func() {
 		if keep() {
@@ -279,10 +285,15 @@ func (e *env) install(ctx context.Context, gatewayReplicas int) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	var cidrs []string
+	for _, c := range e.l.PodCIDRs {
+		cidrs = append(cidrs, `"`+c.String()+`"`)
+	}
 	for i := range 2 {
 		start := time.Now()
 		e.run(ctx, i, e.helm, "install", "skein", chart, "--namespace", "liqo", "--create-namespace",
-			"--set", fmt.Sprintf("gateway.replicas=%d", gatewayReplicas), "--wait", "--timeout", "3m")
+			"--set", fmt.Sprintf("gateway.replicas=%d", gatewayReplicas), "--set-json", "ipam.podCIDR=["+strings.Join(cidrs, ",")+"]",
+			"--wait", "--timeout", "3m")
 		var pods corev1.PodList
 		if err := e.c[i].List(ctx, &pods, client.InNamespace("liqo")); err != nil {
 			e.t.Fatal(err)
@@ -373,23 +384,49 @@ func (e *env) connect(ctx context.Context) {
 	e.reportf("connect: skeinctl network connect --server-service-type NodePort --wait: %.1fs to \"Connection is established\" on both sides", time.Since(start).Seconds())
 }
 
-// peerView is how cluster i sees its peer: the peer's pod and external CIDRs as remapped here.
-func (e *env) peerView(ctx context.Context, i int) (pod, external netip.Prefix) {
+// view is how one cluster sees its peer's pods: each of the peer's pod CIDRs (spec) and the
+// prefix it is seen as here (status).
+type view []struct{ real, seen netip.Prefix }
+
+// of is the address a peer pod at a is reached at from here.
+func (v view) of(a netip.Addr) netip.Addr {
+	for _, m := range v {
+		if m.real.Contains(a) {
+			return remap(a, m.seen)
+		}
+	}
+	return netip.Addr{} // not in any published CIDR: unreachable, and the test says so
+}
+
+// peerView is how cluster i sees its peer: its pods (every pod CIDR) and its external CIDR
+// as remapped here.
+func (e *env) peerView(ctx context.Context, i int) (pods view, external netip.Prefix) {
 	e.t.Helper()
 	var confs netv1alpha1.ConfigurationList
 	if err := e.c[i].List(ctx, &confs); err != nil || len(confs.Items) != 1 {
 		e.t.Fatalf("cluster %d: want one Configuration, got %d (%v)", i, len(confs.Items), err)
 	}
-	st := confs.Items[0].Status.Remote
-	if st == nil {
-		e.t.Fatalf("cluster %d: Configuration %s has no status.remote", i, confs.Items[0].Name)
+	cf := confs.Items[0]
+	if cf.Status.Remote == nil {
+		e.t.Fatalf("cluster %d: Configuration %s has no status.remote", i, cf.Name)
 	}
-	pod, err1 := netip.ParsePrefix(string(st.CIDR.Pod))
-	external, err2 := netip.ParsePrefix(string(st.CIDR.External))
-	if err1 != nil || err2 != nil {
-		e.t.Fatalf("cluster %d: status.remote %+v does not parse", i, st.CIDR)
+	specPods, seenPods := cf.Spec.Remote.CIDR.Pods(), cf.Status.Remote.CIDR.Pods()
+	if len(specPods) != len(seenPods) {
+		e.t.Fatalf("cluster %d: Configuration %s maps %d of %d pod CIDRs", i, cf.Name, len(seenPods), len(specPods))
 	}
-	return pod, external
+	for j := range specPods {
+		real, err1 := netip.ParsePrefix(string(specPods[j]))
+		seen, err2 := netip.ParsePrefix(string(seenPods[j]))
+		if err1 != nil || err2 != nil {
+			e.t.Fatalf("cluster %d: pod CIDR %s seen as %s does not parse", i, specPods[j], seenPods[j])
+		}
+		pods = append(pods, struct{ real, seen netip.Prefix }{real, seen})
+	}
+	external, err := netip.ParsePrefix(string(cf.Status.Remote.CIDR.External))
+	if err != nil {
+		e.t.Fatalf("cluster %d: status.remote %+v does not parse", i, cf.Status.Remote.CIDR)
+	}
+	return pods, external
 }
 
 // remap moves a into prefix to, keeping its host bits (the NAT of the spec).
@@ -467,8 +504,8 @@ func (e *env) matrix(ctx context.Context) {
 				where = "gateway node"
 			}
 			for _, dst := range e.probePods(ctx, d) {
-				target := remap(netip.MustParseAddr(dst.Status.PodIP), dstAs)
-				wantSrc := remap(netip.MustParseAddr(src.Status.PodIP), seenAs).String()
+				target := dstAs.of(netip.MustParseAddr(dst.Status.PodIP))
+				wantSrc := seenAs.of(netip.MustParseAddr(src.Status.PodIP)).String()
 				for _, proto := range []string{"tcp", "udp", "icmp"} {
 					var out string
 					var err error
@@ -488,7 +525,7 @@ func (e *env) matrix(ctx context.Context) {
 		}
 		// Host network (a hostNetwork pod is a process in the node's namespace) to a remote pod.
 		dst := e.probePods(ctx, d)[0]
-		target := remap(netip.MustParseAddr(dst.Status.PodIP), dstAs)
+		target := dstAs.of(netip.MustParseAddr(dst.Status.PodIP))
 		for j := range e.l.Clusters[s].Nodes {
 			node := e.l.Clusters[s].NodeName(j)
 			out, err := e.probe(ctx, e.l.Clusters[s].Nodes[j].Name, "call", "--timeout", "3s", "tcp", target.String()+":7070")
@@ -540,7 +577,7 @@ func (e *env) agentRestart(ctx context.Context) {
 	src := e.probePods(ctx, 0)[0]
 	dstAs, _ := e.peerView(ctx, 0)
 	dst := e.probePods(ctx, 1)[0]
-	target := remap(netip.MustParseAddr(dst.Status.PodIP), dstAs).String() + ":7071"
+	target := dstAs.of(netip.MustParseAddr(dst.Status.PodIP)).String() + ":7071"
 	gapc, textc := e.stream(ctx, e.podNS(0, src), target, 12*time.Second)
 	time.Sleep(2 * time.Second)
 	var agents corev1.PodList
@@ -572,7 +609,7 @@ func (e *env) agentRestart(ctx context.Context) {
 	})
 
 	ns := e.nodeNS(0, src.Spec.NodeName)
-	route := dstAs.String()
+	route := dstAs[0].seen.String()
 	if out, err := exec.Command("ip", "-n", ns, "route", "del", route, "table", "18952").CombinedOutput(); err != nil {
 		e.t.Fatalf("delete the route to %s in table 18952 on %s: %v: %s", route, src.Spec.NodeName, err, out)
 	}
@@ -614,7 +651,7 @@ func (e *env) failover(ctx context.Context) {
 	src := e.probePods(ctx, 0)[0]
 	dstAs, _ := e.peerView(ctx, 0)
 	dst := e.probePods(ctx, 1)[0]
-	target := remap(netip.MustParseAddr(dst.Status.PodIP), dstAs).String() + ":7071"
+	target := dstAs.of(netip.MustParseAddr(dst.Status.PodIP)).String() + ":7071"
 	active := func() corev1.Pod {
 		var pods corev1.PodList
 		if err := e.c[1].List(ctx, &pods, client.MatchingLabels{"networking.liqo.io/active": "true"}); err != nil || len(pods.Items) != 1 {
@@ -836,7 +873,7 @@ func (e *env) throughput(ctx context.Context, d time.Duration) {
 		return false
 	})
 	dstAs, _ := e.peerView(ctx, 0)
-	target := remap(netip.MustParseAddr(srv.Status.PodIP), dstAs).String()
+	target := dstAs.of(netip.MustParseAddr(srv.Status.PodIP)).String()
 	src := e.probePods(ctx, 0)[0]
 	secs := strconv.Itoa(int(d.Seconds()))
 	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", e.podNS(0, src), "iperf3", "-c", target, "-t", secs, "-J").Output()

@@ -99,7 +99,7 @@ func (s *soak) run(ctx context.Context) {
 	src := e.probePods(ctx, 0)[0]
 	dst := e.probePods(ctx, 1)[0]
 	dstAs, _ := e.peerView(ctx, 0)
-	target := remap(netip.MustParseAddr(dst.Status.PodIP), dstAs).String() + ":7071"
+	target := dstAs.of(netip.MustParseAddr(dst.Status.PodIP)).String() + ":7071"
 	e.reportf("soak: %s, UDP every 20 ms from c0 %s (%s) to c1 %s as %s; a disturbance every %s",
 		s.dur, src.Name, src.Spec.NodeName, dst.Name, target, s.period)
 

@@ -46,14 +46,26 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// PodBlockAnnotation on a Node names the block its pods' addresses come from (Options.PodBlock).
+const PodBlockAnnotation = "lab.skein.dev/pod-block"
+
 // Options configure a kubelet.
 type Options struct {
 	NodeName string
 	NodeIP   netip.Addr
 	// Kubeconfig holds the node's credentials (user system:node:<name>, group system:nodes).
 	Kubeconfig string
-	// ClusterCIDR is the cluster's pod CIDR: traffic from it to anywhere else is masqueraded.
-	ClusterCIDR netip.Prefix
+	// ClusterCIDRs are the cluster's pod CIDRs: traffic from them to anywhere else that leaves
+	// through eth0 is masqueraded (with MasqueradeAll, whatever the device).
+	ClusterCIDRs []netip.Prefix
+	// PodBlock, when valid, is where this node's pods get their addresses instead of the
+	// Node's spec.podCIDR: the pod network of CNIs with their own IPAM (Calico's blocks).
+	// The kubelet publishes it in the Node's PodBlockAnnotation, and the other nodes route it.
+	PodBlock netip.Prefix
+	// MasqueradeAll masquerades pod traffic to any destination outside the cluster CIDRs,
+	// whatever device it leaves by (an overlay device included), as CNIs that masquerade
+	// without an interface match do.
+	MasqueradeAll bool
 	// APIServer is the address pods reach the API server at (the kubernetes Service's
 	// ClusterIP, 443 by default), given to them as KUBERNETES_SERVICE_HOST/PORT.
 	APIServer netip.AddrPort
@@ -183,6 +195,9 @@ func (k *Kubelet) register(ctx context.Context) error {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: k.o.NodeName, Labels: map[string]string{
 		"kubernetes.io/hostname": k.o.NodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
 	}}}
+	if k.o.PodBlock.IsValid() {
+		n.Annotations = map[string]string{PodBlockAnnotation: k.o.PodBlock.String()}
+	}
 	k.nodeStatus(n)
 	_, err := k.cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -195,6 +210,15 @@ func (k *Kubelet) updateStatus(ctx context.Context) error {
 	n, err := k.cs.CoreV1().Nodes().Get(ctx, k.o.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("kubelet: read node %s: %w", k.o.NodeName, err)
+	}
+	if k.o.PodBlock.IsValid() && n.Annotations[PodBlockAnnotation] != k.o.PodBlock.String() {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[PodBlockAnnotation] = k.o.PodBlock.String()
+		if n, err = k.cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("kubelet: node %s pod block: %w", k.o.NodeName, err)
+		}
 	}
 	k.nodeStatus(n)
 	if _, err := k.cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
@@ -214,6 +238,9 @@ func (k *Kubelet) waitPodCIDR(ctx context.Context) error {
 				return fmt.Errorf("kubelet: node %s pod CIDR %q is not IPv4", k.o.NodeName, n.Spec.PodCIDR)
 			}
 			k.podCIDR = p
+			if k.o.PodBlock.IsValid() {
+				k.podCIDR = k.o.PodBlock.Masked()
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -232,15 +259,23 @@ func (k *Kubelet) setupNode() error {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return fmt.Errorf("kubelet: enable forwarding: %w", err)
 	}
+	cidrs := make([]string, len(k.o.ClusterCIDRs))
+	for i, c := range k.o.ClusterCIDRs {
+		cidrs[i] = c.String()
+	}
+	oif := `oifname "eth0" `
+	if k.o.MasqueradeAll {
+		oif = ""
+	}
 	rules := fmt.Sprintf(`table ip skein-lab-masq
 delete table ip skein-lab-masq
 table ip skein-lab-masq {
 	chain postrouting {
 		type nat hook postrouting priority srcnat + 10; policy accept;
-		oifname "eth0" ip saddr %[1]s ip daddr != %[1]s masquerade
+		%[2]sip saddr { %[1]s } ip daddr != { %[1]s } masquerade
 	}
 }
-`, k.o.ClusterCIDR)
+`, strings.Join(cidrs, ", "), oif)
 	cmd := exec.Command("nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -313,14 +348,21 @@ func (k *Kubelet) cleanOrphans() {
 	_ = os.RemoveAll(filepath.Join(k.o.StateDir, "pods"))
 }
 
-// routeTo keeps the host-gw route to another node's pod CIDR.
+// routeTo keeps the host-gw route to another node's pods: its pod block when it publishes
+// one, otherwise its pod CIDR.
 func (k *Kubelet) routeTo(n *corev1.Node) {
-	if n.Name == k.o.NodeName || n.Spec.PodCIDR == "" {
+	dst := n.Spec.PodCIDR
+	if b := n.Annotations[PodBlockAnnotation]; b != "" {
+		if p, err := netip.ParsePrefix(b); err == nil && p.Addr().Is4() {
+			dst = p.Masked().String()
+		}
+	}
+	if n.Name == k.o.NodeName || dst == "" {
 		return
 	}
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
-			if out, err := exec.Command("ip", "route", "replace", n.Spec.PodCIDR, "via", a.Address).CombinedOutput(); err != nil {
+			if out, err := exec.Command("ip", "route", "replace", dst, "via", a.Address).CombinedOutput(); err != nil {
 				k.log.Warn("route to node", "node", n.Name, "err", err, "out", strings.TrimSpace(string(out)))
 			}
 			return

@@ -33,11 +33,29 @@ import (
 // The clusters' networks. Both clusters use the same pod CIDR on purpose.
 var (
 	PodCIDR     = netip.MustParsePrefix("10.244.0.0/16")
+	// BlockPools are the pod CIDRs of a lab with PodBlocks; kube-controller-manager still
+	// allocates the Nodes' spec.podCIDRs from PodCIDR, which no pod then uses.
+	BlockPools = []netip.Prefix{netip.MustParsePrefix("10.245.0.0/16"), netip.MustParsePrefix("10.246.0.0/16")}
 	ServiceCIDR = netip.MustParsePrefix("10.96.0.0/12")
 	// APIServerService is the kubernetes Service's ClusterIP and port, where pods reach the
 	// API server.
 	APIServerService = netip.MustParseAddrPort("10.96.0.1:443")
 )
+
+// podCIDRs are where pods get addresses.
+func (o Options) podCIDRs() []netip.Prefix {
+	if o.PodBlocks {
+		return BlockPools
+	}
+	return []netip.Prefix{PodCIDR}
+}
+
+// podBlock is node j's block in a lab with PodBlocks: a /24 of the pools in turn.
+func podBlock(j int) netip.Prefix {
+	a := BlockPools[j%len(BlockPools)].Addr().As4()
+	a[2] = byte(j)
+	return netip.PrefixFrom(netip.AddrFrom4(a), 24)
+}
 
 // Config says what to start.
 type Config struct {
@@ -72,6 +90,8 @@ type Lab struct {
 	K8sBin   string
 	BinDir   string
 	Clusters []ClusterState
+	// PodCIDRs are where the clusters' pods get addresses (the same in every cluster).
+	PodCIDRs []netip.Prefix
 	// Started and Ready are when Start began and when every node was Ready.
 	Started, Ready time.Time
 }
@@ -127,7 +147,7 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lab{Topology: topo, StateDir: stateDir, K8sBin: cfg.K8sBin, BinDir: cfg.BinDir, Started: started}
+	l := &Lab{Topology: topo, StateDir: stateDir, K8sBin: cfg.K8sBin, BinDir: cfg.BinDir, Started: started, PodCIDRs: cfg.podCIDRs()}
 	for _, cl := range topo.Clusters {
 		cs, err := startCluster(cfg, stateDir, cl)
 		if err != nil {
@@ -275,17 +295,31 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		"--leader-elect=false", "--profiling=false", "--v", "1"); err != nil {
 		return ClusterState{}, err
 	}
-	for _, n := range cl.Nodes {
+	var cidrs []string
+	for _, c := range cfg.podCIDRs() {
+		cidrs = append(cidrs, c.String())
+	}
+	// kube-proxy takes one CIDR per family: one that holds every pod CIDR.
+	proxyCIDR := PodCIDR
+	if cfg.PodBlocks {
+		proxyCIDR = netip.MustParsePrefix("10.244.0.0/14")
+	}
+	for j, n := range cl.Nodes {
 		name := nodeName(n)
-		if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-kubelet"), cfg.LabBinary, "kubelet",
+		args := []string{cfg.LabBinary, "kubelet",
 			"--node-name", name, "--node-ip", n.Addr.String(), "--kubeconfig", kcfg["kubelet-"+name],
-			"--state-dir", filepath.Join(stateDir, name), "--node-netns", n.Name, "--netns-prefix", n.Name+"-p",
-			"--bin-dir", cfg.BinDir, "--cluster-cidr", PodCIDR.String(), "--api-server", APIServerService.String()); err != nil {
+			"--state-dir", filepath.Join(stateDir, name), "--node-netns", n.Name, "--netns-prefix", n.Name + "-p",
+			"--bin-dir", cfg.BinDir, "--cluster-cidr", strings.Join(cidrs, ","), "--api-server", APIServerService.String(),
+			fmt.Sprintf("--masquerade-all=%t", cfg.MasqueradeAll)}
+		if cfg.PodBlocks {
+			args = append(args, "--pod-block", podBlock(j).String())
+		}
+		if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-kubelet"), args...); err != nil {
 			return ClusterState{}, err
 		}
 		if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-kube-proxy"), bin("kube-proxy"),
 			"--kubeconfig", kcfg["kube-proxy"], "--hostname-override", name, "--proxy-mode", "nftables",
-			"--cluster-cidr", PodCIDR.String(), "--conntrack-max-per-core", "0",
+			"--cluster-cidr", proxyCIDR.String(), "--conntrack-max-per-core", "0",
 			"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256", "--v", "1"); err != nil {
 			return ClusterState{}, err
 		}

@@ -25,6 +25,15 @@ type Options struct {
 	Prefix   string
 	Clusters int // default 2
 	Nodes    int // per cluster, default 2
+	// PodBlocks gives pods addresses from per-node blocks of BlockPools (alternating pools,
+	// node j's block is the /24 numbered j) instead of the Node's spec.podCIDR, the way CNIs
+	// with their own IPAM do (Calico): no pod is inside any Node's spec.podCIDRs, and the
+	// cluster's pods come from two CIDRs.
+	PodBlocks bool
+	// MasqueradeAll makes the nodes masquerade pod traffic to anything outside the pod CIDRs,
+	// whatever device it leaves by (the overlay device included), as CNIs without an interface
+	// match in their masquerade rule do.
+	MasqueradeAll bool
 }
 
 // NS is a network namespace of the lab.

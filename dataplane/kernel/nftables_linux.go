@@ -25,9 +25,14 @@ const NFTable = "skein-agent"
 // Names of the objects in NFTable.
 const (
 	nftChainPostrouting = "postrouting"
+	nftChainBypass      = "masquerade-bypass"
+	nftChainWatch       = "masquerade-watch"
 	nftSetRemote        = "remote"
 	nftSetPods          = "pods"
+	nftCounterMasq      = "masqueraded"
 	nftRuleComment      = "skein: host-network traffic to remote clusters leaves with the external CIDR address"
+	nftBypassComment    = "skein: pod traffic to remote clusters keeps its source (NAT bound to itself, so later masquerade rules are skipped)"
+	nftWatchComment     = "skein: counts pod connections to remote clusters that another rule source-NATed"
 )
 
 // HostSNAT is the desired host-network SNAT.
@@ -41,7 +46,17 @@ type HostSNAT struct {
 	ExternalIP netip.Addr     // the node's address in the cluster's external CIDR (IPv4)
 	PodCIDRs   []netip.Prefix // local pod CIDRs: traffic from them is never SNATed
 	Remote     []netip.Prefix // remote CIDRs as this cluster sees them
+	// MasqueradeBypass keeps the source of pod traffic to Remote whatever other rules of the
+	// node say: a NAT chain that runs before the usual source NAT priority binds such
+	// connections to their own source, and the kernel then skips every later NAT rule for
+	// them, the CNI's masquerade included (iptables' and nftables' alike).
+	MasqueradeBypass bool
 }
+
+// The table always counts, in the named counter "masqueraded", the pod connections to Remote
+// that left source-NATed by a rule that is not skein's (a CNI that masquerades everything
+// not bound for its own pod CIDR): peers see the node's address instead of the pod's and
+// drop the traffic. MasqueradedConnections reads it.
 
 // EnsureHostSNAT makes NFTable hold exactly what s describes:
 //
@@ -125,6 +140,7 @@ func DeleteHostSNAT(netnsFd int) error {
 type hostSNATRuleset struct {
 	external     netip.Addr
 	remote, pods []nftables.SetElement // interval set elements, sorted (see intervalElements)
+	bypass       bool
 }
 
 // ruleset validates s and turns it into set elements.
@@ -146,7 +162,7 @@ func (s HostSNAT) ruleset() (hostSNATRuleset, error) {
 	if err != nil {
 		return hostSNATRuleset{}, err
 	}
-	return hostSNATRuleset{external: ip, remote: remote, pods: pods}, nil
+	return hostSNATRuleset{external: ip, remote: remote, pods: pods, bypass: s.MasqueradeBypass}, nil
 }
 
 // ipv4Range is the addresses first to last, both included.
@@ -206,15 +222,48 @@ func hostSNATTable() *nftables.Table {
 	return &nftables.Table{Family: nftables.TableFamilyIPv4, Name: NFTable}
 }
 
-func hostSNATChain(t *nftables.Table) *nftables.Chain {
+// nftChain is one chain of NFTable with its one rule.
+type nftChain struct {
+	chain   *nftables.Chain
+	exprs   func(remoteID, podsID uint32) []expr.Any // refers to the sets by name and batch ID
+	comment string
+}
+
+func postroutingChain(t *nftables.Table, name string, typ nftables.ChainType, prio *nftables.ChainPriority) *nftables.Chain {
 	return &nftables.Chain{
 		Table:    t,
-		Name:     nftChainPostrouting,
-		Type:     nftables.ChainTypeNAT,
+		Name:     name,
+		Type:     typ,
 		Hooknum:  nftables.ChainHookPostrouting,
-		Priority: nftables.ChainPriorityNATSource,
+		Priority: prio,
 		Policy:   new(nftables.ChainPolicyAccept),
 	}
+}
+
+// chains are the chains want puts in table t:
+//
+//	chain masquerade-bypass {            (with MasqueradeBypass only)
+//		type nat hook postrouting priority srcnat - 10; policy accept;
+//		ip daddr @remote ip saddr @pods snat to ip saddr
+//	}
+//	chain postrouting {
+//		type nat hook postrouting priority srcnat; policy accept;
+//		ip daddr @remote ip saddr != @pods snat to EXTERNAL
+//	}
+//	chain masquerade-watch {
+//		type filter hook postrouting priority srcnat + 10; policy accept;
+//		ct state new ct status snat ip daddr @remote ip saddr != EXTERNAL counter name "masqueraded"
+//	}
+func (want hostSNATRuleset) chains(t *nftables.Table) []nftChain {
+	var out []nftChain
+	if want.bypass {
+		out = append(out, nftChain{postroutingChain(t, nftChainBypass, nftables.ChainTypeNAT, nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource-10)),
+			bypassExprs, nftBypassComment})
+	}
+	return append(out,
+		nftChain{postroutingChain(t, nftChainPostrouting, nftables.ChainTypeNAT, nftables.ChainPriorityNATSource), want.exprs, nftRuleComment},
+		nftChain{postroutingChain(t, nftChainWatch, nftables.ChainTypeFilter, nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource+10)),
+			want.watchExprs, nftWatchComment})
 }
 
 func hostSNATSets(t *nftables.Table) (remote, pods *nftables.Set) {
@@ -225,23 +274,78 @@ func hostSNATSets(t *nftables.Table) (remote, pods *nftables.Set) {
 	return remote, pods
 }
 
+// Loads of the IPv4 header's source and destination addresses into register 1.
+func loadSaddr() expr.Any {
+	return &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}
+}
+
+func loadDaddr() expr.Any {
+	return &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}
+}
+
 // exprs is the rule "ip daddr @remote ip saddr != @pods snat to external"; it refers to the
 // sets by name and by the IDs they have in the batch that creates them.
 func (want hostSNATRuleset) exprs(remoteID, podsID uint32) []expr.Any {
 	return []expr.Any{
-		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		loadDaddr(),
 		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: remoteID},
-		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		loadSaddr(),
 		&expr.Lookup{SourceRegister: 1, SetName: nftSetPods, SetID: podsID, Invert: true},
 		&expr.Immediate{Register: 1, Data: want.external.AsSlice()},
 		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1},
 	}
 }
 
-// hostSNATRuleUserData is the rule's comment, for whoever reads the ruleset with nft.
-func hostSNATRuleUserData() []byte {
-	return userdata.AppendString(nil, userdata.TypeComment, nftRuleComment)
+// bypassExprs is "ip daddr @remote ip saddr @pods snat to ip saddr": a NAT binding that
+// changes nothing, after which the kernel runs no other source NAT rule for the connection.
+func bypassExprs(remoteID, podsID uint32) []expr.Any {
+	return []expr.Any{
+		loadDaddr(),
+		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: remoteID},
+		loadSaddr(),
+		&expr.Lookup{SourceRegister: 1, SetName: nftSetPods, SetID: podsID},
+		loadSaddr(),
+		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1},
+	}
 }
+
+// Conntrack bits the watch rule tests (linux/netfilter/nf_conntrack_common.h).
+const (
+	ctStateNew   = 1 << 3 // NF_CT_STATE_BIT(IP_CT_NEW)
+	ctStatusSNAT = 1 << 4 // IPS_SRC_NAT: set only when the source really changed
+)
+
+// watchExprs is "ct state new ct status snat ip daddr @remote ip saddr != EXTERNAL counter
+// name masqueraded". Running after every NAT chain at the usual priorities, it sees what the
+// NAT rules made of a connection's first packet: source-NATed, but not by skein's own rule
+// (which gives host traffic the external address), so by another (the bypass's binding to
+// itself does not set the status bit). It tests the translated source rather than the
+// original one (ct original ip saddr @pods) because the nftables library cannot read back a
+// ct expression with a direction, and a table it cannot read would be replaced, its counter
+// reset, at every reconcile.
+func (want hostSNATRuleset) watchExprs(remoteID, _ uint32) []expr.Any {
+	bit := func(key expr.CtKey, mask uint32) []expr.Any {
+		return []expr.Any{
+			&expr.Ct{Register: 1, Key: key},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binary.NativeEndian.AppendUint32(nil, mask), Xor: binary.NativeEndian.AppendUint32(nil, 0)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, 0)},
+		}
+	}
+	return slices.Concat(bit(expr.CtKeySTATE, ctStateNew), bit(expr.CtKeySTATUS, ctStatusSNAT), []expr.Any{
+		loadDaddr(),
+		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: remoteID},
+		loadSaddr(),
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: want.external.AsSlice()},
+		&expr.Objref{Type: 1, Name: nftCounterMasq}, // NFT_OBJECT_COUNTER
+	})
+}
+
+func masqCounter(t *nftables.Table) *nftables.CounterObj {
+	return &nftables.CounterObj{Table: t, Name: nftCounterMasq}
+}
+
+func ruleComment(s string) []byte { return userdata.AppendString(nil, userdata.TypeComment, s) }
 
 // replace queues the replacement of NFTable and sends it as one batch, which the kernel
 // applies atomically or not at all.
@@ -258,18 +362,15 @@ func (want hostSNATRuleset) replace(c *nftables.Conn) error {
 	if err := c.AddSet(pods, want.pods); err != nil {
 		return fmt.Errorf("set %s: %w", pods.Name, err)
 	}
-	ch := c.AddChain(hostSNATChain(t))
-	c.AddRule(&nftables.Rule{
-		Table:    t,
-		Chain:    ch,
-		Exprs:    want.exprs(remote.ID, pods.ID),
-		UserData: hostSNATRuleUserData(),
-	})
+	c.AddObj(masqCounter(t))
+	for _, ch := range want.chains(t) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: c.AddChain(ch.chain), Exprs: ch.exprs(remote.ID, pods.ID), UserData: ruleComment(ch.comment)})
+	}
 	return c.Flush()
 }
 
-// inPlace reports whether NFTable holds exactly want: the one chain, the two sets with
-// their elements and the one rule, and nothing else of these kinds.
+// inPlace reports whether NFTable holds exactly want: its chains, the two sets with their
+// elements, the counter and one rule per chain, and nothing else of these kinds.
 func (want hostSNATRuleset) inPlace(c *nftables.Conn) (bool, error) {
 	t, err := ourTable(c)
 	if err != nil || t == nil {
@@ -280,15 +381,20 @@ func (want hostSNATRuleset) inPlace(c *nftables.Conn) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("list chains: %w", err)
 	}
-	var ours []*nftables.Chain
+	got := map[string]*nftables.Chain{}
 	for _, ch := range chains {
 		if ch.Table != nil && ch.Table.Name == NFTable {
-			ours = append(ours, ch)
+			got[ch.Name] = ch
 		}
 	}
-	wantChain := hostSNATChain(t)
-	if len(ours) != 1 || !sameChain(ours[0], wantChain) {
+	wantChains := want.chains(t)
+	if len(got) != len(wantChains) {
 		return false, nil
+	}
+	for _, w := range wantChains {
+		if ch := got[w.chain.Name]; ch == nil || !sameChain(ch, w.chain) {
+			return false, nil
+		}
 	}
 
 	sets, err := c.GetSets(t)
@@ -322,14 +428,54 @@ func (want hostSNATRuleset) inPlace(c *nftables.Conn) (bool, error) {
 		}
 	}
 
-	rules, err := c.GetRules(t, wantChain)
+	objs, err := c.GetObjects(t)
 	if err != nil {
-		return false, fmt.Errorf("list rules of chain %s: %w", wantChain.Name, err)
+		return false, fmt.Errorf("list objects: %w", err)
 	}
-	// The kernel does not report set IDs (they only live within a batch).
-	return len(rules) == 1 &&
-		reflect.DeepEqual(rules[0].Exprs, want.exprs(0, 0)) &&
-		bytes.Equal(rules[0].UserData, hostSNATRuleUserData()), nil
+	if len(objs) != 1 {
+		return false, nil
+	}
+	if o, ok := objs[0].(*nftables.CounterObj); !ok || o.Name != nftCounterMasq {
+		return false, nil
+	}
+
+	for _, w := range wantChains {
+		rules, err := c.GetRules(t, w.chain)
+		if err != nil {
+			return false, fmt.Errorf("list rules of chain %s: %w", w.chain.Name, err)
+		}
+		// The kernel does not report set IDs (they only live within a batch).
+		if len(rules) != 1 || !reflect.DeepEqual(rules[0].Exprs, w.exprs(0, 0)) || !bytes.Equal(rules[0].UserData, ruleComment(w.comment)) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// MasqueradedConnections reads the counter of pod connections to remote clusters that
+// another rule source-NATed (see HostSNAT), in the namespace netnsFd refers to (0: the
+// calling thread's). ok is false when NFTable is not there. The count restarts from zero
+// whenever EnsureHostSNAT replaces the table.
+func MasqueradedConnections(netnsFd int) (n uint64, ok bool, err error) {
+	c, err := nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(netnsFd))
+	if err != nil {
+		return 0, false, fmt.Errorf("masquerade watch: open nftables netlink socket: %w", err)
+	}
+	defer c.CloseLasting()
+	t, err := ourTable(c)
+	if err != nil || t == nil {
+		return 0, false, err
+	}
+	objs, err := c.GetObjects(t)
+	if err != nil {
+		return 0, false, fmt.Errorf("masquerade watch: read counter %s: %w", nftCounterMasq, err)
+	}
+	for _, o := range objs {
+		if counter, isCounter := o.(*nftables.CounterObj); isCounter && counter.Name == nftCounterMasq {
+			return counter.Packets, true, nil
+		}
+	}
+	return 0, false, nil // a table of an older agent, without the counter: the next reconcile replaces it
 }
 
 func sameChain(got, want *nftables.Chain) bool {

@@ -46,6 +46,7 @@ func TestEnsureHostSNAT(t *testing.T) {
 		Remote: []string{"10.71.0.0-10.72.255.255"}, // adjacent prefixes merge into one interval
 		Pods:   []string{"10.244.0.0-10.244.255.255"},
 		Exprs:  snatExprs("10.250.0.11"),
+		Chains: plainChains,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("table ip %s:\n got %s\nwant %s", kernel.NFTable, got, want)
@@ -106,8 +107,8 @@ func TestHostSNATIdempotent(t *testing.T) {
 	if after := dumpRuleset(t, c); after != before {
 		t.Errorf("repeated EnsureHostSNAT changed the ruleset:\n%s\nwas\n%s", after, before)
 	}
-	if n := strings.Count(before, "\n    rule "); n != 1 {
-		t.Errorf("%d rules, want 1:\n%s", n, before)
+	if n := strings.Count(before, "\n    rule "); n != len(plainChains) {
+		t.Errorf("%d rules, want %d:\n%s", n, len(plainChains), before)
 	}
 }
 
@@ -139,6 +140,7 @@ func TestHostSNATUpdate(t *testing.T) {
 		Remote: []string{"10.90.0.0-10.90.255.255", "10.92.0.0-10.92.0.255"},
 		Pods:   []string{"10.245.0.0-10.245.255.255"},
 		Exprs:  snatExprs("10.250.0.12"),
+		Chains: plainChains,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("after the update:\n got %s\nwant %s", got, want)
@@ -272,6 +274,88 @@ func TestHostSNATTraffic(t *testing.T) {
 	check("after delete", host, "10.71.2.7", "192.168.50.1")
 }
 
+// TestMasqueradeBypass runs a CNI-style masquerade of everything pods send outside their CIDR
+// (at the same priority as iptables' nat table, the worst case): the watch counts pod
+// connections to remote CIDRs that it rewrote, and not host traffic skein itself SNATs; with
+// MasqueradeBypass pod traffic to remote CIDRs keeps its source, nothing is counted, and the
+// CNI's masquerade still applies to every other destination.
+func TestMasqueradeBypass(t *testing.T) {
+	requireNFTNAT(t)
+	node, peer := netnstest.New(t, "node"), netnstest.New(t, "peer")
+	netnstest.Veth(t, node, peer, "veth0", "192.168.50.1/24", "192.168.50.2/24")
+	node.Run(t, "ip", "addr", "add", "10.244.1.5/32", "dev", "lo") // a pod address
+	node.Run(t, "ip", "route", "add", "10.0.0.0/8", "via", "192.168.50.2")
+	for _, addr := range []string{"10.70.0.9/32", "10.71.2.7/32"} {
+		peer.Run(t, "ip", "addr", "add", addr, "dev", "lo")
+	}
+	peer.Run(t, "ip", "route", "add", "10.250.0.0/16", "via", "192.168.50.1")
+	peer.Run(t, "ip", "route", "add", "10.244.0.0/16", "via", "192.168.50.1")
+	cni := filepath.Join(t.TempDir(), "cni.nft")
+	if err := os.WriteFile(cni, []byte(`table ip cni {
+	chain postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		ip saddr 10.244.0.0/16 ip daddr != 10.244.0.0/16 masquerade
+	}
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	node.Run(t, "nft", "-f", cni)
+	fd := nsFd(t, node)
+	const host, pod = "", "10.244.1.5"
+	check := func(step, from, to, wantSrc string) {
+		t.Helper()
+		if got := udpRoundTrip(t, node, peer, from, to); got != netip.MustParseAddr(wantSrc) {
+			t.Errorf("%s: a datagram from %q to %s arrived from %s, want %s", step, from, to, got, wantSrc)
+		}
+	}
+	count := func(step string, want uint64) {
+		t.Helper()
+		n, ok, err := kernel.MasqueradedConnections(fd)
+		if err != nil || !ok || n != want {
+			t.Errorf("%s: masqueraded connections %d (table there: %v, %v), want %d", step, n, ok, err, want)
+		}
+	}
+
+	s := kernel.HostSNAT{ExternalIP: extIP, PodCIDRs: []netip.Prefix{podCIDR}, Remote: []netip.Prefix{remote1}}
+	if err := kernel.EnsureHostSNAT(fd, s); err != nil {
+		t.Fatal(err)
+	}
+	count("before any traffic", 0)
+	check("pod to remote, masqueraded by the CNI", pod, "10.71.2.7", "192.168.50.1")
+	count("after one masqueraded connection", 1)
+	check("pod to remote again", pod, "10.71.2.7", "192.168.50.1")
+	count("after two", 2)
+	check("host to remote, skein's SNAT", host, "10.71.2.7", "10.250.0.11")
+	check("pod elsewhere", pod, "10.70.0.9", "192.168.50.1")
+	count("after skein's own SNAT and traffic elsewhere", 2)
+
+	s.MasqueradeBypass = true
+	if err := kernel.EnsureHostSNAT(fd, s); err != nil {
+		t.Fatal(err)
+	}
+	got := readHostSNAT(t, nftConn(t, fd))
+	if want := []string{"masquerade-bypass", "masquerade-watch", "postrouting"}; !slices.Equal(got.Chains, want) {
+		t.Errorf("chains with the bypass: %v, want %v", got.Chains, want)
+	}
+	check("pod to remote with the bypass", pod, "10.71.2.7", pod)
+	check("host to remote with the bypass", host, "10.71.2.7", "10.250.0.11")
+	check("pod elsewhere with the bypass", pod, "10.70.0.9", "192.168.50.1")
+	count("with the bypass", 0)
+	if err := kernel.EnsureHostSNAT(fd, s); err != nil {
+		t.Fatal(err)
+	}
+	count("a second EnsureHostSNAT keeps the counter", 0)
+	check("pod to remote with the bypass, again", pod, "10.71.2.7", pod)
+
+	s.MasqueradeBypass = false
+	if err := kernel.EnsureHostSNAT(fd, s); err != nil {
+		t.Fatal(err)
+	}
+	check("pod to remote without the bypass again", pod, "10.71.2.7", "192.168.50.1")
+	count("without the bypass again", 1)
+}
+
 // TestDeleteHostSNAT checks that DeleteHostSNAT removes our table and nothing else (not
 // even a table of the same name in another family), and that deleting twice is fine.
 func TestDeleteHostSNAT(t *testing.T) {
@@ -348,16 +432,20 @@ func TestHostSNATBadInput(t *testing.T) {
 	}
 }
 
-// hostSNATState is table ip skein-agent as read back: set elements as address ranges and the
-// one rule of its one chain.
+// hostSNATState is table ip skein-agent as read back: set elements as address ranges, the
+// one rule of its postrouting chain, and the names of its chains.
 type hostSNATState struct {
 	Remote, Pods []string
 	Exprs        []expr.Any
+	Chains       []string
 }
 
 func (s hostSNATState) String() string {
-	return fmt.Sprintf("remote %v pods %v rule %s", s.Remote, s.Pods, exprsString(s.Exprs))
+	return fmt.Sprintf("remote %v pods %v rule %s chains %v", s.Remote, s.Pods, exprsString(s.Exprs), s.Chains)
 }
+
+// plainChains are the chains of a table without the masquerade bypass, sorted.
+var plainChains = []string{"masquerade-watch", "postrouting"}
 
 // snatExprs is "ip daddr @remote ip saddr != @pods snat to ip" as the kernel reports it.
 func snatExprs(ip string) []expr.Any {
@@ -371,8 +459,8 @@ func snatExprs(ip string) []expr.Any {
 	}
 }
 
-// readHostSNAT reads table ip skein-agent and checks its fixed parts: the chain and the kinds
-// of the sets.
+// readHostSNAT reads table ip skein-agent and checks its fixed parts: the postrouting chain,
+// a comment on every rule, the kinds of the sets and the counter.
 func readHostSNAT(t *testing.T, c *nftables.Conn) hostSNATState {
 	t.Helper()
 	table, err := c.ListTableOfFamily(kernel.NFTable, nftables.TableFamilyIPv4)
@@ -383,27 +471,43 @@ func readHostSNAT(t *testing.T, c *nftables.Conn) hostSNATState {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var state hostSNATState
 	var chain *nftables.Chain
 	for _, ch := range chains {
 		if ch.Table.Name != kernel.NFTable {
 			continue
 		}
-		if chain != nil {
-			t.Fatalf("more than one chain: %s and %s", chain.Name, ch.Name)
+		state.Chains = append(state.Chains, ch.Name)
+		rules, err := c.GetRules(table, ch)
+		if err != nil {
+			t.Fatal(err)
 		}
-		chain = ch
+		if len(rules) != 1 {
+			t.Errorf("chain %s: %d rules, want 1", ch.Name, len(rules))
+		}
+		for _, r := range rules {
+			if comment, ok := userdata.GetString(r.UserData, userdata.TypeComment); !ok || !strings.HasPrefix(comment, "skein:") {
+				t.Errorf("chain %s: rule comment %q, want one saying it is skein's", ch.Name, comment)
+			}
+		}
+		if ch.Name == "postrouting" {
+			chain = ch
+			if len(rules) > 0 {
+				state.Exprs = rules[0].Exprs
+			}
+		}
 	}
+	slices.Sort(state.Chains)
 	if chain == nil {
-		t.Fatal("no chain")
+		t.Fatal("no postrouting chain")
 	}
-	if chain.Name != "postrouting" || chain.Type != nftables.ChainTypeNAT ||
+	if chain.Type != nftables.ChainTypeNAT ||
 		chain.Hooknum == nil || *chain.Hooknum != *nftables.ChainHookPostrouting ||
 		chain.Priority == nil || *chain.Priority != 100 ||
 		chain.Policy == nil || *chain.Policy != nftables.ChainPolicyAccept {
 		t.Errorf("chain %s: %s", chain.Name, chainString(chain))
 	}
 
-	var state hostSNATState
 	sets, err := c.GetSets(table)
 	if err != nil {
 		t.Fatal(err)
@@ -428,18 +532,18 @@ func readHostSNAT(t *testing.T, c *nftables.Conn) hostSNATState {
 			t.Errorf("unexpected set %s", set.Name)
 		}
 	}
-
-	rules, err := c.GetRules(table, chain)
+	objs, err := c.GetObjects(table)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rules) != 1 {
-		t.Fatalf("%d rules, want 1", len(rules))
+	if len(objs) != 1 {
+		t.Errorf("%d objects, want the counter masqueraded", len(objs))
 	}
-	if comment, ok := userdata.GetString(rules[0].UserData, userdata.TypeComment); !ok || !strings.HasPrefix(comment, "skein:") {
-		t.Errorf("rule comment %q, want one saying it is skein's", comment)
+	for _, o := range objs {
+		if counter, ok := o.(*nftables.CounterObj); !ok || counter.Name != "masqueraded" {
+			t.Errorf("object %#v, want the counter masqueraded", o)
+		}
 	}
-	state.Exprs = rules[0].Exprs
 	return state
 }
 

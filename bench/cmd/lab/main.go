@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -88,6 +89,8 @@ func up(args []string) error {
 	fs, prefix := flags("up")
 	clusters := fs.Int("clusters", 2, "number of clusters")
 	nodes := fs.Int("nodes", 2, "nodes per cluster")
+	blocks := fs.Bool("pod-blocks", false, "give pods addresses from per-node blocks of 10.245.0.0/16 and 10.246.0.0/16, outside every Node's spec.podCIDRs (as Calico's IPAM does); install skein with ipam.podCIDR={10.245.0.0/16,10.246.0.0/16}")
+	masq := fs.Bool("masquerade-all", false, "masquerade pod traffic to anything outside the pod CIDRs whatever device it leaves by, the overlay included (as some CNIs do)")
 	binDir := fs.String("bin-dir", "", "directory with the skein binaries pods run (default: the directory of this lab binary)")
 	keep := fs.Bool("keep-on-failure", false, "leave a lab that failed to start in place, to read its logs (then lab down)")
 	_ = fs.Parse(args)
@@ -104,7 +107,7 @@ func up(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes},
+	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes, PodBlocks: *blocks, MasqueradeAll: *masq},
 		K8sBin: k8s, LabBinary: self, BinDir: *binDir, Log: os.Stdout, KeepOnFailure: *keep})
 	if err != nil {
 		return err
@@ -181,7 +184,9 @@ func runKubelet(args []string) error {
 	fs.StringVar(&o.NodeName, "node-name", "", "node name")
 	nodeIP := fs.String("node-ip", "", "node address")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "the node's kubeconfig")
-	cidr := fs.String("cluster-cidr", "10.244.0.0/16", "the cluster's pod CIDR")
+	cidr := fs.String("cluster-cidr", "10.244.0.0/16", "the cluster's pod CIDRs, comma-separated")
+	block := fs.String("pod-block", "", "where this node's pods get addresses (default: the Node's spec.podCIDR, as kube-controller-manager allocates it)")
+	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade pod traffic to anything outside the cluster CIDRs, whatever device it leaves by")
 	api := fs.String("api-server", "10.96.0.1:443", "the kubernetes Service address pods use")
 	fs.StringVar(&o.StateDir, "state-dir", "", "pod files and logs")
 	fs.StringVar(&o.NodeNetns, "node-netns", "", "the node's network namespace name")
@@ -192,8 +197,17 @@ func runKubelet(args []string) error {
 	if o.NodeIP, err = netip.ParseAddr(*nodeIP); err != nil {
 		return fmt.Errorf("--node-ip: %w", err)
 	}
-	if o.ClusterCIDR, err = netip.ParsePrefix(*cidr); err != nil {
-		return fmt.Errorf("--cluster-cidr: %w", err)
+	for _, s := range strings.Split(*cidr, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("--cluster-cidr: %w", err)
+		}
+		o.ClusterCIDRs = append(o.ClusterCIDRs, p)
+	}
+	if *block != "" {
+		if o.PodBlock, err = netip.ParsePrefix(*block); err != nil {
+			return fmt.Errorf("--pod-block: %w", err)
+		}
 	}
 	if o.APIServer, err = netip.ParseAddrPort(*api); err != nil {
 		return fmt.Errorf("--api-server: %w", err)
