@@ -32,10 +32,10 @@ import (
 
 // The clusters' networks. Both clusters use the same pod CIDR on purpose.
 var (
-	PodCIDR     = netip.MustParsePrefix("10.244.0.0/16")
+	PodCIDR = netip.MustParsePrefix("10.244.0.0/16")
 	// BlockPools are the pod CIDRs of a lab with PodBlocks; kube-controller-manager still
 	// allocates the Nodes' spec.podCIDRs from PodCIDR, which no pod then uses.
-	BlockPools = []netip.Prefix{netip.MustParsePrefix("10.245.0.0/16"), netip.MustParsePrefix("10.246.0.0/16")}
+	BlockPools  = []netip.Prefix{netip.MustParsePrefix("10.245.0.0/16"), netip.MustParsePrefix("10.246.0.0/16")}
 	ServiceCIDR = netip.MustParsePrefix("10.96.0.0/12")
 	// APIServerService is the kubernetes Service's ClusterIP and port, where pods reach the
 	// API server.
