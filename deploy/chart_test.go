@@ -286,7 +286,7 @@ var valueCases = []struct {
 		"internalCIDR": "10.181.0.0/16", "reserved": []any{"192.168.50.0/24", "172.31.0.0/16"}, "pools": []any{"100.64.0.0/10"}}}},
 	{name: "images", values: map[string]any{
 		"controller": map[string]any{"image": map[string]any{"repository": "registry.example.com/skein/skein-controller", "tag": "v0.2.0", "pullPolicy": "Always"}},
-		"agent":      map[string]any{"image": map[string]any{"tag": "v0.2.0"}, "metricsPort": 19472, "logLevel": "debug"},
+		"agent":      map[string]any{"image": map[string]any{"tag": "v0.2.0"}, "metricsPort": 19472, "logLevel": "debug", "masqueradeBypass": true},
 		"gateway": map[string]any{"image": map[string]any{"repository": "registry.example.com/skein/skein-gateway", "tag": "sha-1234abc", "pullPolicy": "Never"},
 			"resources": map[string]any{"requests": map[string]any{"cpu": "250m", "memory": "100Mi"}, "limits": map[string]any{"memory": "300Mi"}}}}},
 	{name: "ha-clusterid", values: map[string]any{"clusterID": "3c8c2a8e-5d7b-4e47-9f1e-0a6b2f3d4c5e",

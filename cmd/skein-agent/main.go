@@ -62,6 +62,7 @@ func main() {
 	mtu := fs.Int("mtu", 0, "MTU of the overlay device (default: the MTU of the interface holding --node-ip minus the encapsulation overhead)")
 	internal := fs.String("internal-cidr", netv1alpha1.DefaultInternalCIDR, "the cluster's internal (overlay) CIDR")
 	podCIDRs := fs.String("pod-cidrs", "10.244.0.0/16", "the cluster's pod CIDRs, comma-separated: never SNATed")
+	masqBypass := fs.Bool("masquerade-bypass", false, "keep the source of pod traffic to peer clusters whatever the node's other NAT rules say: a NAT rule in skein-agent's own nftables table, before the usual source-NAT priority, binds such connections to their own address so that the CNI's masquerade skips them (for CNIs that masquerade everything outside their pod CIDR; the InternalNode's PodTrafficMasqueraded condition says when it is needed)")
 	priority := fs.Int("rule-priority", kernel.DefaultRulePriority, "priority of the policy rules to table 18952 (lower for CNIs that need an early rule)")
 	resync := fs.Duration("resync", 10*time.Second, "re-read everything and repair drift this often")
 	cleanupOnUninstall := fs.Bool("cleanup-on-uninstall", true, "when stopping, remove what the agent programmed if its DaemonSet is gone or being deleted (helm uninstall); a restart leaves the node programmed")
@@ -153,10 +154,11 @@ func main() {
 	}
 	a, err := agent.New(restCfg, agent.Options{
 		Node: plan.Node{Name: *nodeName, IP: ip, InternalCIDR: ic, PodCIDRs: pods, Device: *device, Kind: kind,
-			VNI: uint32(*vni), Port: uint16(*port), MTU: *mtu, RulePriority: *priority},
+			VNI: uint32(*vni), Port: uint16(*port), MTU: *mtu, RulePriority: *priority, MasqueradeBypass: *masqBypass},
 		PodNamespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"),
 		Resync: *resync, Log: log,
-		Monitor: func(changed func(), done <-chan struct{}) error { return kernel.Monitor(*netnsPath, changed, done) },
+		Monitor:     func(changed func(), done <-chan struct{}) error { return kernel.Monitor(*netnsPath, changed, done) },
+		Masqueraded: func() (uint64, bool, error) { return kernel.MasqueradedConnections(nsFd) },
 	}, k, func(s *kernel.HostSNAT) error {
 		if s == nil {
 			return kernel.DeleteHostSNAT(nsFd)
@@ -247,6 +249,7 @@ func serveMetrics(addr string, a *agent.Agent, log *slog.Logger) {
 	counter("skein_agent_kernel_changes_total", "Kernel objects added, changed or removed.", func(s agent.Stats) float64 { return float64(s.Changes) })
 	counter("skein_agent_drift_repairs_total", "Resyncs that found and repaired drift.", func(s agent.Stats) float64 { return float64(s.DriftRepairs) })
 	counter("skein_agent_reconcile_errors_total", "Reconciles that failed.", func(s agent.Stats) float64 { return float64(s.Errors) })
+	counter("skein_agent_masqueraded_connections_total", "Pod connections to peer clusters that left this node source-NATed by a rule that is not skein's (a CNI's masquerade); peers drop them. See --masquerade-bypass.", func(s agent.Stats) float64 { return float64(s.Masqueraded) })
 	started := time.Now()
 	gauge("skein_agent_last_success_timestamp_seconds", "Unix time the last reconcile ended without an error (before the first, the agent's start); /healthz fails once it is older than 2.5 resyncs.", func(s agent.Stats) float64 {
 		if s.LastSuccess.IsZero() {

@@ -43,7 +43,12 @@ type Options struct {
 	// Monitor, if set, subscribes to kernel changes (kernel.Monitor) and calls changed for
 	// each, so drift is repaired at once; it must return once subscribed.
 	Monitor func(changed func(), done <-chan struct{}) error
-	Log     *slog.Logger
+	// Masqueraded, if set, reads the count of pod connections to peers that another rule of
+	// the node source-NATed (kernel.MasqueradedConnections); ok is false when there is no
+	// count (no host SNAT table). The agent reports them in its InternalNode's
+	// PodTrafficMasqueraded condition.
+	Masqueraded func() (n uint64, ok bool, err error)
+	Log         *slog.Logger
 }
 
 // Stats are the agent's counters, for metrics.
@@ -56,6 +61,9 @@ type Stats struct {
 	// LastSuccess is when a reconcile last ended without an error (waiting for objects the
 	// controller or a gateway has yet to create counts as success: the node is as it should be).
 	LastSuccess time.Time
+	// Masqueraded counts pod connections to peers that left source-NATed by a rule that is not
+	// skein's (Options.Masqueraded), since the agent started.
+	Masqueraded uint64
 }
 
 // Agent reconciles one node.
@@ -76,6 +84,7 @@ type Agent struct {
 	refused   []string // the last plan's refused CIDRs, logged when they change
 	lastEvent time.Time
 	started   time.Time // Run began
+	masq      masqueradeWatch
 }
 
 // New prepares an agent on kernel k; snat may be nil (no host-network SNAT).
@@ -268,7 +277,10 @@ func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, error) {
 			return ch, len(plan.Kernel.Peers), err
 		}
 	}
-	return ch, len(plan.Kernel.Peers), a.publish(ctx, plan.Kernel.Overlay)
+	if err := a.publish(ctx, plan.Kernel.Overlay); err != nil {
+		return ch, len(plan.Kernel.Peers), err
+	}
+	return ch, len(plan.Kernel.Peers), a.watchMasquerade(ctx, in, plan.SNAT != nil && plan.SNAT.MasqueradeBypass)
 }
 
 // noteRefused counts the CIDRs the plan refused and logs them when the list changes.

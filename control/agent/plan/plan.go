@@ -32,6 +32,9 @@ type Node struct {
 	Port         uint16
 	MTU          int // of the device; default 1450
 	RulePriority int
+	// MasqueradeBypass keeps the source of pod traffic to peers whatever the node's other NAT
+	// rules say (kernel.HostSNAT.MasqueradeBypass).
+	MasqueradeBypass bool
 }
 
 // Objects are the API objects the agent reads.
@@ -206,7 +209,7 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 	if ext := o.InternalNode.Spec.ExternalIP; ext != nil && len(snatRemote) > 0 {
 		if e, err := netip.ParseAddr(string(*ext)); err == nil {
 			slices.SortFunc(snatRemote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-			p.SNAT = &kernel.HostSNAT{ExternalIP: e, PodCIDRs: n.PodCIDRs, Remote: slices.Compact(snatRemote)}
+			p.SNAT = &kernel.HostSNAT{ExternalIP: e, PodCIDRs: n.PodCIDRs, Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass}
 		}
 	}
 	return p, nil

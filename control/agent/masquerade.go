@@ -1,0 +1,110 @@
+// Pod traffic masqueraded by the CNI. Many CNIs source-NAT pod traffic to anything outside
+// their own pod CIDR; traffic to a peer's (remapped) CIDRs then leaves through the overlay with
+// the node's address, the peer's gateway drops it (it is not from this cluster's pods), and
+// nothing says why. The host SNAT table counts such connections (kernel.HostSNAT); the agent
+// turns the count into the PodTrafficMasqueraded condition of its InternalNode, a log line and
+// a metric, and with --masquerade-bypass the table exempts pod traffic to peers from every
+// other NAT rule.
+
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+)
+
+// ConditionMasqueraded is the InternalNode condition the agent reports: True while pod
+// connections to peers leave the node source-NATed by a rule that is not skein's.
+const ConditionMasqueraded = "PodTrafficMasqueraded"
+
+// MasqueradeMemory is how long the condition stays True after the last masqueraded connection.
+const MasqueradeMemory = 10 * time.Minute
+
+// masqueradeWatch is what the agent remembers of the count between reconciles.
+type masqueradeWatch struct {
+	last      uint64    // the counter's last reading
+	firstSeen time.Time // first masqueraded connection of the current episode
+	lastSeen  time.Time // latest masqueraded connection
+}
+
+// observe takes a reading of the counter and returns how many connections it adds. A reading
+// below the last one means the table was replaced and counts from zero again.
+func (w *masqueradeWatch) observe(n uint64, now time.Time) uint64 {
+	delta := n - w.last
+	if n < w.last {
+		delta = n
+	}
+	w.last = n
+	if delta > 0 {
+		if w.lastSeen.IsZero() || now.Sub(w.lastSeen) > MasqueradeMemory {
+			w.firstSeen = now
+		}
+		w.lastSeen = now
+	}
+	return delta
+}
+
+// condition is the PodTrafficMasqueraded condition for now.
+func (w *masqueradeWatch) condition(bypass bool, now time.Time) metav1.Condition {
+	c := metav1.Condition{Type: ConditionMasqueraded}
+	switch {
+	case bypass:
+		c.Status, c.Reason = metav1.ConditionFalse, "Bypassed"
+		c.Message = "the agent's masquerade bypass is on: pod traffic to peer clusters keeps its source whatever the node's other NAT rules say"
+	case !w.lastSeen.IsZero() && now.Sub(w.lastSeen) <= MasqueradeMemory:
+		c.Status, c.Reason = metav1.ConditionTrue, "MasqueradedByAnotherRule"
+		c.Message = fmt.Sprintf("since %s, pod connections to peer clusters leave this node source-NATed by a rule that is not skein's "+
+			"(the CNI's masquerade?): peers see the node's address instead of the pod's and drop the traffic. Set the chart's "+
+			"agent.masqueradeBypass=true (skein-agent --masquerade-bypass), or exempt the peers' CIDRs as seen here "+
+			"(kubectl get configurations -A) from the CNI's masquerade; skein_agent_masqueraded_connections_total counts them",
+			w.firstSeen.UTC().Format(time.RFC3339))
+	default:
+		c.Status, c.Reason = metav1.ConditionFalse, "NotSeen"
+		c.Message = fmt.Sprintf("no pod connection to a peer cluster left this node source-NATed by another rule in the last %v", MasqueradeMemory)
+	}
+	return c
+}
+
+// watchMasquerade reads the counter, logs and counts what it adds, and writes the condition
+// into the InternalNode's status when it changed.
+func (a *Agent) watchMasquerade(ctx context.Context, in *netv1alpha1.InternalNode, bypass bool) error {
+	if a.opts.Masqueraded == nil {
+		return nil
+	}
+	n, ok, err := a.opts.Masqueraded()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	a.mu.Lock()
+	if ok {
+		if delta := a.masq.observe(n, now); delta > 0 {
+			a.stats.Masqueraded += delta
+			if !bypass {
+				a.opts.Log.Warn("pod connections to peer clusters were source-NATed by a rule that is not skein's; peers drop them (see the InternalNode's PodTrafficMasqueraded condition)",
+					"connections", delta)
+			}
+		}
+	}
+	want := a.masq.condition(bypass, now)
+	a.mu.Unlock()
+
+	conds := append([]metav1.Condition(nil), in.Status.Conditions...)
+	if old := meta.FindStatusCondition(conds, want.Type); old != nil && old.Status == want.Status && old.Reason == want.Reason && old.Message == want.Message {
+		return nil
+	}
+	want.ObservedGeneration = in.Generation
+	meta.SetStatusCondition(&conds, want)
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
+	if err := a.client.PatchStatus(ctx, "internalnodes", a.opts.Node.Name, patch); err != nil {
+		return fmt.Errorf("InternalNode %s condition %s: %w", a.opts.Node.Name, want.Type, err)
+	}
+	return nil
+}
