@@ -127,6 +127,28 @@ func (e *env) gatewaysWatchPods(ctx context.Context) {
 		}
 		e.reportf("pod blocks: cluster %d gateways watch pods: %s", i, found)
 	}
+	// The switch rolled the gateways out again: the matrix runs once they are back.
+	took := e.waitFor(ctx, 2*time.Minute, "gateways rolled out with --watch-pods and connected", func() bool {
+		for i := range 2 {
+			var deps appsv1.DeploymentList
+			var conns netv1alpha1.ConnectionList
+			if e.c[i].List(ctx, &deps, client.MatchingLabels{"app.kubernetes.io/managed-by": "skein-controller"}) != nil ||
+				e.c[i].List(ctx, &conns) != nil || len(conns.Items) != 1 || conns.Items[0].Status.Value != netv1alpha1.Connected {
+				return false
+			}
+			for _, d := range deps.Items {
+				want := int32(1)
+				if d.Spec.Replicas != nil {
+					want = *d.Spec.Replicas
+				}
+				if d.Status.ObservedGeneration != d.Generation || d.Status.UpdatedReplicas != want || d.Status.AvailableReplicas != want || d.Status.Replicas != want {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	e.reportf("pod blocks: gateways rolled out with --watch-pods and Connected again %.1fs later", took.Seconds())
 }
 
 // The NAT in front of cluster 1: a public address (TEST-NET-2, routed only inside the lab's
