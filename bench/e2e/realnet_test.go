@@ -148,7 +148,18 @@ func (e *env) gatewaysWatchPods(ctx context.Context) {
 		}
 		return true
 	})
-	e.reportf("pod blocks: gateways rolled out with --watch-pods and Connected again %.1fs later", took.Seconds())
+	// The Connection may still show the replaced pod's last probe: one pod-to-pod call each
+	// way says the new gateways carry traffic.
+	for _, dir := range [][2]int{{0, 1}, {1, 0}} {
+		dstAs, _ := e.peerView(ctx, dir[0])
+		src, dst := e.probePods(ctx, dir[0])[0], e.probePods(ctx, dir[1])[0]
+		target := dstAs.of(netip.MustParseAddr(dst.Status.PodIP)).String() + ":7070"
+		took += e.waitFor(ctx, time.Minute, fmt.Sprintf("c%d %s reaches c%d %s", dir[0], src.Name, dir[1], dst.Name), func() bool {
+			_, err := e.probe(ctx, e.podNS(dir[0], src), "call", "--timeout", "2s", "tcp", target)
+			return err == nil
+		})
+	}
+	e.reportf("pod blocks: gateways rolled out with --watch-pods and carry traffic again %.1fs later", took.Seconds())
 }
 
 // The NAT in front of cluster 1: a public address (TEST-NET-2, routed only inside the lab's
