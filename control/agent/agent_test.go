@@ -92,15 +92,7 @@ func TestAgentReacts(t *testing.T) {
 		Spec: netv1alpha1.InternalNodeSpec{OverlayIP: ipp("10.80.0.11"), ExternalIP: ipp("10.70.0.11")}}
 	apitest.Must(t, c.Create(ctx, in))
 	t.Cleanup(func() { c.Delete(context.Background(), in) })
-	labels := map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b"}
-	conf := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns, Labels: labels},
-		Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}
-	apitest.Must(t, c.Create(ctx, conf))
-	conf.Status.Remote = &netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.71.0.0/16", External: "10.72.0.0/16"}}
-	apitest.Must(t, c.Status().Update(ctx, conf))
-	gs := &netv1alpha1.GatewayServer{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: ns, Labels: labels},
-		Spec: netv1alpha1.GatewayServerSpec{ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server"}}}
-	apitest.Must(t, c.Create(ctx, gs))
+	conf, gs := peering(ctx, t, c, ns)
 	time.Sleep(500 * time.Millisecond)
 	if a.Stats().Programmed != 0 {
 		t.Fatal("programmed a peering whose gateway has no active replica")
@@ -168,4 +160,20 @@ func TestAgentReacts(t *testing.T) {
 	if lastSNAT() != nil {
 		t.Error("host SNAT not removed")
 	}
+}
+
+// peering creates in ns the Configuration of peer cluster-b (mapped: pods seen as
+// 10.71.0.0/16, external as 10.72.0.0/16) and a GatewayServer for it without status.
+func peering(ctx context.Context, t *testing.T, c client.Client, ns string) (*netv1alpha1.Configuration, *netv1alpha1.GatewayServer) {
+	t.Helper()
+	labels := map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b"}
+	conf := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns, Labels: labels},
+		Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}
+	apitest.Must(t, c.Create(ctx, conf))
+	conf.Status.Remote = &netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.71.0.0/16", External: "10.72.0.0/16"}}
+	apitest.Must(t, c.Status().Update(ctx, conf))
+	gs := &netv1alpha1.GatewayServer{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: ns, Labels: labels},
+		Spec: netv1alpha1.GatewayServerSpec{ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server"}}}
+	apitest.Must(t, c.Create(ctx, gs))
+	return conf, gs
 }

@@ -32,15 +32,7 @@ func TestMasqueradeCondition(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	labels := map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b"}
-	conf := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns, Labels: labels},
-		Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}
-	apitest.Must(t, c.Create(ctx, conf))
-	conf.Status.Remote = &netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.71.0.0/16", External: "10.72.0.0/16"}}
-	apitest.Must(t, c.Status().Update(ctx, conf))
-	gs := &netv1alpha1.GatewayServer{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: ns, Labels: labels},
-		Spec: netv1alpha1.GatewayServerSpec{ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server"}}}
-	apitest.Must(t, c.Create(ctx, gs))
+	_, gs := peering(ctx, t, c, ns)
 	gs.Status.InternalEndpoint = &netv1alpha1.InternalEndpoint{IP: ipp("10.80.0.1"), VTEP: &netv1alpha1.VTEP{IP: "10.244.1.20", MAC: "02:5b:00:00:00:01"}}
 	apitest.Must(t, c.Status().Update(ctx, gs))
 

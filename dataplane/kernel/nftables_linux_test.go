@@ -230,15 +230,7 @@ func TestHostSNATRepairs(t *testing.T) {
 // back; pod traffic and traffic to other destinations keep their source.
 func TestHostSNATTraffic(t *testing.T) {
 	requireNFTNAT(t)
-	node, peer := netnstest.New(t, "node"), netnstest.New(t, "peer")
-	netnstest.Veth(t, node, peer, "veth0", "192.168.50.1/24", "192.168.50.2/24")
-	node.Run(t, "ip", "addr", "add", "10.244.1.5/32", "dev", "lo") // a pod address
-	node.Run(t, "ip", "route", "add", "10.0.0.0/8", "via", "192.168.50.2")
-	for _, addr := range []string{"10.70.0.9/32", "10.71.2.7/32", "10.72.0.9/32"} {
-		peer.Run(t, "ip", "addr", "add", addr, "dev", "lo")
-	}
-	peer.Run(t, "ip", "route", "add", "10.250.0.0/16", "via", "192.168.50.1") // external CIDR (the tunnel, really)
-	peer.Run(t, "ip", "route", "add", "10.244.0.0/16", "via", "192.168.50.1")
+	node, peer := snatNetwork(t)
 	fd := nsFd(t, node)
 
 	const host, pod = "", "10.244.1.5"
@@ -274,6 +266,23 @@ func TestHostSNATTraffic(t *testing.T) {
 	check("after delete", host, "10.71.2.7", "192.168.50.1")
 }
 
+// snatNetwork is a node namespace with a pod address (10.244.1.5 on lo) and a peer namespace
+// behind a veth that owns 10.70.0.9, 10.71.2.7 and 10.72.0.9 and routes the external CIDR
+// (the tunnel, really) and the pod CIDR back to the node.
+func snatNetwork(t *testing.T) (node, peer *netnstest.NS) {
+	t.Helper()
+	node, peer = netnstest.New(t, "node"), netnstest.New(t, "peer")
+	netnstest.Veth(t, node, peer, "veth0", "192.168.50.1/24", "192.168.50.2/24")
+	node.Run(t, "ip", "addr", "add", "10.244.1.5/32", "dev", "lo")
+	node.Run(t, "ip", "route", "add", "10.0.0.0/8", "via", "192.168.50.2")
+	for _, addr := range []string{"10.70.0.9/32", "10.71.2.7/32", "10.72.0.9/32"} {
+		peer.Run(t, "ip", "addr", "add", addr, "dev", "lo")
+	}
+	peer.Run(t, "ip", "route", "add", "10.250.0.0/16", "via", "192.168.50.1")
+	peer.Run(t, "ip", "route", "add", "10.244.0.0/16", "via", "192.168.50.1")
+	return node, peer
+}
+
 // TestMasqueradeBypass runs a CNI-style masquerade of everything pods send outside their CIDR
 // (at the same priority as iptables' nat table, the worst case): the watch counts pod
 // connections to remote CIDRs that it rewrote, and not host traffic skein itself SNATs; with
@@ -281,15 +290,7 @@ func TestHostSNATTraffic(t *testing.T) {
 // CNI's masquerade still applies to every other destination.
 func TestMasqueradeBypass(t *testing.T) {
 	requireNFTNAT(t)
-	node, peer := netnstest.New(t, "node"), netnstest.New(t, "peer")
-	netnstest.Veth(t, node, peer, "veth0", "192.168.50.1/24", "192.168.50.2/24")
-	node.Run(t, "ip", "addr", "add", "10.244.1.5/32", "dev", "lo") // a pod address
-	node.Run(t, "ip", "route", "add", "10.0.0.0/8", "via", "192.168.50.2")
-	for _, addr := range []string{"10.70.0.9/32", "10.71.2.7/32"} {
-		peer.Run(t, "ip", "addr", "add", addr, "dev", "lo")
-	}
-	peer.Run(t, "ip", "route", "add", "10.250.0.0/16", "via", "192.168.50.1")
-	peer.Run(t, "ip", "route", "add", "10.244.0.0/16", "via", "192.168.50.1")
+	node, peer := snatNetwork(t)
 	cni := filepath.Join(t.TempDir(), "cni.nft")
 	if err := os.WriteFile(cni, []byte(`table ip cni {
 	chain postrouting {
