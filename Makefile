@@ -55,8 +55,8 @@ test-race: k8s-binaries ## The dataplane, appliance and control packages under t
 	go test -race -count=1 -timeout 30m $(GOTESTFLAGS) ./dataplane/... ./appliance/... ./control/...
 
 .PHONY: e2e
-e2e: k8s-binaries ## End-to-end suite in the lab (two clusters in network namespaces; root): install, connect, matrix, failover, reset.
-	go test -count=1 -v -timeout 20m -run '^TestE2E$$' ./bench/e2e/
+e2e: k8s-binaries ## End-to-end suites in the lab (two clusters in network namespaces; root): install, connect, matrix, failover, reset; then pod blocks outside the nodes' pod CIDRs with a NATed server, and a masquerading pod network.
+	go test -count=1 -v -timeout 30m -run '^TestE2E(RealNetworks|Masquerade)?$$' ./bench/e2e/
 
 .PHONY: soak
 soak: k8s-binaries ## Soak in the lab (root): DURATION (default 30m) of traffic with gateway failovers, agent and API server restarts; reports every gap and each process's RSS, goroutines and FDs.
