@@ -251,7 +251,7 @@ func postroutingChain(t *nftables.Table, name string, typ nftables.ChainType, pr
 //		ip daddr @remote ip saddr != @pods snat to EXTERNAL
 //	}
 //	chain masquerade-watch {
-//		type filter hook postrouting priority srcnat + 10; policy accept;
+//		type filter hook postrouting priority srcnat + 100; policy accept;
 //		ct state new ct status snat ip daddr @remote ip saddr != EXTERNAL counter name "masqueraded"
 //	}
 func (want hostSNATRuleset) chains(t *nftables.Table) []nftChain {
@@ -262,7 +262,7 @@ func (want hostSNATRuleset) chains(t *nftables.Table) []nftChain {
 	}
 	return append(out,
 		nftChain{postroutingChain(t, nftChainPostrouting, nftables.ChainTypeNAT, nftables.ChainPriorityNATSource), want.exprs, nftRuleComment},
-		nftChain{postroutingChain(t, nftChainWatch, nftables.ChainTypeFilter, nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource+10)),
+		nftChain{postroutingChain(t, nftChainWatch, nftables.ChainTypeFilter, nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource+100)),
 			want.watchExprs, nftWatchComment})
 }
 
