@@ -290,11 +290,18 @@ func snatNetwork(t *testing.T) (node, peer *netnstest.NS) {
 // CNI's masquerade still applies to every other destination.
 func TestMasqueradeBypass(t *testing.T) {
 	requireNFTNAT(t)
+	// iptables' nat table runs at srcnat; the lab's pod network at srcnat + 10.
+	for _, prio := range []string{"srcnat", "srcnat + 10"} {
+		t.Run(strings.ReplaceAll(prio, " ", ""), func(t *testing.T) { masqueradeBypass(t, prio) })
+	}
+}
+
+func masqueradeBypass(t *testing.T, prio string) {
 	node, peer := snatNetwork(t)
 	cni := filepath.Join(t.TempDir(), "cni.nft")
 	if err := os.WriteFile(cni, []byte(`table ip cni {
 	chain postrouting {
-		type nat hook postrouting priority srcnat; policy accept;
+		type nat hook postrouting priority `+prio+`; policy accept;
 		ip saddr 10.244.0.0/16 ip daddr != 10.244.0.0/16 masquerade
 	}
 }
