@@ -242,13 +242,10 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 	}
 	for _, s := range []*side{l, r} {
 		peer := s.peer
-		name := s.objectName()
-		var found netv1alpha1.ConfigurationList
-		if err := s.c.List(ctx, &found, client.InNamespace(s.ns), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: peer.id}); err != nil {
+		// The peering's own, whatever its name.
+		name, err := labelledName(ctx, s.c, &netv1alpha1.ConfigurationList{}, "Configuration", s.ns, peer.id, s.objectName())
+		if err != nil {
 			return fmt.Errorf("(%s) %w", s.label, err)
-		}
-		if len(found.Items) == 1 {
-			name = found.Items[0].Name // the peering's own, whatever its name
 		}
 		conf := &netv1alpha1.Configuration{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns,
@@ -256,7 +253,7 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 			Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: peer.net.Published()}},
 		}
 		existing := &netv1alpha1.Configuration{}
-		err := s.c.Get(ctx, client.ObjectKeyFromObject(conf), existing)
+		err = s.c.Get(ctx, client.ObjectKeyFromObject(conf), existing)
 		switch {
 		case apierrors.IsNotFound(err):
 			if err := createOrGet(ctx, s.c, conf); err != nil {
@@ -584,19 +581,13 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 
 	// The server, in the remote cluster, for this (local) cluster: the peering's own if there
 	// is one (labelled with our id in the remote's namespace of the peering), else a new one.
-	srvNS, srvName := r.ns, "gw-"+r.objectName()
-	var servers netv1alpha1.GatewayServerList
-	if err := r.c.List(ctx, &servers, client.InNamespace(r.ns), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: l.id}); err != nil {
+	srvNS := r.ns
+	srvName, err := labelledName(ctx, r.c, &netv1alpha1.GatewayServerList{}, "GatewayServer", r.ns, l.id, "gw-"+r.objectName())
+	if err != nil {
 		return fmt.Errorf("(remote) %w", err)
 	}
-	if len(servers.Items) > 1 {
-		return fmt.Errorf("(remote) %d GatewayServers in %s for cluster %s: there must be one", len(servers.Items), r.ns, l.id)
-	}
-	if len(servers.Items) == 1 {
-		srvName = servers.Items[0].Name
-	}
 	gs := &netv1alpha1.GatewayServer{}
-	err := r.c.Get(ctx, client.ObjectKey{Namespace: srvNS, Name: srvName}, gs)
+	err = r.c.Get(ctx, client.ObjectKey{Namespace: srvNS, Name: srvName}, gs)
 	switch {
 	case apierrors.IsNotFound(err):
 		gs = &netv1alpha1.GatewayServer{
@@ -643,16 +634,10 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 	g.info(r, "Gateway server Service created successfully")
 
 	// The client, here, for the remote cluster.
-	cliNS, cliName := l.ns, "gw-"+l.objectName()
-	var clients netv1alpha1.GatewayClientList
-	if err := l.c.List(ctx, &clients, client.InNamespace(l.ns), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: r.id}); err != nil {
+	cliNS := l.ns
+	cliName, err := labelledName(ctx, l.c, &netv1alpha1.GatewayClientList{}, "GatewayClient", l.ns, r.id, "gw-"+l.objectName())
+	if err != nil {
 		return fmt.Errorf("(local) %w", err)
-	}
-	if len(clients.Items) > 1 {
-		return fmt.Errorf("(local) %d GatewayClients in %s for cluster %s: there must be one", len(clients.Items), l.ns, r.id)
-	}
-	if len(clients.Items) == 1 {
-		cliName = clients.Items[0].Name
 	}
 	gc := &netv1alpha1.GatewayClient{}
 	err = l.c.Get(ctx, client.ObjectKey{Namespace: cliNS, Name: cliName}, gc)
@@ -822,17 +807,8 @@ func applyPublicKey(ctx context.Context, s *side, secret *corev1.Secret) error {
 	if err != nil {
 		return fmt.Errorf("(%s) %w", s.label, err)
 	}
-	pk.Name = s.objectName()
-	var keys netv1alpha1.PublicKeyList
-	if err := s.c.List(ctx, &keys, client.InNamespace(s.ns), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: s.peer.id}); err != nil {
+	if pk.Name, err = labelledName(ctx, s.c, &netv1alpha1.PublicKeyList{}, "PublicKey", s.ns, s.peer.id, s.objectName()); err != nil {
 		return fmt.Errorf("(%s) %w", s.label, err)
-	}
-	switch len(keys.Items) {
-	case 0:
-	case 1:
-		pk.Name = keys.Items[0].Name
-	default:
-		return fmt.Errorf("(%s) %d PublicKeys in %s for cluster %s: there must be one", s.label, len(keys.Items), s.ns, s.peer.id)
 	}
 	existing := &netv1alpha1.PublicKey{}
 	err = s.c.Get(ctx, client.ObjectKeyFromObject(pk), existing)
@@ -863,4 +839,27 @@ func createOrGet(ctx context.Context, c client.Client, obj client.Object) error 
 		return c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 	}
 	return err
+}
+
+// labelledName is the name of the one object of list's kind in ns labelled for the peer id (a
+// peering's own object, whatever its name), or def when there is none; more than one is an
+// error, for the user to sort out.
+func labelledName(ctx context.Context, c client.Client, list client.ObjectList, kind, ns, id, def string) (string, error) {
+	if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: id}); err != nil {
+		return "", err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return "", err
+	}
+	switch len(items) {
+	case 0:
+		return def, nil
+	case 1:
+		if o, ok := items[0].(client.Object); ok {
+			return o.GetName(), nil
+		}
+		return "", fmt.Errorf("%s list holds a %T", kind, items[0])
+	}
+	return "", fmt.Errorf("%d %ss in %s for cluster %s: there must be one", len(items), kind, ns, id)
 }
