@@ -59,8 +59,8 @@ e2e: k8s-binaries ## End-to-end suites in the lab (two clusters in network names
 	go test -count=1 -v -timeout 30m -run '^TestE2E(RealNetworks|Masquerade)?$$' ./bench/e2e/
 
 .PHONY: soak
-soak: k8s-binaries ## Soak in the lab (root): DURATION (default 30m) of traffic with gateway failovers, agent and API server restarts; reports every gap and each process's RSS, goroutines and FDs.
-	SKEIN_SOAK=$(DURATION) go test -count=1 -v -timeout 13h -run '^TestSoak$$' ./bench/e2e/
+soak: k8s-binaries ## Soak in the lab (root): DURATION (default 30m) of traffic with gateway failovers, agent and API server restarts; reports every gap and each process's RSS, goroutines and FDs; a failed run keeps its logs in /var/tmp/skein-soak-failed.
+	SKEIN_SOAK=$(DURATION) SKEIN_FAILED_LOGS=/var/tmp/skein-soak-failed go test -count=1 -v -timeout 13h -run '^TestSoak$$' ./bench/e2e/
 
 .PHONY: demo
 demo: k8s-binaries ## The demo: lab up, skein via Helm, clusters peered with skeinctl, matrix, 10 s iperf3, summary (KEEP=1 keeps the lab).

@@ -98,6 +98,15 @@ func setupLab(t *testing.T, keepAlways bool, opts lab.Options) *env {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
 	e.l = l
+	// With SKEIN_FAILED_LOGS=DIR (make soak sets it), a failed run leaves its logs there
+	// (runs before the teardown above).
+	if dir := os.Getenv("SKEIN_FAILED_LOGS"); dir != "" {
+		t.Cleanup(func() {
+			if t.Failed() && !keep() {
+				saveLogs(t, l.StateDir, filepath.Join(dir, fmt.Sprintf("%s-%s", e.prefix, time.Now().UTC().Format("20060102T150405"))))
+			}
+		})
+	}
 	e.reportf("lab: 2 clusters x 2 nodes up in %.1fs", l.Ready.Sub(l.Started).Seconds())
 	for i := range 2 {
 		cfg, err := l.RESTConfig(i)
@@ -919,4 +928,25 @@ func TestDemo(t *testing.T) {
 	e.connect(ctx)
 	e.matrix(ctx)
 	e.throughput(ctx, 10*time.Second)
+}
+
+// saveLogs copies the lab's logs (the control planes' and every pod's) from stateDir to dir.
+func saveLogs(t *testing.T, stateDir, dir string) {
+	logs, _ := filepath.Glob(filepath.Join(stateDir, "logs"))
+	nodeLogs, _ := filepath.Glob(filepath.Join(stateDir, "*", "logs"))
+	for _, src := range append(logs, nodeLogs...) {
+		rel, err := filepath.Rel(stateDir, src)
+		if err != nil {
+			continue
+		}
+		dst := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Logf("saving logs: %v", err)
+			return
+		}
+		if out, err := exec.Command("cp", "-r", src, dst).CombinedOutput(); err != nil {
+			t.Logf("saving logs %s: %v: %s", src, err, out)
+		}
+	}
+	t.Logf("the failed run's logs are in %s", dir)
 }

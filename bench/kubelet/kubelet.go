@@ -305,7 +305,11 @@ func (k *Kubelet) heartbeat(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			k.log.Warn("node lease", "err", err)
 		}
-		if time.Since(last) > time.Minute {
+		// Every minute, and at once when someone else changed the node's Ready condition (as
+		// kube-controller-manager does when the Lease was not renewed, say after an API
+		// server outage): the real kubelet compares its status with the API's every 10 s and
+		// patches when they differ, so a node is NotReady for seconds, not a minute.
+		if time.Since(last) > time.Minute || k.readyOverwritten(ctx) {
 			if err := k.updateStatus(ctx); err != nil && ctx.Err() == nil {
 				k.log.Warn("node status", "err", err)
 			}
@@ -317,6 +321,20 @@ func (k *Kubelet) heartbeat(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+}
+
+// readyOverwritten reports whether the Node's Ready condition is not the one this kubelet posts.
+func (k *Kubelet) readyOverwritten(ctx context.Context) bool {
+	n, err := k.cs.CoreV1().Nodes().Get(ctx, k.o.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status != corev1.ConditionTrue || c.Reason != "KubeletReady"
+		}
+	}
+	return true
 }
 
 // cleanOrphans stops what an earlier kubelet of this node left running (its pids are in the
