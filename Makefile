@@ -15,9 +15,9 @@ CRD_DIR   := deploy/crds
 CHART_CRD_DIR := deploy/chart/crds
 BIN_DIR   := bin
 
-# The version the binaries report (skeinctl version, skein_*_build_info, the start-up log);
-# both are stamped at link time (GOFLAGS may carry -buildvcs=false).
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The version the binaries, the images' tags and the chart's appVersion carry: one source, the
+# VERSION file; version and commit are stamped at link time (GOFLAGS may carry -buildvcs=false).
+VERSION ?= $(shell cat VERSION 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/skein-net/skein/control/buildinfo.Version=$(VERSION) -X github.com/skein-net/skein/control/buildinfo.Commit=$(COMMIT)
 
@@ -76,6 +76,11 @@ generate: ## Regenerate deepcopy code and the CRDs under deploy/crds from the AP
 	@rm -rf $(CRD_DIR)
 	$(CONTROLLER_GEN) crd paths=$(API_PATHS) output:crd:artifacts:config=$(CRD_DIR)
 	@rm -rf $(CHART_CRD_DIR) && mkdir -p $(CHART_CRD_DIR) && cp $(CRD_DIR)/*.yaml $(CHART_CRD_DIR)/
+
+.PHONY: images
+images: ## OCI images (controller, agent, gateway, probe) for linux/amd64 and linux/arm64, built without a container engine into the OCI layout bin/images; PUSH=1 REGISTRY=host/path pushes them, BASE_IMAGE=ref builds on a base.
+	go run ./deploy/cmd/images --out $(BIN_DIR)/images --version $(VERSION) --revision $(COMMIT) \
+		$(if $(PUSH),--push --registry $(REGISTRY)) $(IMAGESFLAGS)
 
 .PHONY: lint
 lint: ## go vet and staticcheck.

@@ -285,10 +285,13 @@ var valueCases = []struct {
 		"podCIDR": []any{"10.1.0.0/16", "10.2.0.0/16"}, "serviceCIDR": "10.112.0.0/12", "externalCIDR": "10.171.0.0/16",
 		"internalCIDR": "10.181.0.0/16", "reserved": []any{"192.168.50.0/24", "172.31.0.0/16"}, "pools": []any{"100.64.0.0/10"}}}},
 	{name: "images", values: map[string]any{
-		"controller": map[string]any{"image": map[string]any{"repository": "registry.example.com/skein/skein-controller", "tag": "v0.2.0", "pullPolicy": "Always"}},
+		"controller": map[string]any{"image": map[string]any{"registry": "registry.example.com/skein", "tag": "v0.2.0", "pullPolicy": "Always"}},
 		"agent":      map[string]any{"image": map[string]any{"tag": "v0.2.0"}, "metricsPort": 19472, "logLevel": "debug", "masqueradeBypass": true},
-		"gateway": map[string]any{"image": map[string]any{"repository": "registry.example.com/skein/skein-gateway", "tag": "sha-1234abc", "pullPolicy": "Never"},
+		"gateway": map[string]any{"image": map[string]any{"registry": "registry.example.com/skein/", "tag": "sha-1234abc",
+			"digest": "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "pullPolicy": "Never"},
 			"resources": map[string]any{"requests": map[string]any{"cpu": "250m", "memory": "100Mi"}, "limits": map[string]any{"memory": "300Mi"}}}}},
+	{name: "air-gapped", values: map[string]any{"imageRegistry": "mirror.internal:5000/skein"}},
+	{name: "local-images", values: map[string]any{"imageRegistry": ""}},
 	{name: "ha-clusterid", values: map[string]any{"clusterID": "3c8c2a8e-5d7b-4e47-9f1e-0a6b2f3d4c5e",
 		"controller": map[string]any{"replicas": 2, "metricsPort": 19473, "kubeAPI": map[string]any{"qps": 12.5, "burst": 25}},
 		"gateway":    map[string]any{"replicas": 2, "watchPods": true}}},
@@ -445,4 +448,37 @@ func unknownFlags(bin string, args []string) ([]string, error) {
 		}
 	}
 	return bad, nil
+}
+
+// TestChartVersion: the chart's version and appVersion are the VERSION file's (without and
+// with its leading v), so the images' default tag is the version `make images` builds, and no
+// image reference of the default values uses latest.
+func TestChartVersion(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := strings.TrimSpace(string(b))
+	chart, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"\nversion: " + strings.TrimPrefix(version, "v") + "\n", "\nappVersion: " + version + "\n"} {
+		if !strings.Contains(string(chart), want) {
+			t.Errorf("Chart.yaml lacks %q (VERSION is %s)", strings.TrimSpace(want), version)
+		}
+	}
+	if !strings.HasPrefix(version, "v") || chartAppVersion() != version {
+		t.Errorf("VERSION %q, appVersion %q: want one version starting with v", version, chartAppVersion())
+	}
+	// The templates for a manual install (kubectl apply) name the same image.
+	for _, f := range []string{"wireguard-server.yaml", "wireguard-client.yaml"} {
+		b, err := os.ReadFile(filepath.Join("templates", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "image: ghcr.io/skein-net/skein-gateway:" + version + "\n"; !strings.Contains(string(b), want) {
+			t.Errorf("deploy/templates/%s lacks %q", f, strings.TrimSpace(want))
+		}
+	}
 }

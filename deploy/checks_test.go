@@ -33,14 +33,27 @@ import (
 )
 
 // imageValues are a component's image values.
-type imageValues struct{ Repository, Tag, PullPolicy string }
+type imageValues struct{ Registry, Repository, Tag, Digest, PullPolicy string }
 
-func (i imageValues) ref() string {
+// imageRef is the reference the chart renders for i: registry (or imageRegistry) / repository,
+// then @digest, else :tag (or the appVersion).
+func (v chartValues) imageRef(i imageValues) string {
+	ref := i.Repository
+	reg := i.Registry
+	if reg == "" {
+		reg = v.ImageRegistry
+	}
+	if reg = strings.TrimSuffix(reg, "/"); reg != "" {
+		ref = reg + "/" + ref
+	}
+	if i.Digest != "" {
+		return ref + "@" + i.Digest
+	}
 	tag := i.Tag
 	if tag == "" {
 		tag = chartAppVersion()
 	}
-	return i.Repository + ":" + tag
+	return ref + ":" + tag
 }
 
 // chartAppVersion is Chart.yaml's appVersion, the images' default tag.
@@ -74,6 +87,7 @@ func (c cidrList) String() string { return strings.Join(c, ",") }
 // keys case-insensitively).
 type chartValues struct {
 	ClusterID        string
+	ImageRegistry    string
 	LogFormat        string
 	ImagePullSecrets []corev1.LocalObjectReference
 	IPAM             struct {
@@ -310,8 +324,8 @@ func checkController(v chartValues, objs []*unstructured.Unstructured) []string 
 		return append(problems, fmt.Sprintf("controller: %d containers, want 1", len(pod.Containers)))
 	}
 	c := pod.Containers[0]
-	if c.Image != v.Controller.Image.ref() || string(c.ImagePullPolicy) != v.Controller.Image.PullPolicy {
-		bad("image %s (%s), want %s (%s)", c.Image, c.ImagePullPolicy, v.Controller.Image.ref(), v.Controller.Image.PullPolicy)
+	if c.Image != v.imageRef(v.Controller.Image) || string(c.ImagePullPolicy) != v.Controller.Image.PullPolicy {
+		bad("image %s (%s), want %s (%s)", c.Image, c.ImagePullPolicy, v.imageRef(v.Controller.Image), v.Controller.Image.PullPolicy)
 	}
 	want := []string{
 		"--pod-cidrs=" + v.IPAM.PodCIDR.String(), "--service-cidr=" + v.IPAM.ServiceCIDR.String(),
@@ -418,8 +432,8 @@ func checkAgent(v chartValues, objs []*unstructured.Unstructured) []string {
 	if envFrom(c, "POD_NAME") != "metadata.name" || envFrom(c, "POD_NAMESPACE") != "metadata.namespace" {
 		bad("env POD_NAME/POD_NAMESPACE are not the pod's name and namespace (the agent annotates its pod)")
 	}
-	if c.Image != v.Agent.Image.ref() {
-		bad("image %s, want %s", c.Image, v.Agent.Image.ref())
+	if c.Image != v.imageRef(v.Agent.Image) {
+		bad("image %s, want %s", c.Image, v.imageRef(v.Agent.Image))
 	}
 	if !hasPort(c, v.Agent.MetricsPort) {
 		bad("no metrics port %d", v.Agent.MetricsPort)
@@ -501,7 +515,7 @@ func checkGatewayTemplates(v chartValues, ns string, objs []*unstructured.Unstru
 			if c["name"] != "gateway" {
 				continue
 			}
-			c["image"], c["imagePullPolicy"] = v.Gateway.Image.ref(), v.Gateway.Image.PullPolicy
+			c["image"], c["imagePullPolicy"] = v.imageRef(v.Gateway.Image), v.Gateway.Image.PullPolicy
 			res, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&v.Gateway.Resources)
 			if err != nil {
 				bad("%v", err)
@@ -585,8 +599,8 @@ func checkGatewayTemplates(v chartValues, ns string, objs []*unstructured.Unstru
 			if c.Name != "gateway" {
 				continue
 			}
-			if c.Image != v.Gateway.Image.ref() {
-				bad("gateway image %s, want %s", c.Image, v.Gateway.Image.ref())
+			if c.Image != v.imageRef(v.Gateway.Image) {
+				bad("gateway image %s, want %s", c.Image, v.imageRef(v.Gateway.Image))
 			}
 			if m := missingArgs(c.Args, append(overlayArgs(v, "overlay-mtu"), "--gateway-name=gw")); len(m) > 0 {
 				bad("gateway args %q lack %q", c.Args, m)

@@ -271,7 +271,7 @@ func TestChartInstall(t *testing.T) {
 	// What it rendered from the chart's template and the bindings it made.
 	gwDep := &appsv1.Deployment{}
 	must(c.Get(ctx, client.ObjectKey{Namespace: gwNS, Name: "server"}, gwDep))
-	if img := gwDep.Spec.Template.Spec.Containers[0].Image; img != "skein-gateway:latest" {
+	if img := gwDep.Spec.Template.Spec.Containers[0].Image; img != "ghcr.io/skein-net/skein-gateway:"+chartAppVersion() {
 		t.Errorf("the gateway Deployment runs %s, not the chart's gateway image", img)
 	}
 	rb := &rbacv1.RoleBinding{}

@@ -26,10 +26,19 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{/* skein.image: an image reference from {repository, tag}; the tag defaults to appVersion. */}}
+{{/* skein.image: an image reference from {registry, repository, tag, digest}: the registry
+defaults to imageRegistry, the tag to appVersion; a digest wins over the tag. */}}
 {{- define "skein.image" -}}
-{{- $tag := .image.tag | default .root.Chart.AppVersion | toString -}}
-{{- printf "%s:%s" .image.repository $tag -}}
+{{- $reg := .image.registry | default .root.Values.imageRegistry | default "" | trimSuffix "/" -}}
+{{- $repo := .image.repository -}}
+{{- if $reg -}}
+{{- $repo = printf "%s/%s" $reg $repo -}}
+{{- end -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $repo .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (.image.tag | default .root.Chart.AppVersion | toString) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* skein.cidrs: a CIDR or a list of CIDRs as the comma-separated list the flags take. */}}
