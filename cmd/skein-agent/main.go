@@ -30,6 +30,7 @@ import (
 	"github.com/skein-net/skein/control/agent/apiclient"
 	"github.com/skein-net/skein/control/agent/plan"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/apiconn"
 	"github.com/skein-net/skein/control/buildinfo"
 	"github.com/skein-net/skein/control/logging"
 	"github.com/skein-net/skein/dataplane/kernel"
@@ -51,6 +52,7 @@ Flags:
 
 func main() {
 	fs := flag.NewFlagSet("skein-agent", flag.ContinueOnError)
+	apiconn.DeadConnectionsFaster()
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	nodeIP := fs.String("node-ip", os.Getenv("NODE_IP"), "this node's underlay IPv4 address, its VTEP (default $NODE_IP)")

@@ -21,6 +21,7 @@ import (
 
 	"github.com/skein-net/skein/appliance"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/apiconn"
 	"github.com/skein-net/skein/control/buildinfo"
 	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/control/gateway/config"
@@ -52,6 +53,7 @@ Flags:
 
 func main() {
 	fs := flag.NewFlagSet("skein-gateway", flag.ContinueOnError)
+	apiconn.DeadConnectionsFaster()
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()

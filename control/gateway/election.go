@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/connrotation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
@@ -64,6 +66,14 @@ func (e *Election) defaults() {
 // reaches it takes over after LeaseDuration and both are active until the first sees it.
 func RunElection(ctx context.Context, cfg *rest.Config, namespace, gateway string, e Election, onActive func(), onStandby func()) error {
 	e.defaults()
+	// The Lease has its own connections, all closed after a failed try: a connection to an API
+	// server that restarted can hang without anyone telling the client, and client-go would
+	// reuse it for every renewal until its HTTP/2 health check gives up (30 s without a frame,
+	// then a 15 s ping), while a standby with a fresh connection takes over after
+	// LeaseDuration. The kubelet closes its heartbeat connections the same way.
+	cfg = rest.CopyConfig(cfg)
+	dialer := connrotation.NewDialer((&net.Dialer{Timeout: e.RenewDeadline, KeepAlive: 30 * time.Second}).DialContext)
+	cfg.Dial = dialer.DialContext
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -87,6 +97,9 @@ func RunElection(ctx context.Context, cfg *rest.Config, namespace, gateway strin
 		cancel()
 		if ctx.Err() != nil {
 			break
+		}
+		if err != nil {
+			dialer.CloseAll()
 		}
 		switch {
 		case err != nil && !unreachable:

@@ -73,6 +73,16 @@ func (p *Proxy) Thaw() {
 	p.closeAll()
 }
 
+// ThawHung ends a freeze for new connections only: those held during the freeze stay open and
+// unanswered, as connections to a restarted API server do when nothing tells the client they
+// are dead (no RST reaches it). A client that keeps using such a connection hangs until it
+// gives up on it.
+func (p *Proxy) ThawHung() {
+	p.mu.Lock()
+	p.frozen = false
+	p.mu.Unlock()
+}
+
 func (p *Proxy) serve() {
 	for {
 		c, err := p.ln.Accept()
