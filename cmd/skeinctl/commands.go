@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"sort"
 	"strings"
 	"time"
 
@@ -74,13 +75,65 @@ says liqoctl, type skeinctl: the network workflows, their flags and their output
 }
 
 func versionCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:     "version",
-		Short:   "Print skeinctl's version",
-		Example: "  skeinctl version",
+	var clientOnly bool
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print skeinctl's version and the images skein runs in the cluster",
+		Long: `Print skeinctl's version and commit, then, when the cluster of --kubeconfig (or
+--context) answers within 5 s, the images of skein's pods there (every pod labelled
+app.kubernetes.io/part-of=skein: the controller, the agents, the gateways) with their counts.`,
+		Example: "  skeinctl version\n  skeinctl version --client",
 		Args:    cobra.NoArgs,
-		Run:     func(*cobra.Command, []string) { fmt.Fprintf(g.out, "skeinctl %s\n", buildinfo.Get()) },
+		Run: func(c *cobra.Command, _ []string) {
+			fmt.Fprintf(g.out, "skeinctl %s\n", buildinfo.Get())
+			if clientOnly {
+				return
+			}
+			ctx, cancel := context.WithTimeout(c.Context(), min(g.timeout, 5*time.Second))
+			defer cancel()
+			images, err := g.runningImages(ctx)
+			if err != nil {
+				fmt.Fprintf(g.out, "cluster: not reachable (%v)\n", err)
+				return
+			}
+			if len(images) == 0 {
+				fmt.Fprintln(g.out, "cluster: no skein pod")
+			}
+			for _, im := range images {
+				fmt.Fprintf(g.out, "cluster: %s\n", im)
+			}
+		},
 	}
+	cmd.Flags().BoolVar(&clientOnly, "client", false, "print skeinctl's version only")
+	return cmd
+}
+
+// runningImages lists, for each container of skein's pods in the cluster, its image and how
+// many pods run it: "skein-agent ghcr.io/skein-net/skein-agent:v0.2.0 (3 pods)".
+func (g *globals) runningImages(ctx context.Context) ([]string, error) {
+	saved := g.timeout
+	g.timeout = min(g.timeout, 5*time.Second)
+	cl, err := g.client(ctx, g.local())
+	g.timeout = saved
+	if err != nil {
+		return nil, err
+	}
+	var pods corev1.PodList
+	if err := cl.List(ctx, &pods, client.MatchingLabels{"app.kubernetes.io/part-of": "skein"}); err != nil {
+		return nil, err
+	}
+	count := map[string]int{}
+	for _, p := range pods.Items {
+		for _, c := range p.Spec.Containers {
+			count[c.Name+" "+c.Image]++
+		}
+	}
+	out := make([]string, 0, len(count))
+	for k, n := range count {
+		out = append(out, fmt.Sprintf("%s (%d pods)", k, n))
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // client builds a client for the cluster t names and checks the API server answers.

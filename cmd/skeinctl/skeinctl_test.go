@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -148,8 +149,11 @@ func TestFlags(t *testing.T) {
 	if out, err := run(t, "completion", "bash"); err != nil || !strings.Contains(out, "skeinctl") {
 		t.Errorf("completion bash: %v", err)
 	}
-	if out, _ := run(t, "version"); !strings.HasPrefix(out, "skeinctl ") {
-		t.Errorf("version: %q", out)
+	if out, _ := run(t, "version", "--client"); !strings.HasPrefix(out, "skeinctl ") || strings.Contains(out, "cluster:") {
+		t.Errorf("version --client: %q", out)
+	}
+	if out, _ := run(t, "version", "--kubeconfig", "/nonexistent/kubeconfig"); !strings.HasPrefix(out, "skeinctl ") || !strings.Contains(out, "cluster: not reachable") {
+		t.Errorf("version without a cluster: %q", out)
 	}
 }
 
@@ -185,5 +189,27 @@ func TestGenerateGolden(t *testing.T) {
 	golden.Check(t, "generate-publickey", out)
 	if _, err := run(t, "--kubeconfig", kc, "-l", "not-installed", "generate", "configuration"); err == nil || !strings.Contains(err.Error(), "is skein installed") {
 		t.Errorf("skein not installed: %v", err)
+	}
+}
+
+// TestVersionCluster: skeinctl version lists the images skein runs in the cluster.
+func TestVersionCluster(t *testing.T) {
+	env := apitest.Start(t)
+	ctx := context.Background()
+	ns := env.Namespace(t, "version")
+	for i, img := range []string{"ghcr.io/skein-net/skein-agent:v0.2.0", "ghcr.io/skein-net/skein-agent:v0.2.0", "ghcr.io/skein-net/skein-controller:v0.2.0"} {
+		name := strings.Split(strings.TrimPrefix(img, "ghcr.io/skein-net/skein-"), ":")[0]
+		apitest.Must(t, env.Client.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: ns,
+			Labels: map[string]string{"app.kubernetes.io/part-of": "skein"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: img}}}}))
+	}
+	out, err := run(t, "--kubeconfig", env.KubeconfigFile(t), "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"cluster: agent ghcr.io/skein-net/skein-agent:v0.2.0 (2 pods)", "cluster: controller ghcr.io/skein-net/skein-controller:v0.2.0 (1 pods)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("skeinctl version:\n%s\nwant a line %q", out, want)
+		}
 	}
 }
