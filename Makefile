@@ -77,6 +77,12 @@ generate: ## Regenerate deepcopy code and the CRDs under deploy/crds from the AP
 	$(CONTROLLER_GEN) crd paths=$(API_PATHS) output:crd:artifacts:config=$(CRD_DIR)
 	@rm -rf $(CHART_CRD_DIR) && mkdir -p $(CHART_CRD_DIR) && cp $(CRD_DIR)/*.yaml $(CHART_CRD_DIR)/
 
+.PHONY: chart
+chart: k8s-binaries ## Package the chart into bin/skein-<version>.tgz (version and appVersion from VERSION); PUSH=1 CHART_REGISTRY=oci://host/path pushes it with helm push.
+	@helm=$$(go run ./bench/cmd/k8s-binaries -helm); \
+	"$$helm" package deploy/chart --destination $(BIN_DIR) --version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION); \
+	$(if $(PUSH),"$$helm" push $(BIN_DIR)/skein-$(patsubst v%,%,$(VERSION)).tgz $(CHART_REGISTRY) $(HELMPUSHFLAGS),true)
+
 .PHONY: images
 images: ## OCI images (controller, agent, gateway, probe) for linux/amd64 and linux/arm64, built without a container engine into the OCI layout bin/images; PUSH=1 REGISTRY=host/path pushes them, BASE_IMAGE=ref builds on a base.
 	go run ./deploy/cmd/images --out $(BIN_DIR)/images --version $(VERSION) --revision $(COMMIT) \

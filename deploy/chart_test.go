@@ -14,7 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"maps"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +31,9 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/skein-net/skein/internal/apitest"
+
 	"github.com/skein-net/skein/internal/k8sbin"
 )
 
@@ -480,5 +484,33 @@ func TestChartVersion(t *testing.T) {
 		if want := "image: ghcr.io/skein-net/skein-gateway:" + version + "\n"; !strings.Contains(string(b), want) {
 			t.Errorf("deploy/templates/%s lacks %q", f, strings.TrimSpace(want))
 		}
+	}
+}
+
+// TestChartPackagePush: the chart packages with the VERSION's version (what make chart does)
+// and a push to an OCI registry (in process, on loopback) pulls back as the same chart.
+func TestChartPackagePush(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := strings.TrimSpace(string(b))
+	dir := t.TempDir()
+	if out, err := helm(t, "", "package", chartDir, "--destination", dir, "--version", strings.TrimPrefix(version, "v"), "--app-version", version); err != nil {
+		t.Fatalf("helm package: %v\n%s", err, out)
+	}
+	pkg := filepath.Join(dir, "skein-"+strings.TrimPrefix(version, "v")+".tgz")
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	repo := "oci://" + strings.TrimPrefix(srv.URL, "http://") + "/charts"
+	if out, err := helm(t, "", "push", pkg, repo, "--plain-http"); err != nil {
+		t.Fatalf("helm push: %v\n%s", err, out)
+	}
+	out, err := helm(t, "", "show", "chart", repo+"/skein", "--version", strings.TrimPrefix(version, "v"), "--plain-http")
+	if err != nil {
+		t.Fatalf("helm show chart: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "appVersion: "+version) || !strings.Contains(out, "name: skein") {
+		t.Errorf("the pushed chart says:\n%s", out)
 	}
 }

@@ -21,6 +21,7 @@ import (
 func main() {
 	check := flag.Bool("check", false, "only report whether the binaries are built; never build")
 	quiet := flag.Bool("q", false, "do not print build output, only the bin directory")
+	helmPath := flag.Bool("helm", false, "print the path of the cached helm binary (built by a run without -helm) and exit")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: k8s-binaries [-check] [-q]\n\n"+
 			"Builds etcd %s and Kubernetes %s (%v) into $SKEIN_CACHE/k8s, and helm %s into\n"+
@@ -31,6 +32,15 @@ func main() {
 	}
 	flag.Parse()
 
+	if *helmPath {
+		helm, ok := k8sbin.HelmReady()
+		if !ok {
+			fmt.Fprintf(os.Stderr, "helm is not built at %s; run 'make k8s-binaries'\n", helm)
+			os.Exit(1)
+		}
+		fmt.Println(helm)
+		return
+	}
 	if *check {
 		bin, ok := k8sbin.Ready()
 		helm, helmOK := k8sbin.HelmReady()
