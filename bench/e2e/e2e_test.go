@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,6 +30,7 @@ import (
 	"github.com/skein-net/skein/bench/lab/labtest"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/kube"
+	"github.com/skein-net/skein/deploy/images"
 	"github.com/skein-net/skein/internal/k8sbin"
 	"github.com/skein-net/skein/internal/metricsdoc"
 )
@@ -60,12 +63,15 @@ func (e *env) run(ctx context.Context, i int, args ...string) string {
 
 // setup builds the binaries and starts the lab. With KEEP set, the lab stays up after a
 // failure (after any run when keepAlways).
+// The lab pulls skein's images from its registry (built from the lab's binaries as make images
+// builds them) and runs their content.
 func setup(t *testing.T, keepAlways bool) *env {
-	return setupLab(t, keepAlways, lab.Options{})
+	return setupLab(t, keepAlways, lab.Options{}, true)
 }
 
-// setupLab is setup with a lab of the given pod network (its prefix is set here).
-func setupLab(t *testing.T, keepAlways bool, opts lab.Options) *env {
+// setupLab is setup with a lab of the given pod network (its prefix is set here); without
+// registry, pods run the lab's binaries picked by image name.
+func setupLab(t *testing.T, keepAlways bool, opts lab.Options, registry bool) *env {
 	k8s := labtest.Need(t)
 	helm, ok := k8sbin.HelmReady()
 	if !ok {
@@ -83,8 +89,12 @@ func setupLab(t *testing.T, keepAlways bool, opts lab.Options) *env {
 	defer cancel()
 	var progress strings.Builder
 	opts.Prefix = e.prefix
+	layoutDir := ""
+	if registry {
+		layoutDir = e.imageLayout(t)
+	}
 	l, err := lab.Start(ctx, lab.Config{Options: opts, K8sBin: k8s,
-		LabBinary: filepath.Join(e.bin, "lab"), BinDir: e.bin, Log: &progress})
+		LabBinary: filepath.Join(e.bin, "lab"), BinDir: e.bin, Log: &progress, ImageLayout: layoutDir})
 	t.Cleanup(func() {
 		if keep() {
 			fmt.Printf("\nKEEP set: the lab stays up.\n  %[1]s/lab status --prefix %[2]s\n  %[1]s/lab exec --prefix %[2]s -c 0 -- kubectl get pods -A\n"+
@@ -298,11 +308,15 @@ func (e *env) install(ctx context.Context, gatewayReplicas int) {
 	for _, c := range e.l.PodCIDRs {
 		cidrs = append(cidrs, `"`+c.String()+`"`)
 	}
+	var imageArgs []string
+	if e.l.Registry != "" {
+		imageArgs = []string{"--set", "imageRegistry=" + e.l.Registry + "/skein-net"}
+	}
 	for i := range 2 {
 		start := time.Now()
-		e.run(ctx, i, e.helm, "install", "skein", chart, "--namespace", "liqo", "--create-namespace",
-			"--set", fmt.Sprintf("gateway.replicas=%d", gatewayReplicas), "--set-json", "ipam.podCIDR=["+strings.Join(cidrs, ",")+"]",
-			"--wait", "--timeout", "3m")
+		e.run(ctx, i, slices.Concat([]string{e.helm, "install", "skein", chart, "--namespace", "liqo", "--create-namespace",
+			"--set", fmt.Sprintf("gateway.replicas=%d", gatewayReplicas), "--set-json", "ipam.podCIDR=[" + strings.Join(cidrs, ",") + "]",
+			"--wait", "--timeout", "3m"}, imageArgs)...)
 		var pods corev1.PodList
 		if err := e.c[i].List(ctx, &pods, client.InNamespace("liqo")); err != nil {
 			e.t.Fatal(err)
@@ -316,6 +330,20 @@ func (e *env) install(ctx context.Context, gatewayReplicas int) {
 			}
 		}
 		e.reportf("install: cluster %d, helm install --wait took %.1fs, %d pods Ready", i, time.Since(start).Seconds(), len(pods.Items))
+		if e.l.Registry != "" {
+			seen := map[string]bool{}
+			for _, p := range pods.Items {
+				for _, st := range p.Status.ContainerStatuses {
+					if !strings.HasPrefix(st.ImageID, e.l.Registry+"/") {
+						e.t.Errorf("cluster %d: pod %s container %s runs %q, not an image pulled from the lab's registry", i, p.Name, st.Name, st.ImageID)
+					}
+					if !seen[st.ImageID] {
+						seen[st.ImageID] = true
+						e.reportf("install: cluster %d runs %s", i, st.ImageID)
+					}
+				}
+			}
+		}
 	}
 }
 
@@ -335,7 +363,7 @@ func (e *env) probes(ctx context.Context) {
 		ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"},
 			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{Name: "probe", Image: "lab-probe", Args: []string{"serve"},
+					Containers: []corev1.Container{{Name: "probe", Image: e.probeImage(), Args: []string{"serve"},
 						ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
 							HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(7072)}}}}},
 				}}}}
@@ -949,4 +977,51 @@ func saveLogs(t *testing.T, stateDir, dir string) {
 		}
 	}
 	t.Logf("the failed run's logs are in %s", dir)
+}
+
+// version is the VERSION file's: the tag of the images and the chart's appVersion.
+func version(t *testing.T) string {
+	b, err := os.ReadFile("../../VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// imageLayout builds skein's images from the lab's binaries for this machine's platform, as
+// make images builds them, into an OCI layout for the lab's registry, and reports their digests.
+func (e *env) imageLayout(t *testing.T) string {
+	dir := filepath.Join(e.bin, "images")
+	v := version(t)
+	m := images.Meta{Version: v, Revision: "lab", Source: "https://github.com/skein-net/skein", Created: time.Unix(0, 0)}
+	p := images.Platform{OS: "linux", Arch: runtime.GOARCH}
+	for _, c := range images.Components {
+		bin := c.Name
+		if c.Name == "skein-probe" {
+			bin = "lab-probe"
+		}
+		b, err := os.ReadFile(filepath.Join(e.bin, bin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx, err := images.Index(c, []images.Platform{p}, map[images.Platform][]byte{p: b}, m, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := images.WriteLayout(dir, c.Name+":"+v, idx); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := idx.Digest()
+		e.reportf("images: %s:%s %s", c.Name, v, d)
+	}
+	return dir
+}
+
+// probeImage is the probe pods' image: skein-probe from the lab's registry, or the lab's
+// lab-probe binary by name.
+func (e *env) probeImage() string {
+	if e.l.Registry != "" {
+		return e.l.Registry + "/skein-net/skein-probe:" + version(e.t)
+	}
+	return "lab-probe"
 }

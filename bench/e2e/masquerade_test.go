@@ -23,7 +23,7 @@ import (
 // Without the bypass a pod does not reach the peer as itself, and every node's agent says why
 // in its InternalNode; with agent.masqueradeBypass the whole matrix passes.
 func TestE2EMasquerade(t *testing.T) {
-	e := setupLab(t, false, lab.Options{MasqueradeAll: true})
+	e := setupLab(t, false, lab.Options{MasqueradeAll: true}, false)
 	defer func() {
 		fmt.Printf("\n=== skein end-to-end report (masquerading pod network)\n%s\n", e.report.String())
 	}()

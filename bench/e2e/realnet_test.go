@@ -29,7 +29,7 @@ import (
 // forwards a public address to the server's node and drops the direct path, so the client
 // connects only if it dials the address `network connect --client-address` gave it.
 func TestE2ERealNetworks(t *testing.T) {
-	e := setupLab(t, false, lab.Options{PodBlocks: true})
+	e := setupLab(t, false, lab.Options{PodBlocks: true}, false)
 	defer func() { fmt.Printf("\n=== skein end-to-end report (real networks)\n%s\n", e.report.String()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

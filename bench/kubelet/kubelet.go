@@ -79,7 +79,10 @@ type Options struct {
 	// Images maps an image name (the last path element, without tag or digest) to a binary.
 	// Names not in it are looked up in BinDir, then on PATH.
 	Images map[string]string
-	BinDir string
+	// Registry, when set, is the lab's registry (host:port): an image whose reference starts
+	// with it is pulled from there and its own entrypoint runs, instead of a binary by name.
+	Registry string
+	BinDir   string
 	// Shim is the command that starts the shim (see Shim), such as ["/path/lab", "shim"].
 	Shim []string
 	Log  *slog.Logger
@@ -91,6 +94,8 @@ type Kubelet struct {
 	cs      kubernetes.Interface
 	log     *slog.Logger
 	podCIDR netip.Prefix
+
+	pullMu sync.Mutex // one pull and unpack at a time
 
 	mu   sync.Mutex
 	pods map[types.UID]*podWorker
@@ -455,8 +460,19 @@ func (k *Kubelet) removeWorker(uid types.UID) {
 	k.mu.Unlock()
 }
 
-// resolveImage maps an image to a local binary.
-func (k *Kubelet) resolveImage(image string) (string, error) {
+// resolveImage maps an image to what runs: its entrypoint pulled from the lab's registry, or a
+// local binary of the image's name; id is the image ID the pod's status reports.
+func (k *Kubelet) resolveImage(image string) (bin, id string, err error) {
+	if k.fromRegistry(image) {
+		return k.pull(image)
+	}
+	bin, err = k.localImage(image)
+	return bin, "skein-lab://" + image, err
+}
+
+// localImage maps an image to a binary by its name (the last path element, without tag or
+// digest).
+func (k *Kubelet) localImage(image string) (string, error) {
 	name := image
 	if i := strings.LastIndex(name, "/"); i >= 0 {
 		name = name[i+1:]

@@ -55,6 +55,7 @@ type container struct {
 	done      bool // exited and will not be restarted
 	stopping  bool
 	exited    chan struct{} // closed when the supervisor returns
+	imageID   string        // what ran: repository@digest for a pulled image
 }
 
 func newPodWorker(k *Kubelet, p *corev1.Pod) *podWorker {
@@ -368,10 +369,13 @@ type imageError struct{ error }
 // start launches the container's process through the shim.
 func (w *podWorker) start(ctx context.Context, c *container) (*exec.Cmd, error) {
 	p := w.current()
-	bin, err := w.k.resolveImage(c.spec.Image)
+	bin, imageID, err := w.k.resolveImage(c.spec.Image)
 	if err != nil {
 		return nil, imageError{err}
 	}
+	c.mu.Lock()
+	c.imageID = imageID
+	c.mu.Unlock()
 	env, err := w.env(ctx, p, c.spec)
 	if err != nil {
 		return nil, err
@@ -387,7 +391,7 @@ func (w *podWorker) start(ctx context.Context, c *container) (*exec.Cmd, error) 
 		if !strings.Contains(argv[0], "/") {
 			if argv[0] == filepath.Base(bin) {
 				argv[0] = bin
-			} else if found, err := w.k.resolveImage(argv[0]); err == nil {
+			} else if found, err := w.k.localImage(argv[0]); err == nil {
 				argv[0] = found
 			}
 		}
@@ -558,7 +562,11 @@ func (w *podWorker) writeStatus(ctx context.Context) error {
 	allReady, anyStarted, allDone, allZero := true, false, true, true
 	for _, c := range w.ctrs {
 		c.mu.Lock()
-		st := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, ImageID: "skein-lab://" + c.spec.Image,
+		imageID := c.imageID
+		if imageID == "" {
+			imageID = "skein-lab://" + c.spec.Image
+		}
+		st := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, ImageID: imageID,
 			Ready: c.ready, RestartCount: c.restarts, Started: ptr.To(c.running)}
 		switch {
 		case c.running:

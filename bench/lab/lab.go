@@ -42,6 +42,33 @@ var (
 	APIServerService = netip.MustParseAddrPort("10.96.0.1:443")
 )
 
+// startRegistry runs the lab's registry in the router namespace, loaded with cfg.ImageLayout,
+// and waits until it serves the images.
+func startRegistry(ctx context.Context, cfg Config, stateDir, routerNS string) error {
+	layoutDir, err := filepath.Abs(cfg.ImageLayout)
+	if err != nil {
+		return err
+	}
+	ready := filepath.Join(stateDir, "registry.ready")
+	if err := os.MkdirAll(filepath.Join(stateDir, "logs"), 0o755); err != nil {
+		return err
+	}
+	if err := spawn(cfg.LabBinary, stateDir, routerNS, filepath.Join(stateDir, "logs", "registry.log"),
+		cfg.LabBinary, "registry", "--listen", RegistryAddr, "--layout", layoutDir, "--ready", ready); err != nil {
+		return fmt.Errorf("lab: registry: %w", err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; {
+		if _, err := os.Stat(ready); err == nil {
+			fmt.Fprintf(cfg.Log, "lab: registry at %s serves the images of %s\n", RegistryAddr, layoutDir)
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("lab: the registry did not load %s within a minute (see %s)", layoutDir, filepath.Join(stateDir, "logs", "registry.log"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // podCIDRs are where pods get addresses.
 func (o Options) podCIDRs() []netip.Prefix {
 	if o.PodBlocks {
@@ -71,7 +98,15 @@ type Config struct {
 	Log io.Writer
 	// KeepOnFailure leaves a lab that failed to start in place, for its logs.
 	KeepOnFailure bool
+	// ImageLayout, when set, is an OCI image layout the lab serves from a registry at
+	// RegistryAddr (in the router namespace) as RegistryAddr/skein-net/NAME:TAG; the kubelets
+	// pull images of that registry and run their content.
+	ImageLayout string
 }
+
+// RegistryAddr is where the lab's registry listens: the router's address on the workstation's
+// link, which every node and the workstation reach.
+const RegistryAddr = "10.255.0.1:5000"
 
 // ClusterState is one running cluster.
 type ClusterState struct {
@@ -92,6 +127,8 @@ type Lab struct {
 	Clusters []ClusterState
 	// PodCIDRs are where the clusters' pods get addresses (the same in every cluster).
 	PodCIDRs []netip.Prefix
+	// Registry is the lab's registry (RegistryAddr) when it serves images, else empty.
+	Registry string
 	// Started and Ready are when Start began and when every node was Ready.
 	Started, Ready time.Time
 }
@@ -148,6 +185,12 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 		return nil, err
 	}
 	l := &Lab{Topology: topo, StateDir: stateDir, K8sBin: cfg.K8sBin, BinDir: cfg.BinDir, Started: started, PodCIDRs: cfg.podCIDRs()}
+	if cfg.ImageLayout != "" {
+		if err := startRegistry(ctx, cfg, stateDir, topo.Router.Name); err != nil {
+			return nil, err
+		}
+		l.Registry = RegistryAddr
+	}
 	for _, cl := range topo.Clusters {
 		cs, err := startCluster(cfg, stateDir, cl)
 		if err != nil {
@@ -313,6 +356,9 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 			fmt.Sprintf("--masquerade-all=%t", cfg.MasqueradeAll)}
 		if cfg.PodBlocks {
 			args = append(args, "--pod-block", podBlock(j).String())
+		}
+		if cfg.ImageLayout != "" {
+			args = append(args, "--registry", RegistryAddr)
 		}
 		if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-kubelet"), args...); err != nil {
 			return ClusterState{}, err

@@ -26,9 +26,13 @@ import (
 const usage = `lab: real Kubernetes clusters in network namespaces (run as root).
 
 Usage:
-  lab up [--prefix P] [--clusters N] [--nodes N] [--bin-dir DIR]
+  lab up [--prefix P] [--clusters N] [--nodes N] [--bin-dir DIR] [--images LAYOUT]
+        [--pod-blocks] [--masquerade-all]
         start the lab: a router, a workstation, N clusters (pod CIDR 10.244.0.0/16 each) of
-        N nodes; returns when every node is Ready and leaves it running
+        N nodes; returns when every node is Ready and leaves it running. With --images (an
+        OCI layout, such as make images writes in bin/images) the router also serves a
+        registry at 10.255.0.1:5000 with those images as 10.255.0.1:5000/skein-net/NAME:TAG,
+        and the kubelets pull images from there and run their content
   lab down [--prefix P]        stop everything and remove every namespace, link and file
   lab status [--prefix P]      show the clusters, their namespaces and kubeconfigs
   lab exec [--prefix P] [-c I] -- CMD [ARGS]
@@ -36,7 +40,8 @@ Usage:
         skeinctl and helm on PATH), e.g. lab exec -c 1 -- kubectl get nodes
   lab shell [--prefix P] [-c I]   a shell in the workstation namespace, set up like exec
 
-Internal (started by lab up): lab supervise -- CMD, lab kubelet ..., lab shim SPEC
+Internal (started by lab up): lab supervise -- CMD, lab kubelet ..., lab shim SPEC,
+lab registry ...
 `
 
 func main() {
@@ -60,6 +65,8 @@ func main() {
 		err = supervise(os.Args[2:])
 	case "kubelet":
 		err = runKubelet(os.Args[2:])
+	case "registry":
+		err = runRegistry(os.Args[2:])
 	case "shim":
 		if len(os.Args) != 3 {
 			err = fmt.Errorf("usage: lab shim SPEC")
@@ -90,6 +97,7 @@ func up(args []string) error {
 	clusters := fs.Int("clusters", 2, "number of clusters")
 	nodes := fs.Int("nodes", 2, "nodes per cluster")
 	blocks := fs.Bool("pod-blocks", false, "give pods addresses from per-node blocks of 10.245.0.0/16 and 10.246.0.0/16, outside every Node's spec.podCIDRs (as Calico's IPAM does); install skein with ipam.podCIDR={10.245.0.0/16,10.246.0.0/16}")
+	layoutDir := fs.String("images", "", "OCI image layout to serve from a registry in the lab (10.255.0.1:5000/skein-net/NAME:TAG); the kubelets pull from it")
 	masq := fs.Bool("masquerade-all", false, "masquerade pod traffic to anything outside the pod CIDRs whatever device it leaves by, the overlay included (as some CNIs do)")
 	binDir := fs.String("bin-dir", "", "directory with the skein binaries pods run (default: the directory of this lab binary)")
 	keep := fs.Bool("keep-on-failure", false, "leave a lab that failed to start in place, to read its logs (then lab down)")
@@ -107,7 +115,7 @@ func up(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes, PodBlocks: *blocks, MasqueradeAll: *masq},
+	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes, PodBlocks: *blocks, MasqueradeAll: *masq}, ImageLayout: *layoutDir,
 		K8sBin: k8s, LabBinary: self, BinDir: *binDir, Log: os.Stdout, KeepOnFailure: *keep})
 	if err != nil {
 		return err
@@ -192,6 +200,7 @@ func runKubelet(args []string) error {
 	fs.StringVar(&o.NodeNetns, "node-netns", "", "the node's network namespace name")
 	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "", "prefix of pod namespace names")
 	fs.StringVar(&o.BinDir, "bin-dir", "", "binaries images map to")
+	fs.StringVar(&o.Registry, "registry", "", "the lab's registry (host:port): images from it are pulled and run from their own content")
 	_ = fs.Parse(args)
 	var err error
 	if o.NodeIP, err = netip.ParseAddr(*nodeIP); err != nil {

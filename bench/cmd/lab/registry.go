@@ -1,0 +1,90 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/skein-net/skein/deploy/images"
+)
+
+// runRegistry serves an OCI registry (in memory) in the lab, loaded with the images of an OCI
+// layout: each index named NAME:TAG in the layout becomes <listen>/skein-net/NAME:TAG.
+func runRegistry(args []string) error {
+	fs := flag.NewFlagSet("lab registry", flag.ExitOnError)
+	listen := fs.String("listen", "", "address to serve on, such as 10.255.0.1:5000")
+	dir := fs.String("layout", "", "OCI image layout whose named indexes to serve")
+	ready := fs.String("ready", "", "file to write once the images are served")
+	_ = fs.Parse(args)
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Fatal(err)
+		}
+	}()
+	if *dir != "" {
+		if err := load(*listen, *dir); err != nil {
+			return err
+		}
+	}
+	if *ready != "" {
+		if err := os.WriteFile(*ready, []byte(*listen+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	<-sig
+	return srv.Close()
+}
+
+// load pushes every named index of the layout at dir into the registry at addr.
+func load(addr, dir string) error {
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		return fmt.Errorf("OCI layout %s: %w", dir, err)
+	}
+	top, err := p.ImageIndex()
+	if err != nil {
+		return err
+	}
+	im, err := top.IndexManifest()
+	if err != nil {
+		return err
+	}
+	for _, d := range im.Manifests {
+		ref := d.Annotations[images.RefName]
+		if ref == "" {
+			continue
+		}
+		idx, err := top.ImageIndex(d.Digest)
+		if err != nil {
+			return fmt.Errorf("%s: %w", ref, err)
+		}
+		r, err := name.ParseReference(addr+"/skein-net/"+ref, name.Insecure)
+		if err != nil {
+			return err
+		}
+		if err := remote.WriteIndex(r, idx); err != nil {
+			return fmt.Errorf("load %s: %w", r, err)
+		}
+		fmt.Printf("serving %s@%s\n", r, d.Digest)
+	}
+	return nil
+}
