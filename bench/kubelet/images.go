@@ -63,8 +63,12 @@ func (k *Kubelet) pull(image string) (entrypoint, id string, err error) {
 }
 
 // unpack writes an image's flattened filesystem (directories and regular files only) under
-// root; an entry that would land outside root is an error.
+// root. Every name is cleaned as an absolute path first, so "../x" lands at root/x: nothing is
+// written outside root.
 func unpack(img v1.Image, root string) error {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
 	rc := mutate.Extract(img)
 	defer rc.Close()
 	tr := tar.NewReader(rc)
@@ -76,11 +80,7 @@ func unpack(img v1.Image, root string) error {
 		if err != nil {
 			return err
 		}
-		clean := filepath.Clean("/" + h.Name)
-		dst := filepath.Join(root, clean)
-		if !strings.HasPrefix(dst, root+string(os.PathSeparator)) && dst != root {
-			return fmt.Errorf("entry %q leaves the image's root", h.Name)
-		}
+		dst := filepath.Join(root, filepath.Clean("/"+h.Name))
 		switch h.Typeflag {
 		case tar.TypeDir:
 			if err := os.MkdirAll(dst, 0o755); err != nil {
