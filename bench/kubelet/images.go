@@ -62,6 +62,10 @@ func (k *Kubelet) pull(image string) (entrypoint, id string, err error) {
 	return filepath.Join(root, filepath.Clean("/"+cf.Config.Entrypoint[0])), ref.Context().Name() + "@" + digest.String(), nil
 }
 
+// inRoot is where an image's file named name goes under root: the name is cleaned as an
+// absolute path first, so "../x" is root/x.
+func inRoot(root, name string) string { return filepath.Join(root, filepath.Clean("/"+name)) }
+
 // unpack writes an image's flattened filesystem (directories and regular files only) under
 // root. Every name is cleaned as an absolute path first, so "../x" lands at root/x: nothing is
 // written outside root.
@@ -80,7 +84,7 @@ func unpack(img v1.Image, root string) error {
 		if err != nil {
 			return err
 		}
-		dst := filepath.Join(root, filepath.Clean("/"+h.Name))
+		dst := inRoot(root, h.Name)
 		switch h.Typeflag {
 		case tar.TypeDir:
 			if err := os.MkdirAll(dst, 0o755); err != nil {

@@ -88,15 +88,26 @@ func TestPull(t *testing.T) {
 	if err := remote.Write(rb, img); err != nil {
 		t.Fatal(err)
 	}
-	bin, _, err := k.pull(bad)
-	if err != nil {
+	if _, _, err := k.pull(bad); err != nil {
 		t.Fatal(err)
 	}
-	// Joined as it is, the name would have landed in images/, next to the images' roots.
-	if _, err := os.Stat(filepath.Join(k.o.StateDir, "images", "escaped")); err == nil {
-		t.Error("the escaping entry was written outside the image's root")
-	}
-	if b, err := os.ReadFile(bin); err != nil || string(b) != "x" || !strings.HasSuffix(bin, "/rootfs/escaped") {
-		t.Errorf("the entry %s (%q, %v), want it inside the image's root", bin, b, err)
+	// Joined as it is, the name would have landed in images/, next to the images' roots; it
+	// may land inside the root or be dropped, nowhere else.
+	_ = filepath.Walk(filepath.Dir(k.o.StateDir), func(path string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Name() == "escaped" && !strings.Contains(path, "/rootfs/") {
+			t.Errorf("the escaping entry was written at %s, outside the image's root", path)
+		}
+		return nil
+	})
+}
+
+func TestInRoot(t *testing.T) {
+	for name, want := range map[string]string{
+		"usr/local/bin/x": "/r/usr/local/bin/x", "/etc/passwd": "/r/etc/passwd", "../../escaped": "/r/escaped",
+		"a/../../b": "/r/b", "./c": "/r/c", "..": "/r", "/": "/r",
+	} {
+		if got := inRoot("/r", name); got != want {
+			t.Errorf("inRoot(/r, %q) = %s, want %s", name, got, want)
+		}
 	}
 }
