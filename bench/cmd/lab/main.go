@@ -39,6 +39,9 @@ Usage:
         run CMD in the workstation namespace against cluster I (KUBECONFIG set; kubectl,
         skeinctl and helm on PATH), e.g. lab exec -c 1 -- kubectl get nodes
   lab shell [--prefix P] [-c I]   a shell in the workstation namespace, set up like exec
+  lab push [--prefix P] --layout DIR
+        push the named indexes of an OCI layout (make images writes bin/images) into the
+        lab's registry (a lab started with --images), as 10.255.0.1:5000/skein-net/NAME:TAG
 
 Internal (started by lab up): lab supervise -- CMD, lab kubelet ..., lab shim SPEC,
 lab registry ...
@@ -67,6 +70,10 @@ func main() {
 		err = runKubelet(os.Args[2:])
 	case "registry":
 		err = runRegistry(os.Args[2:])
+	case "push":
+		err = push(os.Args[2:])
+	case "push-here":
+		err = pushHere(os.Args[2:])
 	case "shim":
 		if len(os.Args) != 3 {
 			err = fmt.Errorf("usage: lab shim SPEC")

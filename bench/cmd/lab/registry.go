@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -17,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/skein-net/skein/bench/lab"
 	"github.com/skein-net/skein/deploy/images"
 )
 
@@ -87,4 +90,39 @@ func load(addr, dir string) error {
 		fmt.Printf("serving %s@%s\n", r, d.Digest)
 	}
 	return nil
+}
+
+// push loads an OCI layout into a running lab's registry, from the workstation namespace (the
+// machine's own namespace has no route to the lab).
+func push(args []string) error {
+	fs, prefix := flags("push")
+	dir := fs.String("layout", "bin/images", "OCI image layout whose named indexes to push")
+	_ = fs.Parse(args)
+	l, err := lab.Load(lab.DefaultStateDir(*prefix))
+	if err != nil {
+		return err
+	}
+	if l.Registry == "" {
+		return fmt.Errorf("the lab %q serves no registry: start it with lab up --images LAYOUT", *prefix)
+	}
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := l.Command(context.Background(), 0, self, "push-here", "--layout", abs, "--to", l.Registry)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	return cmd.Run()
+}
+
+// pushHere pushes a layout to a registry reachable from this namespace.
+func pushHere(args []string) error {
+	fs := flag.NewFlagSet("lab push-here", flag.ExitOnError)
+	dir := fs.String("layout", "", "OCI image layout")
+	to := fs.String("to", "", "registry host:port")
+	_ = fs.Parse(args)
+	return load(*to, *dir)
 }
