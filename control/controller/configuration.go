@@ -59,6 +59,16 @@ func keyOf(c *netv1alpha1.Configuration, which string) string {
 	return ownerOf(c.Namespace, c.Name) + which
 }
 
+// cidrKey names one of a Configuration's CIDRs (from its spec) in the allocator: pod and
+// external by field, the additional ones by kind and CIDR ("additionalPods/10.245.0.0/16"),
+// so that reordering or removing entries of a list never hands one range's prefix to another.
+func cidrKey(c *netv1alpha1.Configuration, f netv1alpha1.NamedCIDR) string {
+	if kind, _, ok := strings.Cut(f.Field, "["); ok {
+		return keyOf(c, kind+"/"+string(f.CIDR))
+	}
+	return keyOf(c, f.Field)
+}
+
 // ownerOf is the prefix of every key of one Configuration.
 func ownerOf(namespace, name string) string { return namespace + "/" + name + "/" }
 
@@ -80,9 +90,21 @@ func (r *ConfigurationReconciler) restoreNow(ctx context.Context) error {
 		if c.Status.Remote == nil {
 			continue
 		}
-		for _, s := range c.Status.Remote.CIDR.All() {
+		// Status entries pair with the spec's by position when the status was computed for
+		// this spec (Ready for its generation); pod and external always pair by name.
+		spec, seen := c.Spec.Remote.CIDR.All(), c.Status.Remote.CIDR.All()
+		cond := meta.FindStatusCondition(c.Status.Conditions, netv1alpha1.ConditionReady)
+		current := cond != nil && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == c.Generation && len(spec) == len(seen)
+		for i, s := range seen {
+			if i >= 2 && (!current || spec[i].Field != s.Field) {
+				continue // reassigned at the next reconcile
+			}
+			real := s
+			if i < len(spec) {
+				real.CIDR = spec[i].CIDR
+			}
 			if p, err := netip.ParsePrefix(string(s.CIDR)); err == nil {
-				r.IPAM.Restore(keyOf(c, s.Field), p)
+				r.IPAM.Restore(cidrKey(c, real), p)
 			}
 		}
 	}
@@ -191,7 +213,7 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			return ctrl.Result{}, err
 		}
 		if first := kube.Oldest(same.Items); len(same.Items) > 1 && (first.Namespace != c.Namespace || first.Name != c.Name) {
-			return ctrl.Result{}, r.notReady(ctx, c, "DuplicateClusterID",
+			return ctrl.Result{}, r.unmap(ctx, c, "DuplicateClusterID",
 				fmt.Sprintf("configuration %s/%s already describes cluster %s; delete one of them", first.Namespace, first.Name, id))
 		}
 	}
@@ -228,13 +250,14 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			errs = append(errs, fmt.Sprintf("spec.remote.cidr.%s %v overlaps spec.remote.cidr.%s %s", f.Field, want, wants[j].Field, wants[j].CIDR))
 			continue
 		}
-		if clash := r.IPAM.Clash(keyOf(c, f.Field), want); clash != "" {
+		if clash := r.IPAM.Clash(cidrKey(c, f), want); clash != "" {
 			why = append(why, fmt.Sprintf("the %s CIDR %v clashes with %s", f.Field, want, clash))
 		}
-		g, err := r.IPAM.Assign(keyOf(c, f.Field), want)
+		g, err := r.IPAM.Assign(cidrKey(c, f), want)
 		if err != nil {
 			if errors.Is(err, ipam.ErrExhausted) {
-				return ctrl.Result{}, r.notReady(ctx, c, "PoolExhausted", fmt.Sprintf("no free /%d in the remap pools for the %s CIDR %s", want.Bits(), f.Field, want))
+				// Unmapped: some of its prefixes may already be freed for others.
+				return ctrl.Result{}, r.unmap(ctx, c, "PoolExhausted", fmt.Sprintf("no free /%d in the remap pools for the %s CIDR %s", want.Bits(), f.Field, want))
 			}
 			errs = append(errs, err.Error())
 			continue
@@ -292,7 +315,7 @@ func (r *ConfigurationReconciler) notReady(ctx context.Context, c *netv1alpha1.C
 func keysOf(c *netv1alpha1.Configuration, cidrs []netv1alpha1.NamedCIDR) map[string]bool {
 	keys := make(map[string]bool, len(cidrs))
 	for _, f := range cidrs {
-		keys[keyOf(c, f.Field)] = true
+		keys[cidrKey(c, f)] = true
 	}
 	return keys
 }

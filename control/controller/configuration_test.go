@@ -396,3 +396,68 @@ func TestAdditionalCIDRs(t *testing.T) {
 		t.Errorf("the prefix p1 gave back (%s) was not free: %+v", freed, r.Status)
 	}
 }
+
+// TestConfigurationEdits: edits of a mapped Configuration never leave two peers on one prefix
+// or one range on another's prefix. Reordering additional CIDRs keeps each on its own prefix;
+// a spec the pools cannot serve any more loses its status (the prefixes it freed may go to
+// others); a Configuration relabelled to a cluster id another one describes loses its status.
+func TestConfigurationEdits(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "edits")
+	ctx := context.Background()
+	stop := startConfigurations(t, env)
+	defer stop()
+	current := func(name string) *netv1alpha1.Configuration {
+		t.Helper()
+		var cf *netv1alpha1.Configuration
+		apitest.Eventually(t, name+" reconciled for its generation", 30*time.Second, func() bool {
+			cf = &netv1alpha1.Configuration{}
+			if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cf) != nil {
+				return false
+			}
+			cond := meta.FindStatusCondition(cf.Status.Conditions, "Ready")
+			return cond != nil && cond.ObservedGeneration == cf.Generation
+		})
+		return cf
+	}
+
+	order := conf(ns, "order", "cluster-order", "10.150.0.0/16", "10.149.0.0/16")
+	order.Spec.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{"10.151.0.0/16", "10.152.0.0/16"}
+	apitest.Must(t, c.Create(ctx, order))
+	got := current("order")
+	if !reflect.DeepEqual(got.Status.Remote.CIDR.AdditionalPods, got.Spec.Remote.CIDR.AdditionalPods) {
+		t.Fatalf("disjoint additional CIDRs remapped: %v", got.Status.Remote.CIDR.AdditionalPods)
+	}
+	got.Spec.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{"10.152.0.0/16", "10.151.0.0/16"}
+	apitest.Must(t, c.Update(ctx, got))
+	got = current("order")
+	if got.Status.Remote == nil || !reflect.DeepEqual(got.Status.Remote.CIDR.AdditionalPods, []netv1alpha1.CIDR{"10.152.0.0/16", "10.151.0.0/16"}) {
+		t.Errorf("after reordering: %+v, want each range on its own prefix", got.Status.Remote)
+	}
+
+	// A /8 that clashes with this cluster's 10.244.0.0/16 has no free /8 in the pools.
+	got.Spec.Remote.CIDR = netv1alpha1.ClusterConfigCIDR{Pod: "10.0.0.0/8", External: "172.31.149.0/24"}
+	apitest.Must(t, c.Update(ctx, got))
+	got = current("order")
+	if cond := meta.FindStatusCondition(got.Status.Conditions, "Ready"); got.Status.Remote != nil || cond.Reason != "PoolExhausted" {
+		t.Errorf("exhausted pools: status %+v, condition %+v; want no status.remote", got.Status.Remote, cond)
+	}
+	apitest.Must(t, c.Create(ctx, conf(ns, "reuse", "cluster-reuse", "10.151.0.0/16", "10.148.0.0/16")))
+	if r := current("reuse"); r.Status.Remote == nil || r.Status.Remote.CIDR.Pod != "10.151.0.0/16" {
+		t.Errorf("a peer asking for a prefix the exhausted one freed: %+v", r.Status.Remote)
+	}
+
+	// reuse relabelled to the cluster id order (older) describes: a duplicate, unmapped.
+	reuse := current("reuse")
+	reuse.Labels[netv1alpha1.RemoteClusterIDLabel] = "cluster-order"
+	apitest.Must(t, c.Update(ctx, reuse))
+	apitest.Eventually(t, "the relabelled duplicate unmapped", 30*time.Second, func() bool {
+		cf := &netv1alpha1.Configuration{}
+		if c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "reuse"}, cf) != nil {
+			return false
+		}
+		cond := meta.FindStatusCondition(cf.Status.Conditions, "Ready")
+		return cf.Status.Remote == nil && cond != nil && cond.Reason == "DuplicateClusterID"
+	})
+}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sort"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/overlay"
@@ -134,6 +136,12 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 		}
 		if c.Status.Remote == nil {
 			p.Waiting = append(p.Waiting, fmt.Sprintf("configuration %s/%s: not mapped yet", c.Namespace, c.Name))
+			continue
+		}
+		// A status the controller no longer stands by (not Ready: a duplicate, exhausted
+		// pools) is not routed, whatever it still says.
+		if i := slices.IndexFunc(c.Status.Conditions, func(cd metav1.Condition) bool { return cd.Type == netv1alpha1.ConditionReady }); i >= 0 && c.Status.Conditions[i].Status == metav1.ConditionFalse {
+			p.Waiting = append(p.Waiting, fmt.Sprintf("configuration %s/%s: not ready (%s)", c.Namespace, c.Name, c.Status.Conditions[i].Reason))
 			continue
 		}
 		for _, s := range c.Status.Remote.CIDR.All() {

@@ -84,6 +84,20 @@ func TestFromObjectsAdditionalCIDRs(t *testing.T) {
 	}
 }
 
+// TestFromObjectsNotReady: a Configuration whose Ready condition is False (a duplicate,
+// exhausted pools) is not routed, whatever its status still holds.
+func TestFromObjectsNotReady(t *testing.T) {
+	o := objects()
+	o.Configurations[0].Status.Conditions = []metav1.Condition{{Type: netv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "DuplicateClusterID"}}
+	p, err := plan.FromObjects(node, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Kernel.Peers) != 0 || !strings.Contains(strings.Join(p.Waiting, "; "), "t-b/b: not ready (DuplicateClusterID)") {
+		t.Errorf("peers %+v, waiting %q", p.Kernel.Peers, p.Waiting)
+	}
+}
+
 func TestFromObjectsNoOverlayIP(t *testing.T) {
 	o := objects()
 	o.InternalNode.Spec.OverlayIP = nil
