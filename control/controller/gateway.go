@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/controller/render"
@@ -76,6 +77,9 @@ func (r *GatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return nil
 	})
+	if r.PodRoutes != nil {
+		b = b.WatchesRawSource(source.Channel(r.PodRoutes.Subscribe(r.Server), &handler.EnqueueRequestForObject{}))
+	}
 	if r.Server {
 		return b.For(&netv1alpha1.GatewayServer{}).Owns(&corev1.Service{}).Watches(&corev1.Pod{}, byPod).
 			Watches(&netv1alpha1.WgGatewayServerTemplate{}, handler.EnqueueRequestsFromMapFunc(r.usersOf)).Named("gatewayserver").Complete(r)
@@ -435,7 +439,7 @@ func (r *GatewayReconciler) observePods(ctx context.Context, obj client.Object) 
 	}
 	for i := range pods.Items {
 		pod := &pods.Items[i]
-		if pod.Spec.NodeName == "" || pod.Status.PodIP == "" {
+		if pod.Spec.NodeName == "" || pod.Status.PodIP == "" || !gatewayPod(pod, obj.GetName()) {
 			continue
 		}
 		node := &corev1.Node{}
@@ -451,7 +455,8 @@ func (r *GatewayReconciler) observePods(ctx context.Context, obj client.Object) 
 				r.Events.Eventf(obj, nil, corev1.EventTypeNormal, "PodRoutes", "Deploy",
 					"%s: the CNI does not keep pods inside Node.spec.podCIDRs, so gateways learn each pod's node from the Pod objects (--watch-pods)", why)
 			}
-			return nil
+			// Every other gateway is rendered again with --watch-pods.
+			return r.PodRoutes.Broadcast(ctx, r.Client)
 		}
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
@@ -371,11 +372,18 @@ func TestPodRoutesAuto(t *testing.T) {
 		apitest.Must(t, c.Create(ctx, gc))
 		return gc
 	}
-	pod := func(name, gw, ip string) {
+	// pod makes a running replica of gateway gw's Deployment (owned by its ReplicaSet), or
+	// with forged, a pod that only carries the gateway's label.
+	pod := func(name, gw, ip string, forged bool) {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{controller.GatewayPodLabel: gw}},
 			Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "gateway", Image: "skein-gateway"}}}}
+		if !forged {
+			p.Labels["pod-template-hash"] = "5d4f8c"
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: gw + "-5d4f8c",
+				UID: "0c1e4a52-6f0b-4a47-9d1e-2b3f4c5d6e7f", Controller: ptr.To(true)}}
+		}
 		apitest.Must(t, c.Create(ctx, p))
-		p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+		p.Status.Phase, p.Status.PodIP, p.Status.PodIPs = corev1.PodRunning, ip, []corev1.PodIP{{IP: ip}}
 		apitest.Must(t, c.Status().Update(ctx, p))
 	}
 	watches := func(name string) bool {
@@ -398,20 +406,26 @@ func TestPodRoutesAuto(t *testing.T) {
 	apitest.Eventually(t, "gateway a deployed", 30*time.Second, func() bool {
 		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &appsv1.Deployment{}) == nil
 	})
-	pod("a-inside", "a", "10.244.1.7") // where kube-controller-manager's IPAM puts it
-	pod("other-gw", "elsewhere", "10.245.0.3")
-	time.Sleep(2 * time.Second) // the reconciles these pods trigger
+	gw("b")
+	apitest.Eventually(t, "gateway b deployed", 30*time.Second, func() bool {
+		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b"}, &appsv1.Deployment{}) == nil
+	})
+	pod("a-inside", "a", "10.244.1.7", false) // where kube-controller-manager's IPAM puts it
+	pod("other-gw", "elsewhere", "10.245.0.3", false)
+	pod("a-forged", "a", "10.245.0.4", true) // the label alone, outside: not a gateway replica
+	time.Sleep(2 * time.Second)              // the reconciles these pods trigger
 	if watches("a") || podsBinding("a") == nil || routes.Evidence() != "" {
-		t.Fatalf("pods inside their node's pod CIDR turned pod routes on: %q", routes.Evidence())
+		t.Fatalf("pods inside their node's pod CIDR, or not a gateway's, turned pod routes on: %q", routes.Evidence())
 	}
 
-	pod("a-outside", "a", "10.245.0.9") // a CNI with IPAM blocks of its own
+	pod("a-outside", "a", "10.245.0.9", false) // a CNI with IPAM blocks of its own
 	apitest.Eventually(t, "gateway a watches pods", 30*time.Second, func() bool { return watches("a") && podsBinding("a") == nil })
 	if ev := routes.Evidence(); !strings.Contains(ev, ns+"/a-outside has address 10.245.0.9, outside the pod CIDRs of its node "+node.Name) {
 		t.Errorf("evidence %q does not name the pod, its address and its node", ev)
 	}
-	gw("b")
-	apitest.Eventually(t, "gateway b watches pods from the start", 30*time.Second, func() bool { return watches("b") && podsBinding("b") == nil })
+	apitest.Eventually(t, "gateway b, deployed before, watches pods too", 30*time.Second, func() bool { return watches("b") && podsBinding("b") == nil })
+	gw("c")
+	apitest.Eventually(t, "gateway c watches pods from the start", 30*time.Second, func() bool { return watches("c") && podsBinding("c") == nil })
 }
 
 func TestParsePodRoutes(t *testing.T) {

@@ -7,12 +7,19 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 )
 
 // Pod route modes (skein-controller --gateway-watch-pods, the chart's gateway.watchPods).
@@ -35,6 +42,69 @@ type PodRoutes struct {
 
 	mu       sync.Mutex
 	evidence string
+	subs     []subscriber
+}
+
+// subscriber is a gateway reconciler's queue of gateways to render again.
+type subscriber struct {
+	server bool
+	ch     chan event.GenericEvent
+}
+
+// Subscribe returns the events by which the gateway reconciler of one kind renders every
+// gateway again when pod routes turn on.
+func (p *PodRoutes) Subscribe(server bool) <-chan event.GenericEvent {
+	ch := make(chan event.GenericEvent, 1024)
+	p.mu.Lock()
+	p.subs = append(p.subs, subscriber{server: server, ch: ch})
+	p.mu.Unlock()
+	return ch
+}
+
+// Broadcast queues every gateway of the cluster for rendering again (after pod routes turned on).
+func (p *PodRoutes) Broadcast(ctx context.Context, c client.Reader) error {
+	var servers netv1alpha1.GatewayServerList
+	var clients netv1alpha1.GatewayClientList
+	if err := c.List(ctx, &servers); err != nil {
+		return err
+	}
+	if err := c.List(ctx, &clients); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	subs := slices.Clone(p.subs)
+	p.mu.Unlock()
+	for _, s := range subs {
+		var objs []client.Object
+		if s.server {
+			for i := range servers.Items {
+				objs = append(objs, &servers.Items[i])
+			}
+		} else {
+			for i := range clients.Items {
+				objs = append(objs, &clients.Items[i])
+			}
+		}
+		for _, o := range objs {
+			select {
+			case s.ch <- event.GenericEvent{Object: o}:
+			default: // full: the gateways queued already are enough to drain it
+			}
+		}
+	}
+	return nil
+}
+
+// gatewayPod reports whether pod is a running replica of the gateway Deployment named gw: a
+// pod of one of its ReplicaSets (gw-<pod-template-hash>), not any pod that carries the
+// gateway's label.
+func gatewayPod(pod *corev1.Pod, gw string) bool {
+	if pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
+		return false
+	}
+	owner := metav1.GetControllerOf(pod)
+	hash := pod.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
+	return owner != nil && owner.Kind == "ReplicaSet" && hash != "" && owner.Name == gw+"-"+hash
 }
 
 // ParsePodRoutes checks a mode.
