@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -513,14 +514,20 @@ func (c *connectOpts) clusterDefaults(l, r *side) error {
 
 // checkClientEndpoint checks --client-address and --client-port: IP addresses or DNS names,
 // a port in range.
+// dnsName is the DNS-name half of the API's Address validation.
+var dnsName = regexp.MustCompile(`^([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?[.])*[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$`)
+
 func checkClientEndpoint(addresses []string, port int32) error {
 	for _, a := range addresses {
 		a = strings.TrimSpace(a)
 		if _, err := netip.ParseAddr(a); err == nil {
 			continue
 		}
-		if errs := validation.IsDNS1123Subdomain(a); len(errs) > 0 {
-			return fmt.Errorf("--client-address %q: want an IP address or a DNS name (%s)", a, strings.Join(errs, "; "))
+		// As the API's Address type says: a DNS name's last label starts with a letter, so
+		// 10.0.0.256 or 123 are refused here rather than by the API server after the
+		// remote cluster's GatewayServer was made.
+		if errs := validation.IsDNS1123Subdomain(a); len(errs) > 0 || !dnsName.MatchString(a) {
+			return fmt.Errorf("--client-address %q: want an IP address or a DNS name such as gw.example.com", a)
 		}
 	}
 	if port != 0 && (port < 1 || port > 65535) {
@@ -547,6 +554,9 @@ again changes nothing.`,
 			}
 			if err := checkClientEndpoint(c.clientAddresses, c.clientPort); err != nil {
 				return err
+			}
+			if c.nodePort != 0 && (c.nodePort < 30000 || c.nodePort > 32767) {
+				return fmt.Errorf("--node-port %d: want 30000-32767 (the default node port range), or 0 to let Kubernetes choose", c.nodePort)
 			}
 			return checkServiceType("--server-service-type", c.serviceType)
 		},
@@ -651,12 +661,16 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 	if c.clientPort != 0 {
 		endpoint.Port = c.clientPort
 	}
+	override := len(c.clientAddresses) > 0 || c.clientPort != 0
 	switch {
 	case apierrors.IsNotFound(err):
 		gc = &netv1alpha1.GatewayClient{
 			ObjectMeta: metav1.ObjectMeta{Name: cliName, Namespace: cliNS, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: r.id}},
 			Spec: netv1alpha1.GatewayClientSpec{Endpoint: endpoint, MTU: c.mtu,
 				ClientTemplateRef: netv1alpha1.TemplateRef{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: "WgGatewayClientTemplate", Name: c.clientTemplate, Namespace: cmp.Or(c.clientTemplateNS, l.liqo)}},
+		}
+		if override {
+			gc.Annotations = map[string]string{EndpointOverrideAnnotation: "true"}
 		}
 		if err := createOrGet(ctx, l.c, gc); err != nil {
 			return fmt.Errorf("(local) create gatewayclient %s/%s: %w", cliNS, cliName, err)
@@ -671,9 +685,19 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 		return fmt.Errorf("(local) %w", belongs("gatewayclient", gc, r.id))
 	case gc.Spec.MTU != c.mtu:
 		return fmt.Errorf("(local) gatewayclient %s/%s has MTU %d, not %d: the MTU must be the same on both sides (disconnect first to change it)", cliNS, cliName, gc.Spec.MTU, c.mtu)
+	case !override && gc.Annotations[EndpointOverrideAnnotation] == "true" && !equalEndpoints(gc.Spec.Endpoint, endpoint):
+		// An earlier connect set where the client dials; a connect without the flags keeps it.
+		g.info(l, "Gateway client already set up; it keeps dialing %v port %d as an earlier --client-address/--client-port said (pass them again to change it)",
+			gc.Spec.Endpoint.Addresses, gc.Spec.Endpoint.Port)
 	default:
-		if !equalEndpoints(gc.Spec.Endpoint, endpoint) {
+		if !equalEndpoints(gc.Spec.Endpoint, endpoint) || (override && gc.Annotations[EndpointOverrideAnnotation] != "true") {
 			gc.Spec.Endpoint = endpoint
+			if override {
+				if gc.Annotations == nil {
+					gc.Annotations = map[string]string{}
+				}
+				gc.Annotations[EndpointOverrideAnnotation] = "true"
+			}
 			if err := l.c.Update(ctx, gc); err != nil {
 				return fmt.Errorf("(local) update gatewayclient %s/%s: %w", cliNS, cliName, err)
 			}
@@ -863,3 +887,7 @@ func labelledName(ctx context.Context, c client.Client, list client.ObjectList, 
 	}
 	return "", fmt.Errorf("%d %ss in %s for cluster %s: there must be one", len(items), kind, ns, id)
 }
+
+// EndpointOverrideAnnotation on a GatewayClient says that `network connect --client-address` or
+// `--client-port` chose where it dials: a later connect without them keeps it.
+const EndpointOverrideAnnotation = "skein.dev/client-endpoint-override"

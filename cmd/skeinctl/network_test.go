@@ -452,7 +452,7 @@ func TestContexts(t *testing.T) {
 	}
 	// The client dials what --client-address and --client-port say (a NAT in front of the
 	// server), in order; bad values are refused before anything is created.
-	for _, bad := range [][]string{{"--client-address", "not a name!"}, {"--client-port", "70000"}} {
+	for _, bad := range [][]string{{"--client-address", "not a name!"}, {"--client-address", "10.0.0.256"}, {"--client-port", "70000"}, {"--node-port", "8080"}} {
 		args := append([]string{"--kubeconfig", path, "--context", "a", "network", "connect", "--remote-context", "b", "--server-service-type", "ClusterIP"}, bad...)
 		if _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("connect %v: %v, want an error naming %s", bad, err, bad[0])
@@ -470,6 +470,15 @@ func TestContexts(t *testing.T) {
 	apitest.Must(t, ca.List(context.Background(), &gcs))
 	if len(gcs.Items) != 1 || fmt.Sprint(gcs.Items[0].Spec.Endpoint.Addresses) != "[203.0.113.9 gw.peer.example]" || gcs.Items[0].Spec.Endpoint.Port != 31820 {
 		t.Errorf("gateway clients after connect with overrides: %+v", gcs.Items)
+	}
+	// Again without the flags: the overrides stay, and it says so.
+	out, err = run(t, "--kubeconfig", path, "--context", "a", "--timeout", "60s", "network", "connect", "--remote-context", "b", "--server-service-type", "ClusterIP")
+	if err != nil || !strings.Contains(out, "keeps dialing [203.0.113.9 gw.peer.example] port 31820") {
+		t.Errorf("connect again without the overrides: %v\n%s", err, out)
+	}
+	apitest.Must(t, ca.List(context.Background(), &gcs))
+	if len(gcs.Items) != 1 || fmt.Sprint(gcs.Items[0].Spec.Endpoint.Addresses) != "[203.0.113.9 gw.peer.example]" || gcs.Items[0].Spec.Endpoint.Port != 31820 {
+		t.Errorf("gateway clients after connect again without the overrides: %+v", gcs.Items[0].Spec.Endpoint)
 	}
 	out, err = run(t, "--kubeconfig", path, "--context", "a", "network", "reset", "--remote-context", "b", "--skip-confirm", "--wait")
 	if err != nil || !strings.Contains(out, "Network configuration correctly deleted") {
