@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -85,6 +86,7 @@ type Agent struct {
 	lastEvent time.Time
 	started   time.Time // Run began
 	masq      masqueradeWatch
+	lastSNAT  *kernel.HostSNAT // the host SNAT last applied
 }
 
 // New prepares an agent on kernel k; snat may be nil (no host-network SNAT).
@@ -276,6 +278,12 @@ func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, error) {
 		if err := a.snat(plan.SNAT); err != nil {
 			return ch, len(plan.Kernel.Peers), err
 		}
+		a.mu.Lock()
+		if !reflect.DeepEqual(plan.SNAT, a.lastSNAT) {
+			a.masq.replaced() // another table, another count
+			a.lastSNAT = plan.SNAT
+		}
+		a.mu.Unlock()
 	}
 	if err := a.publish(ctx, plan.Kernel.Overlay); err != nil {
 		return ch, len(plan.Kernel.Peers), err

@@ -29,19 +29,31 @@ const MasqueradeMemory = 10 * time.Minute
 
 // masqueradeWatch is what the agent remembers of the count between reconciles.
 type masqueradeWatch struct {
+	read      bool      // a reading was taken since the agent started
 	last      uint64    // the counter's last reading
+	fresh     bool      // the table was replaced since: the next reading counts from zero
 	firstSeen time.Time // first masqueraded connection of the current episode
 	lastSeen  time.Time // latest masqueraded connection
 }
 
-// observe takes a reading of the counter and returns how many connections it adds. A reading
-// below the last one means the table was replaced and counts from zero again.
+// replaced notes that the agent replaced the table (its counter starts again from zero).
+func (w *masqueradeWatch) replaced() { w.fresh = true }
+
+// observe takes a reading of the counter and returns how many connections it adds. The first
+// reading of a started agent is only a baseline (the table outlives agent restarts; its count
+// is history); after the agent replaced the table, or when the reading went down (someone
+// else replaced it), the count starts from zero.
 func (w *masqueradeWatch) observe(n uint64, now time.Time) uint64 {
-	delta := n - w.last
-	if n < w.last {
+	var delta uint64
+	switch {
+	case !w.read:
+		w.read = true
+	case w.fresh || n < w.last:
 		delta = n
+	default:
+		delta = n - w.last
 	}
-	w.last = n
+	w.last, w.fresh = n, false
 	if delta > 0 {
 		if w.lastSeen.IsZero() || now.Sub(w.lastSeen) > MasqueradeMemory {
 			w.firstSeen = now
@@ -54,11 +66,17 @@ func (w *masqueradeWatch) observe(n uint64, now time.Time) uint64 {
 // condition is the PodTrafficMasqueraded condition for now.
 func (w *masqueradeWatch) condition(bypass bool, now time.Time) metav1.Condition {
 	c := metav1.Condition{Type: ConditionMasqueraded}
+	recent := !w.lastSeen.IsZero() && now.Sub(w.lastSeen) <= MasqueradeMemory
 	switch {
+	case bypass && recent:
+		c.Status, c.Reason = metav1.ConditionTrue, "MasqueradedDespiteBypass"
+		c.Message = fmt.Sprintf("since %s, pod connections to peer clusters leave this node source-NATed although the masquerade bypass is on: "+
+			"a NAT rule runs before the bypass (a priority below srcnat-10) or outside netfilter (eBPF); exempt the peers' CIDRs as seen here "+
+			"(kubectl get configurations -A) in the CNI", w.firstSeen.UTC().Format(time.RFC3339))
 	case bypass:
 		c.Status, c.Reason = metav1.ConditionFalse, "Bypassed"
 		c.Message = "the agent's masquerade bypass is on: pod traffic to peer clusters keeps its source whatever the node's other NAT rules say"
-	case !w.lastSeen.IsZero() && now.Sub(w.lastSeen) <= MasqueradeMemory:
+	case recent:
 		c.Status, c.Reason = metav1.ConditionTrue, "MasqueradedByAnotherRule"
 		c.Message = fmt.Sprintf("since %s, pod connections to peer clusters leave this node source-NATed by a rule that is not skein's "+
 			"(the CNI's masquerade?): peers see the node's address instead of the pod's and drop the traffic. Set the chart's "+
@@ -84,14 +102,16 @@ func (a *Agent) watchMasquerade(ctx context.Context, in *netv1alpha1.InternalNod
 	}
 	now := time.Now()
 	a.mu.Lock()
-	if ok {
-		if delta := a.masq.observe(n, now); delta > 0 {
-			a.stats.Masqueraded += delta
-			if !bypass {
-				a.opts.Log.Warn("pod connections to peer clusters were source-NATed by a rule that is not skein's; peers drop them (see the InternalNode's PodTrafficMasqueraded condition)",
-					"connections", delta)
-			}
-		}
+	if !ok {
+		// No table, so no count (a node without an external IP has no host SNAT): nothing
+		// to say either way.
+		a.mu.Unlock()
+		return nil
+	}
+	if delta := a.masq.observe(n, now); delta > 0 {
+		a.stats.Masqueraded += delta
+		a.opts.Log.Warn("pod connections to peer clusters were source-NATed by a rule that is not skein's; peers drop them (see the InternalNode's PodTrafficMasqueraded condition)",
+			"connections", delta, "bypass", bypass)
 	}
 	want := a.masq.condition(bypass, now)
 	a.mu.Unlock()

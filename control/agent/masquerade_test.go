@@ -71,14 +71,18 @@ func TestMasqueradeCondition(t *testing.T) {
 	}
 
 	var count atomic.Uint64
+	count.Store(7) // what the table counted before this agent started: history, not news
 	plain, snat := run(ns+"-n1", false, &count)
 	if cond := condition(ns+"-n1", "NotSeen"); cond.Status != metav1.ConditionFalse {
 		t.Errorf("no masqueraded connection yet: %+v", cond)
 	}
+	if n := plain.Stats().Masqueraded; n != 0 {
+		t.Errorf("the table's count at start (7) counted as %d new connections", n)
+	}
 	if s := snat(); s == nil || s.MasqueradeBypass {
 		t.Errorf("host SNAT %+v, want one without the bypass", s)
 	}
-	count.Store(3)
+	count.Store(10)
 	cond := condition(ns+"-n1", "MasqueradedByAnotherRule")
 	if cond.Status != metav1.ConditionTrue || !strings.Contains(cond.Message, "agent.masqueradeBypass=true") {
 		t.Errorf("after 3 masqueraded connections: %+v", cond)
@@ -94,5 +98,9 @@ func TestMasqueradeCondition(t *testing.T) {
 	}
 	if s := snat(); s == nil || !s.MasqueradeBypass {
 		t.Errorf("host SNAT %+v, want the bypass", s)
+	}
+	none.Store(4) // the bypass does not stop it (an earlier NAT rule, eBPF)
+	if cond := condition(ns+"-n2", "MasqueradedDespiteBypass"); cond.Status != metav1.ConditionTrue {
+		t.Errorf("masqueraded with the bypass on: %+v", cond)
 	}
 }
