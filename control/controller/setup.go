@@ -37,6 +37,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if !o.ExternalCIDR.IsValid() || !o.InternalCIDR.IsValid() {
 		return fmt.Errorf("controller: the external and internal CIDRs are required")
 	}
+	if err := checkPodCIDRs(o.PodCIDRs); err != nil {
+		return err
+	}
 	pools := o.Pools
 	if len(pools) == 0 {
 		pools = ipam.DefaultPools
@@ -79,6 +82,28 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	} {
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// checkPodCIDRs refuses local pod CIDRs that peers would refuse when they are published
+// (spec.remote.cidr.pod and additionalPods): host bits, overlaps, more than 16.
+func checkPodCIDRs(ps []netip.Prefix) error {
+	if len(ps) == 0 || len(ps) > 16 {
+		return fmt.Errorf("controller: %d pod CIDRs, want 1 to 16", len(ps))
+	}
+	for i, p := range ps {
+		if !p.IsValid() || !p.Addr().Is4() {
+			return fmt.Errorf("controller: pod CIDR %v is not an IPv4 CIDR", p)
+		}
+		if p != p.Masked() {
+			return fmt.Errorf("controller: pod CIDR %v has host bits set (%v?)", p, p.Masked())
+		}
+		for _, q := range ps[:i] {
+			if q.Overlaps(p) {
+				return fmt.Errorf("controller: pod CIDRs %v and %v overlap: list each range once", q, p)
+			}
 		}
 	}
 	return nil

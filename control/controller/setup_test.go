@@ -226,3 +226,21 @@ func BenchmarkPeerings100(b *testing.B) {
 
 // skipNameValidation lets the package's tests register a reconciler again in the same process.
 var skipNameValidation = true
+
+// TestSetupRefusesPodCIDRs: local pod CIDRs that peers would refuse once published.
+func TestSetupRefusesPodCIDRs(t *testing.T) {
+	p := netip.MustParsePrefix
+	for _, tc := range []struct {
+		cidrs []netip.Prefix
+		says  string
+	}{
+		{[]netip.Prefix{p("10.244.1.0/16")}, "host bits"},
+		{[]netip.Prefix{p("10.244.0.0/16"), p("10.244.128.0/17")}, "overlap"},
+		{nil, "want 1 to 16"},
+	} {
+		err := controller.Setup(nil, controller.Options{PodCIDRs: tc.cidrs, ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16")})
+		if err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("pod CIDRs %v: %v, want an error saying %q", tc.cidrs, err, tc.says)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -80,6 +81,9 @@ func Push(ref string, idx v1.ImageIndex, insecure bool) (v1.Hash, error) {
 func Binary(pkg string, p Platform, ldflags, out string) error {
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Arch)
+	if p.Arch == "arm" && p.Variant != "" {
+		cmd.Env = append(cmd.Env, "GOARM="+strings.TrimPrefix(p.Variant, "v")) // linux/arm/v6 -> GOARM=6
+	}
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s for %s: %w\n%s", pkg, p, err, b)
 	}

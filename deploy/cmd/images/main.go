@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -49,6 +51,13 @@ func run(args []string) error {
 	m, err := meta(*version, *revision, *source)
 	if err != nil {
 		return err
+	}
+	// The version is an image tag and goes into -ldflags: nothing else may pass.
+	if !tagPattern.MatchString(m.Version) {
+		return fmt.Errorf("version %q is not an image tag (letters, digits, '_', '.', '-'; at most 128, not starting with '.' or '-')", m.Version)
+	}
+	if !revisionPattern.MatchString(m.Revision) {
+		return fmt.Errorf("revision %q is not a commit id (hex)", m.Revision)
 	}
 	platforms, err := parsePlatforms(*plats)
 	if err != nil {
@@ -195,12 +204,20 @@ func meta(version, revision, source string) (images.Meta, error) {
 	return m, nil
 }
 
+var (
+	tagPattern      = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+	revisionPattern = regexp.MustCompile(`^[0-9a-f]{4,64}$`)
+)
+
 func parsePlatforms(s string) ([]images.Platform, error) {
 	var out []images.Platform
 	for _, f := range strings.Split(s, ",") {
 		p, err := images.ParsePlatform(strings.TrimSpace(f))
 		if err != nil {
 			return nil, err
+		}
+		if slices.Contains(out, p) {
+			return nil, fmt.Errorf("platform %s listed twice", p)
 		}
 		out = append(out, p)
 	}
