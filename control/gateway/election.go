@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/connrotation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,6 +35,13 @@ type Election struct {
 	// takes over (default 6 s). RetryPeriod: how often replicas renew or check the Lease
 	// (default 0.5 s). RenewDeadline: how long one renewal may take (default 4 s).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// PostOutageGrace: after the API server was unreachable for this replica too, a standby
+	// does not take over from a holder whose pod still runs until this long after it reached
+	// the API server again (default 60 s). The holder most likely lost the API server as well
+	// and is still forwarding; nodes regain it at different times (each node's kube-proxy must
+	// see the API server's endpoint again), and a takeover then leaves two active replicas
+	// until the old one hears of it.
+	PostOutageGrace time.Duration
 	// Log, if set, hears when the API server cannot be reached and when it can again.
 	Log *slog.Logger
 }
@@ -47,6 +55,9 @@ func (e *Election) defaults() {
 	}
 	if e.RetryPeriod == 0 {
 		e.RetryPeriod = 500 * time.Millisecond
+	}
+	if e.PostOutageGrace == 0 {
+		e.PostOutageGrace = 60 * time.Second
 	}
 	if e.Log == nil {
 		e.Log = slog.New(slog.DiscardHandler)
@@ -78,7 +89,7 @@ func RunElection(ctx context.Context, cfg *rest.Config, namespace, gateway strin
 	if err != nil {
 		return err
 	}
-	el := &elector{leases: cs.CoordinationV1().Leases(namespace), name: gateway, e: e}
+	el := &elector{leases: cs.CoordinationV1().Leases(namespace), pods: cs.CoreV1().Pods(namespace), name: gateway, e: e}
 	calls := make(chan func(), 16)
 	done := make(chan struct{})
 	go func() {
@@ -139,8 +150,11 @@ func RunElection(ctx context.Context, cfg *rest.Config, namespace, gateway strin
 // elector reads and writes one Lease for one replica.
 type elector struct {
 	leases coordinationv1client.LeaseInterface
+	pods   corev1client.PodInterface
 	name   string
 	e      Election
+	// graceUntil: after a read failed, no takeover from a running holder before then.
+	graceUntil time.Time
 	// The record last seen and when (by this replica's clock: replicas' clocks may differ),
 	// to tell when the holder stopped renewing. blind: the last read failed, so the time
 	// since seenAt says nothing (the holder could not renew either); the next record read
@@ -176,11 +190,19 @@ func (el *elector) try(ctx context.Context) (held bool, other string, err error)
 		holder = *lease.Spec.HolderIdentity
 	}
 	record := holder + "@" + lease.ResourceVersion
+	if el.blind {
+		el.graceUntil = now.Add(el.e.PostOutageGrace)
+	}
 	if record != el.seen || el.blind {
 		el.seen, el.seenAt, el.blind = record, now, false
 	}
-	if holder != "" && holder != me && now.Before(el.seenAt.Add(el.e.LeaseDuration)) {
-		return false, holder, nil
+	if holder != "" && holder != me {
+		if now.Before(el.seenAt.Add(el.e.LeaseDuration)) {
+			return false, holder, nil
+		}
+		if now.Before(el.graceUntil) && el.running(ctx, holder) {
+			return false, holder, nil
+		}
 	}
 	// Ours to renew, released, or expired: write ourselves in. A conflict means another
 	// replica wrote first; the next try reads who.
@@ -192,6 +214,18 @@ func (el *elector) try(ctx context.Context) (held bool, other string, err error)
 		return false, "", err
 	}
 	return true, "", nil
+}
+
+// running reports whether the holder's pod still exists and runs (when unsure: true).
+func (el *elector) running(ctx context.Context, holder string) bool {
+	pod, err := el.pods.Get(ctx, holder, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false
+	case err != nil:
+		return true
+	}
+	return pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning
 }
 
 // spec is the Lease held by this replica from now, after old (nil for a new Lease).

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/skein-net/skein/control/gateway"
@@ -67,4 +69,69 @@ func TestElectionAfterHungConnections(t *testing.T) {
 	cancel()
 	<-doneA
 	<-doneB
+}
+
+// TestElectionAfterSharedOutage: both replicas lose the API server; the standby gets it back
+// first (its node's kube-proxy saw the API server's endpoint again sooner) while the active
+// replica, still forwarding, gets it back later. The standby does not take over from a holder
+// whose pod runs within PostOutageGrace (two active replicas flapped the tunnel for up to a
+// minute in the soak); it does take over at once when the holder's pod is gone.
+func TestElectionAfterSharedOutage(t *testing.T) {
+	env := apitest.Start(t)
+	ns := env.Namespace(t, "outage")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := gateway.Election{LeaseDuration: 3 * time.Second, RenewDeadline: time.Second, RetryPeriod: 300 * time.Millisecond, PostOutageGrace: 20 * time.Second}
+	type replica struct {
+		proxy  *apitest.Proxy
+		active atomic.Bool
+		done   chan error
+	}
+	start := func(name string) *replica {
+		r := &replica{proxy: env.Proxy(t), done: make(chan error, 1)}
+		cfg, err := clientcmd.BuildConfigFromFlags("", r.proxy.KubeconfigFile(t, env))
+		apitest.Must(t, err)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "gateway", Image: "skein-gateway"}}}}
+		apitest.Must(t, env.Client.Create(ctx, pod))
+		pod.Status.Phase = corev1.PodRunning
+		apitest.Must(t, env.Client.Status().Update(ctx, pod))
+		el := e
+		el.PodName = name
+		go func() {
+			r.done <- gateway.RunElection(ctx, cfg, ns, "gw", el, func() { r.active.Store(true) }, func() { r.active.Store(false) })
+		}()
+		return r
+	}
+	a := start("rep-a")
+	apitest.Eventually(t, "rep-a active", 10*time.Second, a.active.Load)
+	b := start("rep-b")
+	time.Sleep(time.Second)
+
+	outage := func() {
+		a.proxy.Freeze()
+		b.proxy.Freeze()
+		time.Sleep(2 * time.Second)
+		b.proxy.Thaw() // the standby's node first
+	}
+	outage()
+	for deadline := time.Now().Add(8 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if b.active.Load() {
+			t.Fatal("rep-b took over from rep-a, whose pod runs, right after an outage both had")
+		}
+	}
+	a.proxy.Thaw()
+	time.Sleep(3 * time.Second)
+	if !a.active.Load() || b.active.Load() {
+		t.Fatalf("after rep-a got the API server back: a active %v, b active %v", a.active.Load(), b.active.Load())
+	}
+
+	// The same outage, but rep-a's pod is gone: rep-b takes over without waiting for the grace.
+	outage()
+	apitest.Must(t, env.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "rep-a", Namespace: ns}}))
+	apitest.Eventually(t, "rep-b takes over from a holder whose pod is gone", 10*time.Second, b.active.Load)
+	a.proxy.Thaw()
+	cancel()
+	<-a.done
+	<-b.done
 }
