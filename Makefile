@@ -77,9 +77,12 @@ generate: ## Regenerate deepcopy code and the CRDs under deploy/crds from the AP
 	$(CONTROLLER_GEN) crd paths=$(API_PATHS) output:crd:artifacts:config=$(CRD_DIR)
 	@rm -rf $(CHART_CRD_DIR) && mkdir -p $(CHART_CRD_DIR) && cp $(CRD_DIR)/*.yaml $(CHART_CRD_DIR)/
 
+# Where make images PUSH=1 pushes (REGISTRY=host/path).
+REGISTRY ?= ghcr.io/skein-net
+
 .PHONY: chart
-chart: k8s-binaries ## Package the chart into bin/skein-<version>.tgz (version and appVersion from VERSION); PUSH=1 CHART_REGISTRY=oci://host/path pushes it with helm push.
-	@helm=$$(go run ./bench/cmd/k8s-binaries -helm); \
+chart: ## Package the chart into bin/skein-<version>.tgz (version and appVersion from VERSION); PUSH=1 CHART_REGISTRY=oci://host/path pushes it with helm push.
+	@helm=$$(go run ./bench/cmd/k8s-binaries -helm) || exit 1; \
 	"$$helm" package deploy/chart --destination $(BIN_DIR) --version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION); \
 	$(if $(PUSH),"$$helm" push $(BIN_DIR)/skein-$(patsubst v%,%,$(VERSION)).tgz $(CHART_REGISTRY) $(HELMPUSHFLAGS),true)
 

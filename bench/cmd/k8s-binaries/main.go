@@ -21,7 +21,7 @@ import (
 func main() {
 	check := flag.Bool("check", false, "only report whether the binaries are built; never build")
 	quiet := flag.Bool("q", false, "do not print build output, only the bin directory")
-	helmPath := flag.Bool("helm", false, "print the path of the cached helm binary (built by a run without -helm) and exit")
+	helmPath := flag.Bool("helm", false, "build helm into the cache if it is not there (not the Kubernetes binaries), print its path and exit")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: k8s-binaries [-check] [-q]\n\n"+
 			"Builds etcd %s and Kubernetes %s (%v) into $SKEIN_CACHE/k8s, and helm %s into\n"+
@@ -33,9 +33,11 @@ func main() {
 	flag.Parse()
 
 	if *helmPath {
-		helm, ok := k8sbin.HelmReady()
-		if !ok {
-			fmt.Fprintf(os.Stderr, "helm is not built at %s; run 'make k8s-binaries'\n", helm)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		helm, err := k8sbin.EnsureHelm(ctx, io.Discard)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "k8s-binaries: %v\n", err)
 			os.Exit(1)
 		}
 		fmt.Println(helm)

@@ -47,6 +47,12 @@ func run(args []string) error {
 	insecure := fs.Bool("insecure", false, "plain HTTP to the registry (a lab's)")
 	twice := fs.Bool("check-reproducible", false, "build everything twice, from binaries compiled twice, and fail unless the digests agree")
 	_ = fs.Parse(args)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (a flag's value missing before them?)", fs.Args())
+	}
+	if *push && *registry == "" {
+		return fmt.Errorf("--push needs --registry (make images PUSH=1 REGISTRY=host/path)")
+	}
 
 	m, err := meta(*version, *revision, *source)
 	if err != nil {
