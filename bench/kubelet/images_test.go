@@ -71,7 +71,7 @@ func TestPull(t *testing.T) {
 	_ = tw.WriteHeader(&tar.Header{Name: "../../escaped", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg})
 	_, _ = tw.Write([]byte("x"))
 	_ = tw.Close()
-	layer, err := tarball.LayerFromReader(bytes.NewReader(buf.Bytes()))
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
 	if err != nil {
 		t.Fatal(err)
 	}
