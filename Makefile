@@ -35,7 +35,7 @@ help: ## List the targets and what they do (plain text unless stdout is a termin
 build: ## Compile every package, the commands and the lab's into ./bin.
 	go build ./...
 	@mkdir -p $(BIN_DIR)
-	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./cmd/... ./bench/cmd/lab ./bench/cmd/lab-probe 2>/dev/null || true); \
+	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./cmd/... ./bench/cmd/lab 2>/dev/null || true); \
 	if [ -n "$$cmds" ]; then go build -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/ $$cmds; fi
 
 .PHONY: k8s-binaries

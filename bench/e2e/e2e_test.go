@@ -356,7 +356,7 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// probes runs a lab-probe server on every node of both clusters (a DaemonSet).
+// probes runs a skein-probe server on every node of both clusters (a DaemonSet).
 func (e *env) probes(ctx context.Context) {
 	labels := map[string]string{"app": "probe"}
 	for i := range 2 {
@@ -499,9 +499,9 @@ func (e *env) podNS(i int, p corev1.Pod) string {
 	return e.nodeNS(i, p.Spec.NodeName) + "-p" + ip[2] + "-" + ip[3]
 }
 
-// probe runs lab-probe in namespace ns and returns its output.
+// probe runs skein-probe in namespace ns and returns its output.
 func (e *env) probe(ctx context.Context, ns string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, filepath.Join(e.bin, "lab-probe")}, args...)...)
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, filepath.Join(e.bin, "skein-probe")}, args...)...)
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }
@@ -590,7 +590,7 @@ func (e *env) ping(ctx context.Context, ns, target string) (string, error) {
 	return strings.TrimSpace(string(out)), err
 }
 
-// stream runs lab-probe stream from namespace ns for d and returns the longest gap.
+// stream runs skein-probe stream from namespace ns for d and returns the longest gap.
 func (e *env) stream(ctx context.Context, ns, target string, d time.Duration) (<-chan time.Duration, <-chan string) {
 	gap, text := make(chan time.Duration, 1), make(chan string, 1)
 	go func() {
@@ -996,11 +996,7 @@ func (e *env) imageLayout(t *testing.T) string {
 	m := images.Meta{Version: v, Revision: "lab", Source: "https://github.com/skein-net/skein", Created: time.Unix(0, 0)}
 	p := images.Platform{OS: "linux", Arch: runtime.GOARCH}
 	for _, c := range images.Components {
-		bin := c.Name
-		if c.Name == "skein-probe" {
-			bin = "lab-probe"
-		}
-		b, err := os.ReadFile(filepath.Join(e.bin, bin))
+		b, err := os.ReadFile(filepath.Join(e.bin, c.Name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1018,10 +1014,10 @@ func (e *env) imageLayout(t *testing.T) string {
 }
 
 // probeImage is the probe pods' image: skein-probe from the lab's registry, or the lab's
-// lab-probe binary by name.
+// skein-probe binary by name.
 func (e *env) probeImage() string {
 	if e.l.Registry != "" {
 		return e.l.Registry + "/skein-net/skein-probe:" + version(e.t)
 	}
-	return "lab-probe"
+	return "skein-probe"
 }

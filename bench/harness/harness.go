@@ -1,6 +1,6 @@
 // Package harness is skein's benchmark ladder: topologies of network namespaces from a bare
 // veth pair up to skein's gateways, each measured with the same tools (iperf3 from Debian, as
-// subctl benchmark does, and lab-probe's request/response client), several runs interleaved
+// subctl benchmark does, and skein-probe's request/response client), several runs interleaved
 // across rungs (A B A B) so that drift hits all alike, reported as a markdown table, JSON and
 // an SVG chart. Every rung is built in namespaces of its own and removed afterwards, also on
 // error; nothing is added to the machine's own namespace.
@@ -132,7 +132,7 @@ func AllRungs() []Rung {
 }
 
 // Prepare builds the binaries the rungs run (wireguard-go at the version go.mod pins,
-// lab-probe, skein-gateway) into dir.
+// skein-probe, skein-gateway) into dir.
 func Prepare(ctx context.Context, dir string) error {
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		return fmt.Errorf("iperf3 (Debian package iperf3) is needed: %w", err)
@@ -147,7 +147,7 @@ func Prepare(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("find the module root: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "golang.zx2c4.com/wireguard", "./bench/cmd/lab-probe", "./cmd/skein-gateway")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "golang.zx2c4.com/wireguard", "./cmd/skein-probe", "./cmd/skein-gateway")
 	cmd.Dir = strings.TrimSpace(string(root))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build: %w: %s", err, out)
@@ -279,14 +279,14 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 // checkPath proves the rung carries traffic before it is measured: a few request/response
 // round trips end to end.
 func checkPath(ctx context.Context, e *Env, p *Path) error {
-	srv, err := p.Server.start(e.Log, filepath.Join(e.Bin, "lab-probe"), "rr-serve", "--tcp", ":7073")
+	srv, err := p.Server.start(e.Log, filepath.Join(e.Bin, "skein-probe"), "rr-serve", "--tcp", ":7073")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
 	var last error
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if _, last = p.Client.output(filepath.Join(e.Bin, "lab-probe"), "rr", "--count", "10", "--timeout", "2s", p.Addr+":7073"); last == nil {
+		if _, last = p.Client.output(filepath.Join(e.Bin, "skein-probe"), "rr", "--count", "10", "--timeout", "2s", p.Addr+":7073"); last == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -379,7 +379,7 @@ func measure(ctx context.Context, e *Env, p *Path, o Options, profile string, fi
 		return nil, err
 	}
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-	rrSrv, err := p.Server.start(e.Log, filepath.Join(e.Bin, "lab-probe"), "rr-serve", "--tcp", ":7073")
+	rrSrv, err := p.Server.start(e.Log, filepath.Join(e.Bin, "skein-probe"), "rr-serve", "--tcp", ":7073")
 	if err != nil {
 		return nil, err
 	}
@@ -454,13 +454,13 @@ func measure(ctx context.Context, e *Env, p *Path, o Options, profile string, fi
 	if o.Quick {
 		count = "500"
 	}
-	out, err := p.Client.output(filepath.Join(e.Bin, "lab-probe"), "rr", "--count", count, p.Addr+":7073")
+	out, err := p.Client.output(filepath.Join(e.Bin, "skein-probe"), "rr", "--count", count, p.Addr+":7073")
 	if err != nil {
 		return nil, err
 	}
 	f := strings.Fields(out)
 	if len(f) != 8 {
-		return nil, fmt.Errorf("lab-probe rr: unexpected output %q", out)
+		return nil, fmt.Errorf("skein-probe rr: unexpected output %q", out)
 	}
 	m["rr-p50"], _ = strconv.ParseFloat(f[3], 64)
 	m["rr-p99"], _ = strconv.ParseFloat(f[7], 64)

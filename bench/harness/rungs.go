@@ -17,7 +17,7 @@ const InnerMTU = 1340
 type Env struct {
 	// Prefix starts every namespace and interface name of the harness.
 	Prefix string
-	// Bin holds wireguard-go, lab-probe and skein-gateway (see Prepare).
+	// Bin holds wireguard-go, skein-probe and skein-gateway (see Prepare).
 	Bin string
 	// Work is a scratch directory (keys, configs, logs).
 	Work string

@@ -526,7 +526,7 @@ func (l *Lab) Command(ctx context.Context, i int, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// Build compiles the binaries a lab runs (skein's commands, the lab command and lab-probe)
+// Build compiles the binaries a lab runs (skein's commands, the lab command and skein-probe)
 // into dir, which must not lie under /tmp (containers see a private /tmp).
 func Build(ctx context.Context, dir string) error {
 	if strings.HasPrefix(dir, "/tmp/") {
@@ -539,7 +539,7 @@ func Build(ctx context.Context, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/...", "./bench/cmd/lab", "./bench/cmd/lab-probe")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/...", "./bench/cmd/lab")
 	cmd.Dir = strings.TrimSpace(string(root))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("lab: build: %w: %s", err, out)

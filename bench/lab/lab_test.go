@@ -121,7 +121,7 @@ func TestLab(t *testing.T) {
 		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
 				SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](65534), RunAsGroup: ptr.To[int64](65534), RunAsNonRoot: ptr.To(true)},
-				Containers: []corev1.Container{{Name: "probe", Image: "registry.example/lab-probe:v1", Args: []string{"serve"},
+				Containers: []corev1.Container{{Name: "probe", Image: "registry.example/skein-probe:v1", Args: []string{"serve"},
 					Env: []corev1.EnvVar{{Name: "MY_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
 					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(7072)}},
 						PeriodSeconds: 1},
@@ -169,7 +169,7 @@ func TestLab(t *testing.T) {
 		ip := strings.Split(p.Status.PodIP, ".")
 		return nodeNS(p.Spec.NodeName) + "-p" + ip[2] + "-" + ip[3]
 	}
-	probe := filepath.Join(bin, "lab-probe")
+	probe := filepath.Join(bin, "skein-probe")
 	// call retries for 15 s: kube-proxy programs a Service's endpoints a moment after the
 	// pods become Ready.
 	call := func(ns string, args ...string) string {
@@ -180,7 +180,7 @@ func TestLab(t *testing.T) {
 				return strings.TrimSpace(string(out))
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("lab-probe call %v from %s: %v: %s", args, ns, err, out)
+				t.Fatalf("skein-probe call %v from %s: %v: %s", args, ns, err, out)
 			}
 		}
 	}
@@ -286,8 +286,8 @@ func TestLab(t *testing.T) {
 	}
 	failing := []string{"call", "--timeout", "100ms", "tcp", "127.0.0.1:1"}
 	for _, p := range []*corev1.Pod{
-		podOf("always", "lab-probe", corev1.RestartPolicyAlways, failing...),
-		podOf("never", "lab-probe", corev1.RestartPolicyNever, failing...),
+		podOf("always", "skein-probe", corev1.RestartPolicyAlways, failing...),
+		podOf("never", "skein-probe", corev1.RestartPolicyNever, failing...),
 		podOf("noimage", "example.com/no-such-tool:v1", corev1.RestartPolicyAlways),
 	} {
 		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {

@@ -77,7 +77,7 @@ var Components = []Component{
 	{Name: "skein-controller", Package: "./cmd/skein-controller", Description: "skein's controller: reconciles the networking.liqo.io resources, IPAM and gateway rendering"},
 	{Name: "skein-agent", Package: "./cmd/skein-agent", Description: "skein's node agent: the overlay device, routes and rules of table 18952 on every node"},
 	{Name: "skein-gateway", Package: "./cmd/skein-gateway", Description: "skein's gateway: wireguard-go and a userspace dataplane with in-process NAT, unprivileged"},
-	{Name: "skein-probe", Package: "./bench/cmd/lab-probe", Description: "skein's probe: TCP, UDP and HTTP echo and calls, for connectivity tests"},
+	{Name: "skein-probe", Package: "./cmd/skein-probe", Description: "skein's probe: TCP, UDP and HTTP echo and calls, for connectivity tests"},
 }
 
 // ComponentNamed finds a component by name.

@@ -23,7 +23,7 @@ func main() {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `bench measures skein against the alternatives on this machine: each rung of the ladder is a
 topology of network namespaces (built and removed by the harness), measured with iperf3
-(TCP 1 and 10 streams both ways, UDP packets per second with loss) and lab-probe's
+(TCP 1 and 10 streams both ways, UDP packets per second with loss) and skein-probe's
 request/response latency, CPU seconds per GB and the gateways' peak RSS. Needs root and the
 Debian packages iperf3 and wireguard-tools (.ci/install-deps).
 
@@ -50,7 +50,7 @@ Flags:
 		fail(err.Error())
 	}
 	defer os.RemoveAll(bin)
-	fmt.Fprintln(os.Stderr, "bench: building wireguard-go, lab-probe, skein-gateway")
+	fmt.Fprintln(os.Stderr, "bench: building wireguard-go, skein-probe, skein-gateway")
 	if err := harness.Prepare(ctx, bin); err != nil {
 		fail(err.Error())
 	}

@@ -1,14 +1,16 @@
-// Command lab-probe is the lab's network probe: a server that tells each caller the address it
-// sees the call come from, and a client that calls it. End-to-end tests run the server in pods
-// and the client in pods or node namespaces, and compare what the server saw with what they
-// expect (for example a remapped source address across clusters).
+// Command skein-probe is skein's network probe (the skein-probe image): a server that tells
+// each caller the address it sees the call come from, and a client that calls it. The
+// end-to-end tests, the lab and the benchmark harness run the server in pods and the client in
+// pods or node namespaces, and compare what the server saw with what they expect (for example
+// a remapped source address across clusters).
 //
-//	lab-probe serve [--tcp :7070] [--udp :7071] [--http :7072]
-//	lab-probe call [--timeout 2s] tcp|udp HOST:PORT
-//	lab-probe stream [--interval 50ms] [--duration 10s] [--gaps 0] HOST:PORT
-//	lab-probe rr-serve [--tcp :7073]
-//	lab-probe rr [--count 2000] [--size 1] HOST:PORT
-//	lab-probe get [--timeout 5s] URL
+//	skein-probe version
+//	skein-probe serve [--tcp :7070] [--udp :7071] [--http :7072]
+//	skein-probe call [--timeout 2s] tcp|udp HOST:PORT
+//	skein-probe stream [--interval 50ms] [--duration 10s] [--gaps 0] HOST:PORT
+//	skein-probe rr-serve [--tcp :7073]
+//	skein-probe rr [--count 2000] [--size 1] HOST:PORT
+//	skein-probe get [--timeout 5s] URL
 //
 // serve answers every TCP connection and UDP datagram with one line:
 // "<hostname> saw <source ip>:<port>"; its HTTP port answers /healthz. call prints the line
@@ -33,15 +35,19 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/skein-net/skein/control/buildinfo"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: lab-probe serve|call|stream|rr-serve|rr|get ... (see go doc bench/cmd/lab-probe)")
+		fmt.Fprintln(os.Stderr, "usage: skein-probe serve|call|stream|rr-serve|rr|get|version ... (see go doc ./cmd/skein-probe)")
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
+	case "version", "--version", "-version":
+		fmt.Printf("skein-probe %s\n", buildinfo.Get())
 	case "serve":
 		err = serve(os.Args[2:])
 	case "call":
@@ -55,10 +61,10 @@ func main() {
 	case "get":
 		err = get(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (serve, call, stream, rr-serve, rr, get)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (serve, call, stream, rr-serve, rr, get, version)", os.Args[1])
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "lab-probe %s: %v\n", os.Args[1], err)
+		fmt.Fprintf(os.Stderr, "skein-probe %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
 }
@@ -95,7 +101,7 @@ func serve(args []string) error {
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		fmt.Fprintln(os.Stderr, http.ListenAndServe(*httpAddr, mux))
 	}()
-	fmt.Fprintf(os.Stderr, "lab-probe: serving tcp %s udp %s http %s\n", *tcpAddr, *udpAddr, *httpAddr)
+	fmt.Fprintf(os.Stderr, "skein-probe: serving tcp %s udp %s http %s\n", *tcpAddr, *udpAddr, *httpAddr)
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -113,7 +119,7 @@ func get(args []string) error {
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	_ = fs.Parse(args)
 	if fs.NArg() != 1 {
-		return errors.New("usage: lab-probe get [--timeout 5s] URL (flags first)")
+		return errors.New("usage: skein-probe get [--timeout 5s] URL (flags first)")
 	}
 	resp, err := (&http.Client{Timeout: *timeout}).Get(fs.Arg(0))
 	if err != nil {
@@ -132,7 +138,7 @@ func call(args []string) error {
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
 	_ = fs.Parse(args)
 	if fs.NArg() != 2 || (fs.Arg(0) != "tcp" && fs.Arg(0) != "udp") {
-		return errors.New("usage: lab-probe call [--timeout 2s] tcp|udp HOST:PORT (flags first)")
+		return errors.New("usage: skein-probe call [--timeout 2s] tcp|udp HOST:PORT (flags first)")
 	}
 	c, err := net.DialTimeout(fs.Arg(0), fs.Arg(1), *timeout)
 	if err != nil {
@@ -161,7 +167,7 @@ func stream(args []string) error {
 	report := fs.Duration("gaps", 0, "print every gap without replies longer than this (0: only the longest)")
 	_ = fs.Parse(args)
 	if fs.NArg() != 1 {
-		return errors.New("usage: lab-probe stream [--interval 50ms] [--duration 10s] [--gaps 0] HOST:PORT (flags first)")
+		return errors.New("usage: skein-probe stream [--interval 50ms] [--duration 10s] [--gaps 0] HOST:PORT (flags first)")
 	}
 	if *duration > 10*time.Minute || *interval < time.Millisecond {
 		return errors.New("--duration at most 10m, --interval at least 1ms")
@@ -255,7 +261,7 @@ func rr(args []string) error {
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	_ = fs.Parse(args)
 	if fs.NArg() != 1 || *count < 1 || *count > 1000000 || *size < 1 || *size > 65536 {
-		return errors.New("usage: lab-probe rr [--count 2000] [--size 1] HOST:PORT (flags first)")
+		return errors.New("usage: skein-probe rr [--count 2000] [--size 1] HOST:PORT (flags first)")
 	}
 	c, err := net.DialTimeout("tcp", fs.Arg(0), 5*time.Second)
 	if err != nil {
