@@ -12,9 +12,12 @@ import (
 	"log/slog"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 
@@ -83,6 +86,7 @@ type Agent struct {
 	lastErr   string
 	published string   // VTEP last written
 	refused   []string // the last plan's refused CIDRs, logged when they change
+	waiting   []string // the last plan's peerings not programmed yet
 	lastEvent time.Time
 	started   time.Time // Run began
 	masq      masqueradeWatch
@@ -202,7 +206,8 @@ func (a *Agent) Run(ctx context.Context) error {
 // reconcile computes and applies the node's state once.
 func (a *Agent) reconcile(ctx context.Context, resync bool) {
 	start := time.Now()
-	ch, peers, err := a.apply(ctx)
+	ch, peers, masq, err := a.apply(ctx)
+	a.writeConditions(ctx, err, peers, masq)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.stats.Reconciles++
@@ -239,11 +244,13 @@ func (a *Agent) reconcile(ctx context.Context, resync bool) {
 	}
 }
 
-func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, error) {
+// apply computes the node's plan and programs it; it returns what changed, how many peers
+// are programmed and the PodTrafficMasqueraded condition (nil: no reading).
+func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, *metav1.Condition, error) {
 	var ch kernel.Changes
 	in := apiclient.Get[netv1alpha1.InternalNode](a.nodes, a.opts.Node.Name)
 	if in == nil {
-		return ch, 0, fmt.Errorf("%w: InternalNode %s (created by skein-controller)", errWaiting, a.opts.Node.Name)
+		return ch, 0, nil, fmt.Errorf("%w: InternalNode %s (created by skein-controller)", errWaiting, a.opts.Node.Name)
 	}
 	o := plan.Objects{InternalNode: in}
 	for _, c := range apiclient.List[netv1alpha1.Configuration](a.confs) {
@@ -257,9 +264,12 @@ func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, error) {
 	}
 	plan, err := plan.FromObjects(a.opts.Node, o)
 	if err != nil {
-		return ch, 0, err
+		return ch, 0, nil, err
 	}
 	a.noteRefused(plan.Refused)
+	a.mu.Lock()
+	a.waiting = plan.Waiting
+	a.mu.Unlock()
 	if len(plan.Kernel.Peers) == 0 {
 		// No active peering: nothing of ours belongs on the node.
 		if l, _ := a.k.Link(plan.Kernel.Overlay.Name); l != nil {
@@ -269,14 +279,14 @@ func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, error) {
 		if a.snat != nil {
 			err = errors.Join(err, a.snat(nil))
 		}
-		return ch, 0, err
+		return ch, 0, nil, err
 	}
 	if ch, err = kernel.Reconcile(a.k, plan.Kernel); err != nil {
-		return ch, 0, err
+		return ch, 0, nil, err
 	}
 	if a.snat != nil {
 		if err := a.snat(plan.SNAT); err != nil {
-			return ch, len(plan.Kernel.Peers), err
+			return ch, len(plan.Kernel.Peers), nil, err
 		}
 		a.mu.Lock()
 		if !reflect.DeepEqual(plan.SNAT, a.lastSNAT) {
@@ -286,9 +296,80 @@ func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, error) {
 		a.mu.Unlock()
 	}
 	if err := a.publish(ctx, plan.Kernel.Overlay); err != nil {
-		return ch, len(plan.Kernel.Peers), err
+		return ch, len(plan.Kernel.Peers), nil, err
 	}
-	return ch, len(plan.Kernel.Peers), a.watchMasquerade(ctx, in, plan.SNAT != nil && plan.SNAT.MasqueradeBypass)
+	masq, err := a.watchMasquerade(plan.SNAT != nil && plan.SNAT.MasqueradeBypass)
+	return ch, len(plan.Kernel.Peers), masq, err
+}
+
+// ConditionReady is the InternalNode condition the agent reports: True when the node holds
+// what the plan says (reason Programmed, or NoPeering when there is nothing to program),
+// False while the agent waits for an object (Waiting) or failed to program the node (Error).
+// Its message lists the remote CIDRs the plan left unrouted.
+const ConditionReady = netv1alpha1.ConditionReady
+
+// readyCondition is the Ready condition for the outcome of one reconcile.
+func readyCondition(err error, peers int, waiting, refused []string) metav1.Condition {
+	c := metav1.Condition{Type: ConditionReady}
+	switch {
+	case errors.Is(err, errWaiting) || errors.Is(err, plan.ErrNoOverlayIP):
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Waiting", "waiting for "+err.Error()
+	case err != nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, "Error", err.Error()
+	case peers == 0:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, "NoPeering", "no active peering: nothing of skein's on the node"
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, "Programmed"
+		c.Message = fmt.Sprintf("the overlay device, the routes and the rules to %d peering(s) are programmed", peers)
+	}
+	if err == nil && len(waiting) > 0 {
+		c.Message += "; not programmed yet: " + strings.Join(waiting, "; ")
+	}
+	if len(refused) > 0 {
+		c.Message += "; left unrouted because they would take the node's own traffic: " + strings.Join(refused, "; ")
+	}
+	if len(c.Message) > maxMessage {
+		c.Message = c.Message[:maxMessage-3] + "..."
+	}
+	return c
+}
+
+// maxMessage bounds a condition's message (the API allows 32768 bytes; a cluster with many
+// peerings would otherwise write them all on every change).
+const maxMessage = 4096
+
+// writeConditions writes the Ready condition for this reconcile's outcome and masq (when not
+// nil) into the InternalNode's status, in one patch and only when one of them changed.
+func (a *Agent) writeConditions(ctx context.Context, err error, peers int, masq *metav1.Condition) {
+	in := apiclient.Get[netv1alpha1.InternalNode](a.nodes, a.opts.Node.Name)
+	if in == nil {
+		return
+	}
+	a.mu.Lock()
+	refused, waiting := slices.Clone(a.refused), slices.Clone(a.waiting)
+	a.mu.Unlock()
+	wants := []metav1.Condition{readyCondition(err, peers, waiting, refused)}
+	if masq != nil {
+		wants = append(wants, *masq)
+	}
+	conds := append([]metav1.Condition(nil), in.Status.Conditions...)
+	changed := false
+	for _, want := range wants {
+		if old := meta.FindStatusCondition(conds, want.Type); old != nil && old.Status == want.Status && old.Reason == want.Reason &&
+			old.Message == want.Message && old.ObservedGeneration == in.Generation {
+			continue
+		}
+		want.ObservedGeneration = in.Generation
+		meta.SetStatusCondition(&conds, want)
+		changed = true
+	}
+	if !changed {
+		return
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
+	if err := a.client.PatchStatus(ctx, "internalnodes", a.opts.Node.Name, patch); err != nil {
+		a.opts.Log.Warn("writing the InternalNode's conditions", "err", err)
+	}
 }
 
 // noteRefused counts the CIDRs the plan refused and logs them when the list changes.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -97,6 +98,25 @@ func TestAgentReacts(t *testing.T) {
 	if a.Stats().Programmed != 0 {
 		t.Fatal("programmed a peering whose gateway has no active replica")
 	}
+	// readyIs waits until the InternalNode's Ready condition has reason and its message
+	// contains msg.
+	readyIs := func(reason string, status metav1.ConditionStatus, msg string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got := &netv1alpha1.InternalNode{}
+			apitest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(in), got))
+			cond := meta.FindStatusCondition(got.Status.Conditions, agent.ConditionReady)
+			if cond != nil && cond.Reason == reason && cond.Status == status && strings.Contains(cond.Message, msg) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("InternalNode Ready condition %+v, want %s %s with %q", cond, status, reason, msg)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	readyIs("NoPeering", metav1.ConditionTrue, "gatewayserver "+ns+"/gw: no active replica published yet")
 	gs.Status.InternalEndpoint = &netv1alpha1.InternalEndpoint{IP: ipp("10.80.0.1"), VTEP: &netv1alpha1.VTEP{IP: "10.244.1.20", MAC: "02:5b:00:00:00:01"}}
 	apitest.Must(t, c.Status().Update(ctx, gs))
 	wait("first peering",
@@ -108,6 +128,7 @@ func TestAgentReacts(t *testing.T) {
 	if s := lastSNAT(); s == nil || s.ExternalIP.String() != "10.70.0.11" {
 		t.Errorf("host SNAT %+v", s)
 	}
+	readyIs("Programmed", metav1.ConditionTrue, "to 1 peering(s) are programmed")
 	// The VTEP is published.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -147,11 +168,14 @@ func TestAgentReacts(t *testing.T) {
 	apitest.Must(t, c.Update(ctx, in))
 	wait("overlay address change", "ip addr add 10.80.0.12/16 dev liqo.vxlan", "ip addr del 10.80.0.11/16 dev liqo.vxlan")
 
-	// Drift: a route removed behind the agent's back comes back on resync.
-	apitest.Must(t, f.DelRoute("liqo.vxlan", kernel.Route{Dst: netip.MustParsePrefix("10.73.0.0/16"), Via: netip.MustParseAddr("10.80.0.1")}))
-	wait("drift repair", "ip route add 10.73.0.0/16 via 10.80.0.1 dev liqo.vxlan onlink table 18952")
-	if a.Stats().DriftRepairs == 0 {
-		t.Error("drift repair not counted")
+	// Drift: a route removed behind the agent's back comes back on resync. (A reconcile an
+	// event started, such as the agent's own status write, may repair it first; then again.)
+	for try := 0; a.Stats().DriftRepairs == 0; try++ {
+		if try == 20 {
+			t.Fatal("drift repairs not counted")
+		}
+		apitest.Must(t, f.DelRoute("liqo.vxlan", kernel.Route{Dst: netip.MustParsePrefix("10.73.0.0/16"), Via: netip.MustParseAddr("10.80.0.1")}))
+		wait("drift repair", "ip route add 10.73.0.0/16 via 10.80.0.1 dev liqo.vxlan onlink table 18952")
 	}
 
 	// The last peering goes: everything is removed.

@@ -9,15 +9,10 @@
 package agent
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 )
 
 // ConditionMasqueraded is the InternalNode condition the agent reports: True while pod
@@ -90,23 +85,23 @@ func (w *masqueradeWatch) condition(bypass bool, now time.Time) metav1.Condition
 	return c
 }
 
-// watchMasquerade reads the counter, logs and counts what it adds, and writes the condition
-// into the InternalNode's status when it changed.
-func (a *Agent) watchMasquerade(ctx context.Context, in *netv1alpha1.InternalNode, bypass bool) error {
+// watchMasquerade reads the counter, logs and counts what it adds, and returns the
+// PodTrafficMasqueraded condition (nil when there is no counter to read).
+func (a *Agent) watchMasquerade(bypass bool) (*metav1.Condition, error) {
 	if a.opts.Masqueraded == nil {
-		return nil
+		return nil, nil
 	}
 	n, ok, err := a.opts.Masqueraded()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	now := time.Now()
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if !ok {
 		// No table, so no count (a node without an external IP has no host SNAT): nothing
 		// to say either way.
-		a.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	if delta := a.masq.observe(n, now); delta > 0 {
 		a.stats.Masqueraded += delta
@@ -114,17 +109,5 @@ func (a *Agent) watchMasquerade(ctx context.Context, in *netv1alpha1.InternalNod
 			"connections", delta, "bypass", bypass)
 	}
 	want := a.masq.condition(bypass, now)
-	a.mu.Unlock()
-
-	conds := append([]metav1.Condition(nil), in.Status.Conditions...)
-	if old := meta.FindStatusCondition(conds, want.Type); old != nil && old.Status == want.Status && old.Reason == want.Reason && old.Message == want.Message {
-		return nil
-	}
-	want.ObservedGeneration = in.Generation
-	meta.SetStatusCondition(&conds, want)
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
-	if err := a.client.PatchStatus(ctx, "internalnodes", a.opts.Node.Name, patch); err != nil {
-		return fmt.Errorf("InternalNode %s condition %s: %w", a.opts.Node.Name, want.Type, err)
-	}
-	return nil
+	return &want, nil
 }

@@ -26,7 +26,9 @@ type InternalNodeStatus struct {
 	// VTEP is the node's overlay endpoint, published by the node agent.
 	// +optional
 	VTEP *VTEP `json:"vtep,omitempty"`
-	// Conditions: Ready tells whether the node's overlay device and routes are programmed.
+	// Conditions, written by the node agent: Ready (True: the node holds what the agent plans for
+	// it, reason Programmed or NoPeering; False: reason Waiting or Error, the message says why) and
+	// PodTrafficMasqueraded (True: another rule source-NATs pod traffic to peer clusters).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -43,6 +45,7 @@ type InternalNodeStatus struct {
 // +kubebuilder:printcolumn:name="Overlay IP",type=string,JSONPath=`.spec.overlayIP`
 // +kubebuilder:printcolumn:name="VTEP IP",type=string,JSONPath=`.status.vtep.ip`
 // +kubebuilder:printcolumn:name="VTEP MAC",type=string,JSONPath=`.status.vtep.mac`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="External IP",type=string,JSONPath=`.spec.externalIP`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type InternalNode struct {
