@@ -145,6 +145,7 @@ func TestE2E(t *testing.T) {
 	}
 	gens, since := e.gatewayGenerations(ctx), time.Now()
 	t.Run("matrix", func(t *testing.T) { e.t = t; e.matrix(ctx) })
+	t.Run("diagnose", func(t *testing.T) { e.t = t; e.diagnose(ctx) })
 	t.Run("throughput", func(t *testing.T) { e.t = t; e.throughput(ctx, 3*time.Second) })
 	t.Run("metrics", func(t *testing.T) { e.t = t; e.metrics(ctx) })
 	t.Run("agent-restart", func(t *testing.T) { e.t = t; e.agentRestart(ctx) })
@@ -419,6 +420,29 @@ func (e *env) connect(ctx context.Context) {
 		}
 	}
 	e.reportf("connect: skeinctl network connect --server-service-type NodePort --wait: %.1fs to \"Connection is established\" on both sides", time.Since(start).Seconds())
+}
+
+// diagnose: skeinctl diagnose finds no problem in either cluster of a working peering, with
+// the node checks of every node's kernel (--node on its network namespace).
+func (e *env) diagnose(ctx context.Context) {
+	for i, c := range e.l.Clusters {
+		for j, n := range c.Nodes {
+			args := []string{"skeinctl", "diagnose", "--node", "--node-name", c.NodeName(j), "--netns", "/var/run/netns/" + n.Name}
+			out, err := e.l.Exec(ctx, i, args...)
+			if err != nil {
+				e.t.Errorf("cluster %d node %s: %v\n%s", i, c.NodeName(j), err, out)
+				continue
+			}
+			for _, want := range []string{"0 problem(s)", "OK       connection", "OK       kernel " + c.NodeName(j) + " gateway"} {
+				if !strings.Contains(out, want) {
+					e.t.Errorf("cluster %d node %s: skeinctl diagnose --node:\n%s\nwant %q", i, c.NodeName(j), out, want)
+				}
+			}
+			if i == 0 && j == 0 {
+				e.reportf("diagnose: cluster 0, node %s:\n%s", c.NodeName(j), out)
+			}
+		}
+	}
 }
 
 // view is how one cluster sees its peer's pods: each of the peer's pod CIDRs (spec) and the

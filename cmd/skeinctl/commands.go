@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -70,7 +71,7 @@ says liqoctl, type skeinctl: the network workflows, their flags and their output
 	root.PersistentFlags().StringVarP(&g.liqoNamespace, "liqo-namespace", "l", "liqo", "namespace skein is installed in, in the local cluster")
 	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "", "namespace scope of the request, as liqoctl's -n: where create puts gateways and generate publickey finds them (default: default)")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 2*time.Minute, "how long to wait for the API and for objects to become ready")
-	root.AddCommand(versionCmd(g), statusCmd(g), generateCmd(g), createCmd(g), networkCmd(g))
+	root.AddCommand(versionCmd(g), statusCmd(g), diagnoseCmd(g), generateCmd(g), createCmd(g), networkCmd(g))
 	return root
 }
 
@@ -138,6 +139,25 @@ func (g *globals) runningImages(ctx context.Context) ([]string, error) {
 
 // client builds a client for the cluster t names and checks the API server answers.
 func (g *globals) client(ctx context.Context, t target) (client.Client, error) {
+	cfg, err := g.restConfig(t)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme()})
+	if err != nil {
+		return nil, fmt.Errorf("API server %s: %w", cfg.Host, err)
+	}
+	reach, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	if err := c.List(reach, &corev1.NamespaceList{}, client.Limit(1)); err != nil {
+		return nil, fmt.Errorf("API server %s is not reachable: %w", cfg.Host, err)
+	}
+	return c, nil
+}
+
+// restConfig reads the client configuration of the cluster t names; every request made with it
+// ends within --timeout.
+func (g *globals) restConfig(t target) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if t.kubeconfig != "" {
 		rules.ExplicitPath = t.kubeconfig
@@ -150,18 +170,8 @@ func (g *globals) client(ctx context.Context, t target) (client.Client, error) {
 		}
 		return nil, fmt.Errorf("reading %s: %w (pass --kubeconfig, or set KUBECONFIG)", where, err)
 	}
-	// Every request, the reachability check included, within --timeout.
 	cfg.Timeout = g.timeout
-	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme()})
-	if err != nil {
-		return nil, fmt.Errorf("API server %s: %w", cfg.Host, err)
-	}
-	reach, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	if err := c.List(reach, &corev1.NamespaceList{}, client.Limit(1)); err != nil {
-		return nil, fmt.Errorf("API server %s is not reachable: %w", cfg.Host, err)
-	}
-	return c, nil
+	return cfg, nil
 }
 
 // cluster connects to the cluster t names and reads its id.

@@ -570,3 +570,20 @@ func subscribeRules(nsh *netns.NsHandle, done <-chan struct{}) (<-chan struct{},
 	}()
 	return out, nil
 }
+
+// RouteGet says where this namespace sends a packet to dst, its policy rules included (`ip
+// route get`): the output device and the routing table of the route that matched.
+func (n *Netlink) RouteGet(dst netip.Addr) (dev string, table int, err error) {
+	rs, err := n.h.RouteGet(dst.AsSlice())
+	if err != nil {
+		return "", 0, fmt.Errorf("ip route get %s: %w", dst, err)
+	}
+	if len(rs) == 0 {
+		return "", 0, fmt.Errorf("ip route get %s: no route", dst)
+	}
+	l, err := n.h.LinkByIndex(rs[0].LinkIndex)
+	if err != nil {
+		return "", rs[0].Table, fmt.Errorf("ip route get %s: device %d: %w", dst, rs[0].LinkIndex, err)
+	}
+	return l.Attrs().Name, rs[0].Table, nil
+}

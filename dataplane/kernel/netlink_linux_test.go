@@ -165,6 +165,18 @@ func TestNetlink(t *testing.T) {
 	if out := s.node.Run(t, "ip", "route", "show", "table", "18952"); !strings.Contains(out, "10.71.0.0/16 via 10.80.0.1 dev liqo.vxlan onlink") {
 		t.Errorf("table 18952:\n%s", out)
 	}
+	// The policy rules send a packet to a peer CIDR into table 18952 and out of the overlay;
+	// a rule of higher precedence to another table takes it first.
+	if dev, table, err := s.k.RouteGet(netip.MustParseAddr("10.71.3.4")); err != nil || dev != "liqo.vxlan" || table != kernel.Table {
+		t.Errorf("route get 10.71.3.4: dev %q table %d, %v; want liqo.vxlan, table %d", dev, table, err, kernel.Table)
+	}
+	s.node.Run(t, "ip", "route", "add", "10.71.0.0/16", "via", "10.244.1.5", "table", "100")
+	s.node.Run(t, "ip", "rule", "add", "to", "10.71.0.0/16", "lookup", "100", "priority", "100")
+	if dev, table, err := s.k.RouteGet(netip.MustParseAddr("10.71.3.4")); err != nil || dev != "pod0" || table != 100 {
+		t.Errorf("route get 10.71.3.4 with a rule to table 100 first: dev %q table %d, %v; want pod0, table 100", dev, table, err)
+	}
+	s.node.Run(t, "ip", "rule", "del", "to", "10.71.0.0/16", "lookup", "100", "priority", "100")
+	s.node.Run(t, "ip", "route", "del", "10.71.0.0/16", "table", "100")
 	if out := strings.TrimSpace(s.node.Run(t, "cat", "/proc/sys/net/ipv4/conf/liqo.vxlan/rp_filter")); out != "2" {
 		t.Errorf("rp_filter %s, want 2 (loose)", out)
 	}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/skein-net/skein/control/agent/plan"
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/identity"
+	"github.com/skein-net/skein/dataplane/kernel"
+	"github.com/skein-net/skein/dataplane/overlay"
+)
+
+// diagnoseNode compares this machine's kernel with what skein-agent plans for the node (the
+// same pure function of the API objects the agent runs, control/agent/plan) and checks where a
+// packet to each peer CIDR really goes.
+func (g *globals) diagnoseNode(ctx context.Context, r *report, cl client.Client, s *peerings, f nodeCheckFlags) {
+	const check = "kernel"
+	name := f.name
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			r.problem(check, "", "no --node-name and no hostname: "+err.Error(), "pass --node-name")
+			return
+		}
+		name = h
+	}
+	if s == nil {
+		r.problem(check, name, "the peerings could not be read (above)", "")
+		return
+	}
+	var in netv1alpha1.InternalNode
+	if err := cl.Get(ctx, client.ObjectKey{Name: name}, &in); err != nil {
+		r.problem(check, name, "no InternalNode "+name+": "+err.Error(), "pass --node-name as Kubernetes calls this node (kubectl get nodes)")
+		return
+	}
+	if in.Status.VTEP == nil {
+		r.problem(check, name, "the agent has not published the node's VTEP in its InternalNode: it has not programmed this node yet", "kubectl logs of the skein-agent pod on "+name)
+		return
+	}
+	ip, err := netip.ParseAddr(string(in.Status.VTEP.IP))
+	if err != nil {
+		r.problem(check, name, fmt.Sprintf("the InternalNode's VTEP IP %q does not parse", in.Status.VTEP.IP), "")
+		return
+	}
+	n, err := identity.ReadNetwork(ctx, cl, g.liqoNamespace)
+	if err != nil {
+		r.problem(check, name, "the cluster's network parameters: "+err.Error(), "")
+		return
+	}
+	pn := plan.Node{Name: name, IP: ip, InternalCIDR: n.InternalCIDR, PodCIDRs: n.PodCIDRs, Device: f.device, Kind: overlay.VXLAN}
+	p, err := plan.FromObjects(pn, plan.Objects{InternalNode: &in, Configurations: s.confs.Items, Servers: s.servers.Items, Clients: s.clients.Items})
+	if err != nil {
+		r.problem(check, name, "what the agent would program: "+err.Error(), "")
+		return
+	}
+	inNS := func(fn func() error) error { return fn() }
+	if f.netns != "" {
+		inNS = kernel.InNamespace(f.netns)
+	}
+	k, err := kernel.NewNetlink(f.netns, inNS)
+	if err != nil {
+		r.problem(check, name, err.Error(), "run as root on the node (kubectl debug node/"+name+" --profile=sysadmin, or ssh)")
+		return
+	}
+	defer k.Close()
+	agentLogs := "the skein-agent pod's log on " + name + " (kubectl -n " + g.liqoNamespace + " logs POD)"
+
+	l, err := k.Link(f.device)
+	switch {
+	case err != nil:
+		r.problem(check, name, err.Error(), "")
+		return
+	case len(p.Kernel.Peers) == 0 && l == nil:
+		r.ok(check, name, "no active peering and no overlay device "+f.device+", as it should be")
+		return
+	case len(p.Kernel.Peers) == 0:
+		r.warn(check, name, "overlay device "+f.device+" present although no peering is active", "the agent removes it within its resync (10 s); if it stays: "+agentLogs)
+		return
+	case l == nil:
+		hint := agentLogs
+		if _, err := os.Stat("/sys/module/vxlan"); err != nil && f.netns == "" {
+			hint = "the kernel's vxlan module is not loaded (modprobe vxlan); " + hint
+		}
+		r.problem(check, name, fmt.Sprintf("no overlay device %s although %d peering(s) are active", f.device, len(p.Kernel.Peers)), hint)
+		return
+	}
+	var bad []string
+	if l.Alias != kernel.OwnerAlias {
+		bad = append(bad, fmt.Sprintf("its alias is %q, not %q: it is not skein-agent's", l.Alias, kernel.OwnerAlias))
+	}
+	if !l.Up {
+		bad = append(bad, "it is down")
+	}
+	if !slices.Contains(l.Addrs, p.Kernel.Overlay.Address) {
+		bad = append(bad, fmt.Sprintf("it lacks the node's overlay address %v (has %v)", p.Kernel.Overlay.Address, l.Addrs))
+	}
+	if len(bad) > 0 {
+		r.problem(check, name, "overlay device "+f.device+": "+strings.Join(bad, "; "), agentLogs)
+	} else {
+		r.ok(check, name, fmt.Sprintf("overlay device %s up, %s, MTU %d, address %v", f.device, l.Kind, l.MTU, p.Kernel.Overlay.Address))
+	}
+
+	fdb, err1 := k.FDB(f.device)
+	neigh, err2 := k.Neighbors(f.device)
+	rules, err3 := k.Rules()
+	routes, err4 := k.Routes()
+	for _, err := range []error{err1, err2, err3, err4} {
+		if err != nil {
+			r.problem(check, name, err.Error(), "")
+			return
+		}
+	}
+	for _, peer := range p.Kernel.Peers {
+		subject := fmt.Sprintf("%s gateway %v", name, peer.OverlayIP)
+		var problems []string
+		if !slices.Contains(fdb, kernel.FDBEntry{MAC: peer.MAC, Dst: peer.VTEP}) {
+			what := fmt.Sprintf("no forwarding entry for the gateway's MAC %s to the active replica at %v", overlay.MACString(peer.MAC), peer.VTEP)
+			for _, e := range fdb {
+				if e.MAC == peer.MAC {
+					what = fmt.Sprintf("the forwarding entry for the gateway's MAC %s points at %v, not at the active replica %v", overlay.MACString(peer.MAC), e.Dst, peer.VTEP)
+				}
+			}
+			problems = append(problems, what+" (bridge fdb show dev "+f.device+")")
+		}
+		if !slices.Contains(neigh, kernel.Neigh{IP: peer.OverlayIP, MAC: peer.MAC}) {
+			problems = append(problems, fmt.Sprintf("neighbour entry %v -> %s missing (ip neigh show dev %s)", peer.OverlayIP, overlay.MACString(peer.MAC), f.device))
+		}
+		var routed []string
+		for _, cidr := range peer.Routes {
+			if !slices.ContainsFunc(rules, func(ru kernel.Rule) bool { return ru.To == cidr }) {
+				problems = append(problems, fmt.Sprintf("no rule `to %v lookup %d` (ip rule)", cidr, kernel.Table))
+			}
+			if !slices.Contains(routes, kernel.Route{Dst: cidr, Via: peer.OverlayIP}) {
+				problems = append(problems, fmt.Sprintf("no route %v via %v in table %d (ip route show table %d)", cidr, peer.OverlayIP, kernel.Table, kernel.Table))
+			}
+			probe := cidr.Addr().Next()
+			dev, table, err := k.RouteGet(probe)
+			switch {
+			case err != nil:
+				problems = append(problems, err.Error())
+			case dev != f.device:
+				r.problem(check, fmt.Sprintf("%s %v", name, cidr), fmt.Sprintf("a packet to %v leaves through %s (routing table %d), not the overlay: a policy rule before skein's takes it (ip rule)", probe, dev, table),
+					fmt.Sprintf("the agent cannot repair this: give skein's rules a lower priority than that rule (the chart's agent.rulePriority, default %d), or have the rule's owner (often the CNI) leave the peer's CIDR alone", kernel.DefaultRulePriority))
+			default:
+				routed = append(routed, cidr.String())
+			}
+		}
+		if len(problems) > 0 {
+			r.problem(check, subject, strings.Join(problems, "; "), "the agent repairs drift within its resync (10 s); if this stays: "+agentLogs)
+		} else {
+			r.ok(check, subject, fmt.Sprintf("%s routed through %s to the active replica at %v", strings.Join(routed, ", "), f.device, peer.VTEP))
+		}
+	}
+	for _, why := range p.Refused {
+		r.warn(check, name, "left unrouted: "+why, "a peer's CIDR covers this node's own traffic: the peer must use another CIDR, or this cluster a remapping")
+	}
+
+	fd := 0
+	if f.netns != "" {
+		nsf, err := os.Open(f.netns)
+		if err != nil {
+			r.problem(check, name, err.Error(), "")
+			return
+		}
+		defer nsf.Close()
+		fd = int(nsf.Fd())
+	}
+	masq, ok, err := kernel.MasqueradedConnections(fd)
+	switch {
+	case err != nil:
+		r.warn(check, name, "nftables: "+err.Error(), "run as root (CAP_NET_ADMIN) to read skein-agent's nftables table")
+	case !ok && p.SNAT != nil:
+		r.problem(check, name, "no nftables table ip skein-agent: host-network traffic to the peers is not source-NATed to the node's external address", agentLogs)
+	case ok && masq > 0:
+		r.warn(check, name, fmt.Sprintf("%d pod connection(s) to peers left source-NATed by another rule since the table was made (nft list table ip skein-agent)", masq),
+			"the InternalNode's PodTrafficMasqueraded condition says whether it still happens; the chart's agent.masqueradeBypass=true stops it")
+	case ok:
+		r.ok(check, name, "nftables table ip skein-agent present; no pod connection to peers source-NATed by another rule")
+	}
+}
