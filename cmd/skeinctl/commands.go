@@ -112,10 +112,9 @@ app.kubernetes.io/part-of=skein: the controller, the agents, the gateways) with 
 // runningImages lists, for each container of skein's pods in the cluster, its image and how
 // many pods run it: "skein-agent ghcr.io/skein-net/skein-agent:v0.2.0 (3 pods)".
 func (g *globals) runningImages(ctx context.Context) ([]string, error) {
-	saved := g.timeout
-	g.timeout = min(g.timeout, 5*time.Second)
-	cl, err := g.client(ctx, g.local())
-	g.timeout = saved
+	quick := *g
+	quick.timeout = min(g.timeout, 5*time.Second)
+	cl, err := quick.client(ctx, g.local())
 	if err != nil {
 		return nil, err
 	}

@@ -562,11 +562,11 @@ again changes nothing.`,
 		},
 		RunE: g.onPair(o, "", func(ctx context.Context, l, r *side) error { return g.connect(ctx, l, r, c, o.wait) }),
 	}
-	cmd.Flags().StringVar(&c.serviceType, "server-service-type", "LoadBalancer", "type of the gateway server's Service: NodePort, LoadBalancer or ClusterIP (default: the remote cluster's peering.networking.gateway.server.service.type, else LoadBalancer)")
-	cmd.Flags().Int32Var(&c.port, "server-port", netv1alpha1.DefaultPort, "port of the gateway server's Service (default: the remote cluster's peering.networking.gateway.server.service.port, else 51820)")
+	cmd.Flags().StringVar(&c.serviceType, "server-service-type", "LoadBalancer", "type of the gateway server's Service: NodePort, LoadBalancer or ClusterIP; when not given, the remote cluster's peering.networking.gateway.server.service.type comes before this default")
+	cmd.Flags().Int32Var(&c.port, "server-port", netv1alpha1.DefaultPort, "port of the gateway server's Service; when not given, the remote cluster's peering.networking.gateway.server.service.port comes before this default")
 	cmd.Flags().Int32Var(&c.nodePort, "node-port", 0, "force this node port; 0 lets Kubernetes choose")
 	cmd.Flags().StringVar(&c.lbIP, "load-balancer-ip", "", "ask the load balancer for this IP; empty lets it choose")
-	cmd.Flags().Int32Var(&c.mtu, "mtu", netv1alpha1.DefaultMTU, "MTU of the tunnel, the same on both sides (default: the clusters' peering.networking.gateway.mtu, else 1340)")
+	cmd.Flags().Int32Var(&c.mtu, "mtu", netv1alpha1.DefaultMTU, "MTU of the tunnel, the same on both sides; when not given, the clusters' peering.networking.gateway.mtu comes before this default")
 	cmd.Flags().StringSliceVar(&c.clientAddresses, "client-address", nil,
 		"address(es) the client dials instead of the server's own (status.endpoint.addresses): a NAT's or load balancer's public IP or DNS name; tried in order")
 	cmd.Flags().Int32Var(&c.clientPort, "client-port", 0, "port the client dials instead of the server's own (status.endpoint.port); 0 keeps the server's")
