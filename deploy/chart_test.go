@@ -341,6 +341,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"cluster id not a label value", map[string]any{"clusterID": "no spaces allowed"}, "/clusterID"},
 		{"replicas without election", map[string]any{"controller": map[string]any{"replicas": 2, "leaderElection": false}}, "leaderElection"},
 		{"scrape interval not a duration", map[string]any{"monitoring": map[string]any{"podMonitor": map[string]any{"interval": "thirty seconds"}}}, "/monitoring/podMonitor/interval"},
+		{"digest in the tag", map[string]any{"agent": map[string]any{"image": map[string]any{"tag": "v0.2.0@sha256:0123"}}}, "/agent/image/tag"},
 		{"dashboard label not a string", map[string]any{"monitoring": map[string]any{"dashboard": map[string]any{"labels": map[string]any{"grafana_dashboard": 1}}}}, "/monitoring/dashboard/labels"},
 	}
 	helmBinary(t)

@@ -125,11 +125,17 @@ func main() {
 	if err != nil {
 		fail(2, "--internal-cidr %q: %v", *internal, err)
 	}
+	if ic != ic.Masked() {
+		fail(2, "--internal-cidr %q has host bits set (did you mean %v?)", *internal, ic.Masked())
+	}
 	var pods []netip.Prefix
 	for _, s := range strings.Split(*podCIDRs, ",") {
 		p, err := netip.ParsePrefix(strings.TrimSpace(s))
 		if err != nil {
 			fail(2, "--pod-cidrs: %q: %v", s, err)
+		}
+		if p != p.Masked() {
+			fail(2, "--pod-cidrs: %q has host bits set (did you mean %v?)", s, p.Masked())
 		}
 		pods = append(pods, p)
 	}

@@ -47,6 +47,16 @@ Flags:
 `
 
 func prefixes(flagName, s string) []netip.Prefix {
+	out, err := parsePrefixes(flagName, s)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "skein-controller: %v\n", err)
+		os.Exit(2)
+	}
+	return out
+}
+
+// parsePrefixes reads a comma-separated list of IPv4 CIDRs without host bits.
+func parsePrefixes(flagName, s string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f == "" {
@@ -54,12 +64,14 @@ func prefixes(flagName, s string) []netip.Prefix {
 		}
 		p, err := netip.ParsePrefix(f)
 		if err != nil || !p.Addr().Is4() {
-			fmt.Fprintf(os.Stderr, "skein-controller: --%s: %q is not an IPv4 CIDR\n", flagName, f)
-			os.Exit(2)
+			return nil, fmt.Errorf("--%s: %q is not an IPv4 CIDR", flagName, f)
+		}
+		if p != p.Masked() {
+			return nil, fmt.Errorf("--%s: %q has host bits set (did you mean %v?)", flagName, f, p.Masked())
 		}
 		out = append(out, p)
 	}
-	return out
+	return out, nil
 }
 
 func main() {
