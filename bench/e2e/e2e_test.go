@@ -305,6 +305,12 @@ func (e *env) install(ctx context.Context, gatewayReplicas int) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// lab exec's PATH has kubectl, skeinctl and helm, as its usage says.
+	for _, tool := range [][]string{{"helm", "version", "--short"}, {"kubectl", "version", "--client"}, {"skeinctl", "version", "--client"}} {
+		if out, err := e.l.Exec(ctx, 0, tool...); err != nil {
+			e.t.Errorf("lab exec %v: %v\n%s", tool, err, out)
+		}
+	}
 	var cidrs []string
 	for _, c := range e.l.PodCIDRs {
 		cidrs = append(cidrs, `"`+c.String()+`"`)

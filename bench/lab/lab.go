@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/skein-net/skein/dataplane/kernel"
+	"github.com/skein-net/skein/internal/k8sbin"
 )
 
 // The clusters' networks. Both clusters use the same pod CIDR on purpose.
@@ -522,8 +523,17 @@ func (l *Lab) Exec(ctx context.Context, i int, args ...string) (string, error) {
 func (l *Lab) Command(ctx context.Context, i int, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", l.Topology.Workstation.Name}, args...)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+l.Clusters[i].Kubeconfig,
-		"PATH="+l.BinDir+":"+l.K8sBin+":"+os.Getenv("PATH"))
+		"PATH="+l.BinDir+":"+l.K8sBin+helmDir()+":"+os.Getenv("PATH"))
 	return cmd
+}
+
+// helmDir is ":" and the directory of the cached helm, or "" when helm is not built (make
+// k8s-binaries builds it).
+func helmDir() string {
+	if h, ok := k8sbin.HelmReady(); ok {
+		return ":" + filepath.Dir(h)
+	}
+	return ""
 }
 
 // Build compiles the binaries a lab runs (skein's commands, the lab command and skein-probe)
