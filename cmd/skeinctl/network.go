@@ -155,10 +155,6 @@ func (g *globals) info(s *side, format string, a ...any) {
 func networkCmd(g *globals) *cobra.Command {
 	o := &networkOpts{}
 	cmd := &cobra.Command{Use: "network", Short: "Set up and tear down the network between this cluster and a peer"}
-	cmd.PersistentFlags().StringVar(&o.remoteKubeconfig, "remote-kubeconfig", "", "kubeconfig of the remote cluster (init, connect, disconnect and reset need it or --remote-context)")
-	cmd.PersistentFlags().StringVar(&o.remoteContext, "remote-context", "", "kubeconfig context of the remote cluster (in --remote-kubeconfig, else in the local kubeconfig)")
-	cmd.PersistentFlags().StringVar(&o.remoteLiqoNamespace, "remote-liqo-namespace", "liqo", "namespace skein is installed in, in the remote cluster")
-	cmd.PersistentFlags().BoolVar(&o.wait, "wait", false, "wait until what was set up is ready")
 
 	initCmd := &cobra.Command{
 		Use:   "init",
@@ -180,7 +176,16 @@ is destructive: skeinctl asks for confirmation on a terminal; pass --yes to skip
 		RunE:    g.onPair(o, "network reset", func(ctx context.Context, l, r *side) error { return g.reset(ctx, l, r, o.wait) }),
 	}
 	confirmFlags(resetCmd, o)
-	cmd.AddCommand(initCmd, connectCmd(g, o), disconnectCmd(g, o), resetCmd, networkStatusCmd(g))
+	pairs := []*cobra.Command{initCmd, connectCmd(g, o), disconnectCmd(g, o), resetCmd}
+	for _, c := range pairs {
+		// The commands that act on both clusters; network status reads this one only.
+		c.Flags().StringVar(&o.remoteKubeconfig, "remote-kubeconfig", "", "kubeconfig of the remote cluster (this or --remote-context is required)")
+		c.Flags().StringVar(&o.remoteContext, "remote-context", "", "kubeconfig context of the remote cluster (in --remote-kubeconfig, else in the local kubeconfig)")
+		c.Flags().StringVar(&o.remoteLiqoNamespace, "remote-liqo-namespace", "liqo", "namespace skein is installed in, in the remote cluster")
+		c.Flags().BoolVar(&o.wait, "wait", false, "wait until what was set up is ready")
+		cmd.AddCommand(c)
+	}
+	cmd.AddCommand(networkStatusCmd(g))
 	return cmd
 }
 

@@ -94,6 +94,11 @@ func TestFlags(t *testing.T) {
 		"network init":       {"kubeconfig": "", "remote-kubeconfig": "", "wait": "false", "timeout": "2m0s", "context": "", "remote-context": ""},
 		"network disconnect": {"remote-kubeconfig": "", "wait": "false", "yes": "false", "skip-confirm": "false"},
 		"network reset":      {"remote-kubeconfig": "", "wait": "false", "yes": "false", "skip-confirm": "false"},
+		"diagnose":           {"output": "", "node": "false", "node-name": "", "overlay-device": "liqo.vxlan", "netns": ""},
+	}
+	// network status reads the local cluster only: no remote flags in its --help.
+	if st, _, err := root.Find([]string{"network", "status"}); err != nil || st.Flags().Lookup("remote-kubeconfig") != nil || st.InheritedFlags().Lookup("remote-kubeconfig") != nil {
+		t.Errorf("network status has --remote-kubeconfig (%v)", err)
 	}
 	for path, flags := range want {
 		cmd, _, err := root.Find(strings.Fields(path))
