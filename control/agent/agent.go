@@ -109,12 +109,15 @@ func New(cfg *rest.Config, opts Options, k kernel.Kernel, snat SNAT) (*Agent, er
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a := &Agent{opts: opts, client: c, k: k, snat: snat, poke: make(chan struct{}, 1), drift: make(chan struct{}, 1)}
+	// Only the node's own InternalNode: another node's status writes must not wake this agent.
+	if a.nodes, err = c.WatchNamed("internalnodes", opts.Node.Name, &netv1alpha1.InternalNode{}, a.wake); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
 	for _, w := range []struct {
 		inf      **apiclient.Informer
 		resource string
 		obj      runtime.Object
 	}{
-		{&a.nodes, "internalnodes", &netv1alpha1.InternalNode{}},
 		{&a.confs, "configurations", &netv1alpha1.Configuration{}},
 		{&a.servers, "gatewayservers", &netv1alpha1.GatewayServer{}},
 		{&a.clients, "gatewayclients", &netv1alpha1.GatewayClient{}},

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -200,4 +201,77 @@ func peering(ctx context.Context, t *testing.T, c client.Client, ns string) (*ne
 		Spec: netv1alpha1.GatewayServerSpec{ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server"}}}
 	apitest.Must(t, c.Create(ctx, gs))
 	return conf, gs
+}
+
+// TestQuietWhenNothingChanges: agents whose Ready message lists several peerings not
+// programmed yet settle: once their conditions are written, nothing is written again and
+// nothing reconciles while no object changes (one agent's status write must not wake the
+// others, and a message must not change with the order the watch cache lists objects in).
+func TestQuietWhenNothingChanges(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "quiet")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := range 8 {
+		apitest.Must(t, c.Create(ctx, &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c%d", i), Namespace: ns,
+			Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: fmt.Sprintf("cluster-%d", i)}},
+			Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}))
+	}
+	var agents []*agent.Agent
+	var nodes []*netv1alpha1.InternalNode
+	for i := range 3 {
+		in := &netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-n%d", ns, i)},
+			Spec: netv1alpha1.InternalNodeSpec{OverlayIP: ipp(fmt.Sprintf("10.80.0.%d", 11+i))}}
+		apitest.Must(t, c.Create(ctx, in))
+		t.Cleanup(func() { c.Delete(context.Background(), in) })
+		nodes = append(nodes, in)
+		a, err := agent.New(env.Config, agent.Options{
+			Node:   plan.Node{Name: in.Name, IP: netip.AddrFrom4([4]byte{192, 168, 77, byte(1 + i)}), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
+			Resync: time.Hour,
+			Log:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		}, kernel.NewFake(), nil)
+		apitest.Must(t, err)
+		agents = append(agents, a)
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- a.Run(runCtx) }()
+		defer func() { stop(); <-done }()
+	}
+	// versions waits until every node's Ready condition lists the 8 waiting peerings, then
+	// returns the nodes' resourceVersions and the agents' reconcile count.
+	versions := func() (string, uint64) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var rvs []string
+			all := true
+			for _, in := range nodes {
+				got := &netv1alpha1.InternalNode{}
+				apitest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(in), got))
+				cond := meta.FindStatusCondition(got.Status.Conditions, agent.ConditionReady)
+				all = all && cond != nil && strings.Count(cond.Message, "not mapped yet") == 8
+				rvs = append(rvs, got.ResourceVersion)
+			}
+			var n uint64
+			for _, a := range agents {
+				n += a.Stats().Reconciles
+			}
+			if all {
+				return strings.Join(rvs, ","), n
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the agents did not report the 8 peerings waiting")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	versions()
+	time.Sleep(time.Second) // the last writes' events arrive
+	rv0, r0 := versions()
+	time.Sleep(3 * time.Second)
+	rv1, r1 := versions()
+	if rv0 != rv1 || r1 != r0 {
+		t.Errorf("with nothing changing, in 3 s: InternalNode versions %s -> %s, %d reconciles", rv0, rv1, r1-r0)
+	}
 }

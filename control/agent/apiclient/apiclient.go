@@ -62,7 +62,17 @@ type Informer struct {
 // Watch returns an informer of resource (plural, such as "configurations"), whose objects are
 // of obj's type, calling changed after every add, update and delete. Start it with Start.
 func (c *Client) Watch(resource string, obj runtime.Object, changed func()) (*Informer, error) {
-	lw := cache.NewListWatchFromClient(c.rest, resource, metav1.NamespaceAll, fields.Everything())
+	return c.watch(resource, fields.Everything(), obj, changed)
+}
+
+// WatchNamed is Watch of the one cluster-scoped object called name (a field selector on
+// metadata.name): its changes only call changed.
+func (c *Client) WatchNamed(resource, name string, obj runtime.Object, changed func()) (*Informer, error) {
+	return c.watch(resource, fields.OneTermEqualSelector("metadata.name", name), obj, changed)
+}
+
+func (c *Client) watch(resource string, sel fields.Selector, obj runtime.Object, changed func()) (*Informer, error) {
+	lw := cache.NewListWatchFromClient(c.rest, resource, metav1.NamespaceAll, sel)
 	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { changed() },

@@ -220,5 +220,9 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 			p.SNAT = &kernel.HostSNAT{ExternalIP: e, PodCIDRs: n.PodCIDRs, Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass}
 		}
 	}
+	// The objects come in the watch cache's order, which changes from call to call; what is
+	// reported (logs, the InternalNode's Ready message) must not.
+	sort.Strings(p.Waiting)
+	sort.Strings(p.Refused)
 	return p, nil
 }

@@ -2,7 +2,9 @@ package plan_test
 
 import (
 	"errors"
+	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -155,5 +157,42 @@ func TestRefusesDangerousCIDRs(t *testing.T) {
 	}
 	if p, _ := plan.FromObjects(node, objects()); len(p.Refused) != 0 {
 		t.Errorf("refused %v in the ordinary case", p.Refused)
+	}
+}
+
+// TestFromObjectsOrderFree: the plan does not depend on the order of the objects (a watch
+// cache lists them in no fixed order): what it reports goes into the InternalNode's status,
+// and a message that changed with the order would be written again on every reconcile.
+func TestFromObjectsOrderFree(t *testing.T) {
+	o := objects()
+	for i := range 6 {
+		id := string(rune('d' + i))
+		o.Configurations = append(o.Configurations, netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: "t-" + id,
+			Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: id}}}) // not mapped yet
+	}
+	// A mapped peer whose CIDR covers the node: refused.
+	o.Configurations = append(o.Configurations, netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "t-x",
+		Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "x"}},
+		Status: netv1alpha1.ConfigurationStatus{Remote: &netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "192.168.0.0/16", External: "10.73.0.0/16"}}}})
+	first, err := plan.FromObjects(node, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Waiting) < 7 || len(first.Refused) == 0 {
+		t.Fatalf("waiting %q, refused %q", first.Waiting, first.Refused)
+	}
+	for i := range 20 {
+		r := o
+		r.Configurations = slices.Clone(o.Configurations)
+		rand.New(rand.NewPCG(uint64(i), 1)).Shuffle(len(r.Configurations), func(a, b int) {
+			r.Configurations[a], r.Configurations[b] = r.Configurations[b], r.Configurations[a]
+		})
+		p, err := plan.FromObjects(node, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(p.Waiting, first.Waiting) || !slices.Equal(p.Refused, first.Refused) {
+			t.Fatalf("shuffle %d: waiting %q refused %q; first %q %q", i, p.Waiting, p.Refused, first.Waiting, first.Refused)
+		}
 	}
 }
