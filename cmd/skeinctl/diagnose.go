@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
@@ -43,7 +45,25 @@ type finding struct {
 type report struct{ findings []finding }
 
 func (r *report) add(level, check, subject, detail, hint string) {
-	r.findings = append(r.findings, finding{Level: level, Check: check, Subject: subject, Detail: detail, Hint: hint})
+	r.findings = append(r.findings, finding{Level: level, Check: check, Subject: printable(subject), Detail: printable(detail), Hint: printable(hint)})
+}
+
+// maxField bounds what diagnose prints of one field.
+const maxField = 2000
+
+// printable makes text that users, peers and node agents can write (names, condition
+// messages) safe to print as one line of a report: control and format characters (newlines,
+// terminal escapes, bidirectional overrides) are shown escaped, so no object can forge a line
+// or hide one; long text is cut.
+func printable(s string) string {
+	if len(s) > maxField {
+		s = s[:maxField] + "..."
+	}
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) }) < 0 {
+		return s
+	}
+	q := strconv.QuoteToGraphic(s)
+	return q[1 : len(q)-1]
 }
 func (r *report) ok(check, subject, detail string) { r.add(levelOK, check, subject, detail, "") }
 func (r *report) warn(check, subject, detail, hint string) {
@@ -456,7 +476,11 @@ func checkGateway(r *report, s *peerings, g gatewayInfo) {
 	var conn *netv1alpha1.Connection
 	for i := range s.conns.Items {
 		c := &s.conns.Items[i]
-		if c.Namespace == g.namespace && c.Spec.GatewayRef.Name == g.name {
+		role := netv1alpha1.ConnectionTypeServer
+		if g.kind == "GatewayClient" {
+			role = netv1alpha1.ConnectionTypeClient
+		}
+		if c.Namespace == g.namespace && c.Spec.GatewayRef.Name == g.name && c.Spec.Type == role {
 			conn = c
 		}
 	}

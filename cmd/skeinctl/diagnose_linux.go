@@ -140,7 +140,10 @@ func (g *globals) diagnoseNode(ctx context.Context, r *report, cl client.Client,
 			if !slices.Contains(routes, kernel.Route{Dst: cidr, Via: peer.OverlayIP}) {
 				problems = append(problems, fmt.Sprintf("no route %v via %v in table %d (ip route show table %d)", cidr, peer.OverlayIP, kernel.Table, kernel.Table))
 			}
-			probe := cidr.Addr().Next()
+			probe := cidr.Addr() // a host of the CIDR: its first after the network address
+			if cidr.Bits() < 32 {
+				probe = probe.Next()
+			}
 			dev, table, err := k.RouteGet(probe)
 			switch {
 			case err != nil:

@@ -250,3 +250,27 @@ func TestVersionSkew(t *testing.T) {
 }
 
 func ipPtr(s string) *netv1alpha1.IP { v := netv1alpha1.IP(s); return &v }
+
+// TestPrintable: what objects say cannot add lines to a report or hide them.
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain text, ünïcode ok": "plain text, ünïcode ok",
+		"forged\nOK       connection x: Connected": `forged\nOK       connection x: Connected`,
+		"hide\x1b[1A\x1b[2Kme":                    `hide\x1b[1A\x1b[2Kme`,
+		"bidi \u202eevil":                         `bidi \u202eevil`,
+	} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := printable(strings.Repeat("x", 5000)); len(got) != maxField+3 {
+		t.Errorf("a 5000-byte message printed as %d bytes", len(got))
+	}
+	r := &report{}
+	r.problem("node", "n1", "not programmed\n0 problem(s), 0 warning(s)", "")
+	var b strings.Builder
+	r.print(&b)
+	if n := strings.Count(b.String(), "\n"); n != 2 {
+		t.Errorf("one finding printed as %d lines:\n%s", n, b.String())
+	}
+}
