@@ -254,10 +254,10 @@ func ipPtr(s string) *netv1alpha1.IP { v := netv1alpha1.IP(s); return &v }
 // TestPrintable: what objects say cannot add lines to a report or hide them.
 func TestPrintable(t *testing.T) {
 	for in, want := range map[string]string{
-		"plain text, ünïcode ok": "plain text, ünïcode ok",
+		"plain text, ünïcode ok":                   "plain text, ünïcode ok",
 		"forged\nOK       connection x: Connected": `forged\nOK       connection x: Connected`,
-		"hide\x1b[1A\x1b[2Kme":                    `hide\x1b[1A\x1b[2Kme`,
-		"bidi \u202eevil":                         `bidi \u202eevil`,
+		"hide\x1b[1A\x1b[2Kme":                     `hide\x1b[1A\x1b[2Kme`,
+		"bidi \u202eevil":                          `bidi \u202eevil`,
 	} {
 		if got := printable(in); got != want {
 			t.Errorf("printable(%q) = %q, want %q", in, got, want)
