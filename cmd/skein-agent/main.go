@@ -165,8 +165,9 @@ func main() {
 			VNI: uint32(*vni), Port: uint16(*port), MTU: *mtu, RulePriority: *priority, MasqueradeBypass: *masqBypass},
 		PodNamespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"),
 		Resync: *resync, Log: log,
-		Monitor:     func(changed func(), done <-chan struct{}) error { return kernel.Monitor(*netnsPath, changed, done) },
-		Masqueraded: func() (uint64, bool, error) { return kernel.MasqueradedConnections(nsFd) },
+		Monitor:       func(changed func(), done <-chan struct{}) error { return kernel.Monitor(*netnsPath, changed, done) },
+		Masqueraded:   func() (uint64, bool, error) { return kernel.MasqueradedConnections(nsFd) },
+		LocalNetworks: func() ([]netip.Prefix, error) { return k.LocalNetworks(*device) },
 	}, k, func(s *kernel.HostSNAT) error {
 		if s == nil {
 			return kernel.DeleteHostSNAT(nsFd)

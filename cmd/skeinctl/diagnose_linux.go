@@ -54,12 +54,6 @@ func (g *globals) diagnoseNode(ctx context.Context, r *report, cl client.Client,
 		r.problem(check, name, "the cluster's network parameters: "+err.Error(), "")
 		return
 	}
-	pn := plan.Node{Name: name, IP: ip, InternalCIDR: n.InternalCIDR, PodCIDRs: n.PodCIDRs, Device: f.device, Kind: overlay.VXLAN}
-	p, err := plan.FromObjects(pn, plan.Objects{InternalNode: &in, Configurations: s.confs.Items, Servers: s.servers.Items, Clients: s.clients.Items})
-	if err != nil {
-		r.problem(check, name, "what the agent would program: "+err.Error(), "")
-		return
-	}
 	inNS := func(fn func() error) error { return fn() }
 	if f.netns != "" {
 		inNS = kernel.InNamespace(f.netns)
@@ -70,6 +64,19 @@ func (g *globals) diagnoseNode(ctx context.Context, r *report, cl client.Client,
 		return
 	}
 	defer k.Close()
+	// The agent's own plan for the node, with the networks the node has addresses in as the
+	// agent reads them.
+	nets, err := k.LocalNetworks(f.device)
+	if err != nil {
+		r.problem(check, name, err.Error(), "")
+		return
+	}
+	pn := plan.Node{Name: name, IP: ip, InternalCIDR: n.InternalCIDR, PodCIDRs: n.PodCIDRs, Device: f.device, Kind: overlay.VXLAN, LocalNetworks: nets}
+	p, err := plan.FromObjects(pn, plan.Objects{InternalNode: &in, Configurations: s.confs.Items, Servers: s.servers.Items, Clients: s.clients.Items})
+	if err != nil {
+		r.problem(check, name, "what the agent would program: "+err.Error(), "")
+		return
+	}
 	agentLogs := "the skein-agent pod's log on " + name + " (kubectl -n " + g.liqoNamespace + " logs POD)"
 
 	l, err := k.Link(f.device)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -52,7 +53,10 @@ type Options struct {
 	// count (no host SNAT table). The agent reports them in its InternalNode's
 	// PodTrafficMasqueraded condition.
 	Masqueraded func() (n uint64, ok bool, err error)
-	Log         *slog.Logger
+	// LocalNetworks, if set, reads the networks the node has addresses in (the overlay device's
+	// excepted) before each plan: a peer's CIDR overlapping one is not routed.
+	LocalNetworks func() ([]netip.Prefix, error)
+	Log           *slog.Logger
 }
 
 // Stats are the agent's counters, for metrics.
@@ -265,7 +269,15 @@ func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, *metav1.Conditi
 	for _, g := range apiclient.List[netv1alpha1.GatewayClient](a.clients) {
 		o.Clients = append(o.Clients, *g)
 	}
-	plan, err := plan.FromObjects(a.opts.Node, o)
+	node := a.opts.Node
+	if a.opts.LocalNetworks != nil {
+		nets, err := a.opts.LocalNetworks()
+		if err != nil {
+			return ch, 0, nil, fmt.Errorf("reading the node's networks: %w", err)
+		}
+		node.LocalNetworks = nets
+	}
+	plan, err := plan.FromObjects(node, o)
 	if err != nil {
 		return ch, 0, nil, err
 	}

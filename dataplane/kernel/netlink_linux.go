@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"os"
 	"runtime"
 	"strconv"
@@ -586,4 +587,37 @@ func (n *Netlink) RouteGet(dst netip.Addr) (dev string, table int, err error) {
 		return "", rs[0].Table, fmt.Errorf("ip route get %s: device %d: %w", dst, rs[0].LinkIndex, err)
 	}
 	return l.Attrs().Name, rs[0].Table, nil
+}
+
+// LocalNetworks lists the IPv4 networks this namespace's links have addresses in (an address
+// 192.168.10.20/24 gives 192.168.10.0/24; a /32 gives itself), leaving out loopback and the
+// links named in skip (the overlay device). A peer's CIDR that overlaps one would send the
+// node's traffic to its own neighbours (a DNS resolver, the API server, the other nodes) into
+// the tunnel.
+func (n *Netlink) LocalNetworks(skip ...string) ([]netip.Prefix, error) {
+	links, err := n.h.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	var out []netip.Prefix
+	for _, l := range links {
+		a := l.Attrs()
+		if a.Flags&net.FlagLoopback != 0 || slices.Contains(skip, a.Name) {
+			continue
+		}
+		addrs, err := n.h.AddrList(l, unix.AF_INET)
+		if err != nil {
+			return nil, fmt.Errorf("addresses of %s: %w", a.Name, err)
+		}
+		for _, ad := range addrs {
+			ip, ok := netip.AddrFromSlice(ad.IP)
+			if !ok {
+				continue
+			}
+			ones, _ := ad.Mask.Size()
+			out = append(out, netip.PrefixFrom(ip.Unmap(), ones).Masked())
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return slices.Compact(out), nil
 }

@@ -165,6 +165,14 @@ func TestNetlink(t *testing.T) {
 	if out := s.node.Run(t, "ip", "route", "show", "table", "18952"); !strings.Contains(out, "10.71.0.0/16 via 10.80.0.1 dev liqo.vxlan onlink") {
 		t.Errorf("table 18952:\n%s", out)
 	}
+	// The node's own networks: the pod veth's (the test's node has no other address); the
+	// overlay device is left out when named.
+	if nets, err := s.k.LocalNetworks("liqo.vxlan"); err != nil || !slices.Equal(nets, []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}) {
+		t.Errorf("LocalNetworks(liqo.vxlan) = %v, %v; want [10.244.1.0/24]", nets, err)
+	}
+	if nets, _ := s.k.LocalNetworks(); !slices.Contains(nets, netip.MustParsePrefix("10.80.0.0/16")) {
+		t.Errorf("LocalNetworks() = %v, want the overlay's 10.80.0.0/16 too", nets)
+	}
 	// The policy rules send a packet to a peer CIDR into table 18952 and out of the overlay;
 	// a rule of higher precedence to another table takes it first.
 	if dev, table, err := s.k.RouteGet(netip.MustParseAddr("10.71.3.4")); err != nil || dev != "liqo.vxlan" || table != kernel.Table {

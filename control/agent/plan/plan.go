@@ -37,6 +37,9 @@ type Node struct {
 	// MasqueradeBypass keeps the source of pod traffic to peers whatever the node's other NAT
 	// rules say (kernel.HostSNAT.MasqueradeBypass).
 	MasqueradeBypass bool
+	// LocalNetworks are the networks the node has addresses in (kernel.Netlink.LocalNetworks):
+	// a remote CIDR overlapping one is not routed.
+	LocalNetworks []netip.Prefix
 }
 
 // Objects are the API objects the agent reads.
@@ -61,8 +64,8 @@ type Plan struct {
 }
 
 // refuse says why a remote CIDR must not be routed from this node ("" if it may): it overlaps
-// a range that is never a peer's, covers the node's own address, or overlaps the internal or
-// the local pod CIDRs.
+// a range that is never a peer's, covers the node's own address, overlaps a network the node
+// has an address in, or overlaps the internal or the local pod CIDRs.
 func (n Node) refuse(p, internal netip.Prefix) string {
 	if p.Bits() == 0 {
 		return "is a default route"
@@ -72,6 +75,11 @@ func (n Node) refuse(p, internal netip.Prefix) string {
 	}
 	if n.IP.IsValid() && p.Contains(n.IP) {
 		return fmt.Sprintf("covers this node's address %v", n.IP)
+	}
+	for _, l := range n.LocalNetworks {
+		if p.Overlaps(l) && !p.Overlaps(internal) && !slices.ContainsFunc(n.PodCIDRs, p.Overlaps) {
+			return fmt.Sprintf("overlaps %v, a network this node has an address in (its neighbours there, such as a DNS resolver or the API server, would be sent into the tunnel)", l)
+		}
 	}
 	if p.Overlaps(internal) {
 		return fmt.Sprintf("overlaps the internal CIDR %v", internal)

@@ -158,6 +158,19 @@ func TestRefusesDangerousCIDRs(t *testing.T) {
 	if p, _ := plan.FromObjects(node, objects()); len(p.Refused) != 0 {
 		t.Errorf("refused %v in the ordinary case", p.Refused)
 	}
+
+	// A peer CIDR that overlaps a network the node has an address in (the VPC subnet with its
+	// DNS resolver and the API server) but not the node's own address.
+	withNets := node
+	withNets.LocalNetworks = []netip.Prefix{netip.MustParsePrefix("10.71.0.0/24"), netip.MustParsePrefix("172.17.0.0/16")}
+	p, err = plan.FromObjects(withNets, objects())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := strings.Join(p.Refused, "; "); !strings.Contains(r, "10.71.0.0/16 overlaps 10.71.0.0/24, a network this node has an address in") ||
+		len(p.Kernel.Peers) != 1 || len(p.Kernel.Peers[0].Routes) != 1 || p.Kernel.Peers[0].Routes[0].String() != "10.72.0.0/16" {
+		t.Errorf("local network: refused %q, peers %+v", r, p.Kernel.Peers)
+	}
 }
 
 // TestFromObjectsOrderFree: the plan does not depend on the order of the objects (a watch
