@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 
 	"github.com/vishvananda/netlink"
