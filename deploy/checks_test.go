@@ -209,6 +209,11 @@ func checkRender(v chartValues, ns string, objs []*unstructured.Unstructured) []
 		switch {
 		case clusterScoped[o.GetKind()] && o.GetNamespace() != "":
 			bad("%s %s is cluster-scoped but has namespace %q", o.GetKind(), o.GetName(), o.GetNamespace())
+		case strings.HasSuffix(o.GetName(), "-apiserver-endpoints") && (o.GetKind() == "Role" || o.GetKind() == "RoleBinding"):
+			// The one exception: get of the API server's EndpointSlice, which lives in default.
+			if o.GetNamespace() != "default" {
+				bad("%s %s is in namespace %q, want default (where the kubernetes EndpointSlice is)", o.GetKind(), o.GetName(), o.GetNamespace())
+			}
 		case !clusterScoped[o.GetKind()] && o.GetNamespace() != ns:
 			bad("%s %s is in namespace %q, want the release namespace %q", o.GetKind(), o.GetName(), o.GetNamespace(), ns)
 		}

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,9 +49,42 @@ type ConfigurationReconciler struct {
 	MinPrefixLength int
 	// Events, if set, receives a warning for every condition that is not Ready.
 	Events events.EventRecorder
+	// APIServerEndpoints names the EndpointSlice of the API server's addresses (default:
+	// default/kubernetes): a peer's CIDR that covers one is remapped like one covering a node.
+	// Read through Reader at each reconcile; unreadable (no RBAC) is logged once and skipped.
+	APIServerEndpoints types.NamespacedName
 
-	restore sync.Once
-	restErr error
+	restore      sync.Once
+	restErr      error
+	endpointsErr sync.Once
+}
+
+// apiServerAddresses are the API server's endpoint addresses (nodes reach the API server
+// there, beside the pod network).
+func (r *ConfigurationReconciler) apiServerAddresses(ctx context.Context) []netip.Addr {
+	if r.Reader == nil {
+		return nil
+	}
+	key := r.APIServerEndpoints
+	if key.Name == "" {
+		key = types.NamespacedName{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}
+	}
+	var es discoveryv1.EndpointSlice
+	if err := r.Reader.Get(ctx, key, &es); err != nil {
+		r.endpointsErr.Do(func() {
+			ctrl.LoggerFrom(ctx).Info("the API server's addresses are not protected from peers' CIDRs (list them in ipam.nodeCIDRs)", "endpointSlice", key, "err", err.Error())
+		})
+		return nil
+	}
+	var out []netip.Addr
+	for _, e := range es.Endpoints {
+		for _, a := range e.Addresses {
+			if ip, err := netip.ParseAddr(a); err == nil {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out
 }
 
 // keyOf names one CIDR of a Configuration in the allocator: "namespace/name/pod",
@@ -222,7 +256,7 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	r.IPAM.SetNodes(nodes)
+	r.IPAM.SetNodes(append(nodes, r.apiServerAddresses(ctx)...))
 
 	var errs, refused, why []string
 	wants := c.Spec.Remote.CIDR.All()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,11 +30,11 @@ var local = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustPar
 	netip.MustParsePrefix("10.70.0.0/16"), netip.MustParsePrefix("10.80.0.0/16")}
 
 // start runs the Configuration reconciler in a manager until the returned stop is called.
-func startConfigurations(t *testing.T, env *apitest.Env) (stop func()) {
-	return startConfigurationsTB(t, env)
+func startConfigurations(t *testing.T, env *apitest.Env, opts ...func(*controller.ConfigurationReconciler)) (stop func()) {
+	return startConfigurationsTB(t, env, opts...)
 }
 
-func startConfigurationsTB(t testing.TB, env *apitest.Env) (stop func()) {
+func startConfigurationsTB(t testing.TB, env *apitest.Env, opts ...func(*controller.ConfigurationReconciler)) (stop func()) {
 	t.Helper()
 	skip := true // a restarted controller registers its name again in this process
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
@@ -43,6 +44,9 @@ func startConfigurationsTB(t testing.TB, env *apitest.Env) (stop func()) {
 	}
 	a, _ := ipam.New(ipam.DefaultPools, local)
 	r := &controller.ConfigurationReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), IPAM: a}
+	for _, o := range opts {
+		o(r)
+	}
 	if err := r.Restore(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -272,13 +276,21 @@ func TestDangerousPeers(t *testing.T) {
 		apitest.Must(t, c.Status().Update(ctx, n))
 	}
 	node("a", "192.168.77.2")
-	stop := startConfigurations(t, env)
+	// The API server's endpoint, off the node network (a managed control plane).
+	apiES := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "apiserver", Namespace: ns}, AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"172.31.3.4"}}}}
+	apitest.Must(t, c.Create(ctx, apiES))
+	stop := startConfigurations(t, env, func(r *controller.ConfigurationReconciler) { r.APIServerEndpoints = client.ObjectKeyFromObject(apiES) })
 	defer stop()
 
 	apitest.Must(t, c.Create(ctx, conf(ns, "calico", "cluster-calico", "192.168.0.0/16", "10.201.0.0/16")))
 	apitest.Must(t, c.Create(ctx, conf(ns, "huge", "cluster-huge", "16.0.0.0/4", "10.202.0.0/16")))
 	apitest.Must(t, c.Create(ctx, conf(ns, "later", "cluster-later", "172.29.0.0/16", "10.203.0.0/16")))
-	got := waitStatus(t, c, ns, "calico", "huge", "later")
+	apitest.Must(t, c.Create(ctx, conf(ns, "vpc", "cluster-vpc", "172.31.0.0/16", "10.204.0.0/16")))
+	got := waitStatus(t, c, ns, "calico", "huge", "later", "vpc")
+	if vpc := got["vpc"]; vpc.Status.Remote == nil || netip.MustParsePrefix(string(vpc.Status.Remote.CIDR.Pod)).Contains(netip.MustParseAddr("172.31.3.4")) {
+		t.Errorf("172.31.0.0/16 covering the API server at 172.31.3.4 is seen as %+v", vpc.Status.Remote)
+	}
 
 	calico := got["calico"]
 	if calico.Status.Remote == nil || calico.Status.Remote.CIDR.Pod == "192.168.0.0/16" ||
