@@ -82,14 +82,15 @@ REGISTRY ?= ghcr.io/skein-net
 
 .PHONY: chart
 chart: ## Package the chart into bin/skein-<version>.tgz (version and appVersion from VERSION); PUSH=1 CHART_REGISTRY=oci://host/path pushes it with helm push.
-	@helm=$$(go run ./bench/cmd/k8s-binaries -helm) || exit 1; \
-	"$$helm" package deploy/chart --destination $(BIN_DIR) --version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION); \
-	$(if $(PUSH),"$$helm" push $(BIN_DIR)/skein-$(patsubst v%,%,$(VERSION)).tgz $(CHART_REGISTRY) $(HELMPUSHFLAGS),true)
+	@if [ -n "$(PUSH)" ]; then case "$(CHART_REGISTRY)" in oci://?*) ;; *) echo "make chart PUSH=1 needs CHART_REGISTRY=oci://host[:port]/path (got '$(CHART_REGISTRY)')" >&2; exit 2;; esac; fi; \
+	helm=$$(go run ./bench/cmd/k8s-binaries -helm) || exit 1; \
+	"$$helm" package deploy/chart --destination $(BIN_DIR) --version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION) || exit 1; \
+	if [ -n "$(PUSH)" ]; then "$$helm" push $(BIN_DIR)/skein-$(patsubst v%,%,$(VERSION)).tgz "$(CHART_REGISTRY)" $(HELMPUSHFLAGS); fi
 
 .PHONY: images
 images: ## OCI images (controller, agent, gateway, probe) for linux/amd64 and linux/arm64, built without a container engine into the OCI layout bin/images; PUSH=1 REGISTRY=host/path pushes them, BASE_IMAGE=ref builds on a base.
 	go run ./deploy/cmd/images --out $(BIN_DIR)/images --version $(VERSION) --revision $(COMMIT) \
-		$(if $(PUSH),--push --registry $(REGISTRY)) $(IMAGESFLAGS)
+		$(if $(PUSH),--push --registry='$(REGISTRY)') $(IMAGESFLAGS)
 
 .PHONY: lint
 lint: ## go vet and staticcheck.

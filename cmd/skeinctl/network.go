@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"reflect"
 	"io"
 	"net/netip"
 	"os"
@@ -632,6 +633,35 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 	case gs.Spec.MTU != c.mtu:
 		return fmt.Errorf("(remote) gatewayserver %s/%s has MTU %d, not %d: the MTU must be the same on both sides (disconnect first to change it)", srvNS, srvName, gs.Spec.MTU, c.mtu)
 	default:
+		// A connect run again with other service flags (a LoadBalancer that never got an
+		// address, now NodePort) changes the existing server's Service; without them the
+		// server stays as it is.
+		want := gs.Spec.Endpoint
+		if c.serviceTypeSet {
+			want.ServiceType = netv1alpha1.ServiceType(c.serviceType)
+		}
+		if c.portSet {
+			want.Port = c.port
+		}
+		if c.nodePort != 0 {
+			want.NodePort = &c.nodePort
+		} else if c.serviceTypeSet && want.ServiceType == netv1alpha1.ServiceTypeClusterIP {
+			want.NodePort = nil
+		}
+		if c.lbIP != "" {
+			want.LoadBalancerIP = &c.lbIP
+		} else if c.serviceTypeSet && want.ServiceType != netv1alpha1.ServiceTypeLoadBalancer {
+			want.LoadBalancerIP = nil
+		}
+		if !reflect.DeepEqual(want, gs.Spec.Endpoint) {
+			old := gs.Spec.Endpoint
+			gs.Spec.Endpoint = want
+			if err := r.c.Update(ctx, gs); err != nil {
+				return fmt.Errorf("(remote) update gatewayserver %s/%s: %w", srvNS, srvName, err)
+			}
+			g.info(r, "Gateway server updated: service %s port %d (was %s port %d)", want.ServiceType, want.Port, old.ServiceType, old.Port)
+			break
+		}
 		g.info(r, "Gateway server already set up")
 	}
 	if wait {

@@ -374,6 +374,18 @@ func TestManualFlowSeen(t *testing.T) {
 	if !strings.Contains(out, "Using the existing Configuration default/") || strings.Contains(out, "Configuration applied successfully") {
 		t.Errorf("connect did not use the manual flow's Configurations:\n%s", out)
 	}
+	// Run again with another port: the existing server's Service changes, and the client
+	// follows (a connect that failed on a LoadBalancer without an address is redone the same
+	// way with NodePort).
+	out, err = run(t, "--kubeconfig", kcA, "--timeout", "60s", "network", "connect", "--remote-kubeconfig", kcB, "--server-service-type", "ClusterIP", "--server-port", "51999")
+	if err != nil || !strings.Contains(out, "Gateway server updated: service ClusterIP port 51999 (was ClusterIP port 51820)") {
+		t.Errorf("connect with another --server-port: %v\n%s", err, out)
+	}
+	var servers netv1alpha1.GatewayServerList
+	apitest.Must(t, b.Client.List(ctx, &servers))
+	if len(servers.Items) != 1 || servers.Items[0].Spec.Endpoint.Port != 51999 {
+		t.Errorf("gateway servers in B after the second connect: %+v", servers.Items)
+	}
 	var confs netv1alpha1.ConfigurationList
 	apitest.Must(t, a.Client.List(ctx, &confs))
 	if len(confs.Items) != 1 || confs.Items[0].Namespace != "default" {

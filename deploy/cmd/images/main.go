@@ -50,8 +50,10 @@ func run(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (a flag's value missing before them?)", fs.Args())
 	}
-	if *push && *registry == "" {
-		return fmt.Errorf("--push needs --registry (make images PUSH=1 REGISTRY=host/path)")
+	if *push {
+		if err := checkRegistry(*registry, *insecure); err != nil {
+			return err
+		}
 	}
 
 	m, err := meta(*version, *revision, *source)
@@ -133,6 +135,26 @@ func run(args []string) error {
 	}
 	fmt.Fprintf(tw, "\n%d images, %d platforms, in %s; OCI layout %s\n", len(components), len(platforms), time.Since(start).Round(100*time.Millisecond), *out)
 	return tw.Flush()
+}
+
+// checkRegistry refuses a --registry that cannot name repositories, before anything is built.
+func checkRegistry(registry string, insecure bool) error {
+	switch {
+	case registry == "":
+		return fmt.Errorf("--push needs --registry (make images PUSH=1 REGISTRY=host[:port]/path)")
+	case strings.Contains(registry, "://"):
+		return fmt.Errorf("--registry %q: give host[:port]/path without a scheme (https is the default; --insecure, IMAGESFLAGS=--insecure with make, for plain HTTP)", registry)
+	case registry != strings.ToLower(registry):
+		return fmt.Errorf("--registry %q: repository paths are lower case", registry)
+	}
+	var opts []name.Option
+	if insecure {
+		opts = append(opts, name.Insecure)
+	}
+	if _, err := name.NewRepository(strings.TrimSuffix(registry, "/")+"/skein-controller", opts...); err != nil {
+		return fmt.Errorf("--registry %q is not host[:port]/path: %v", registry, err)
+	}
+	return nil
 }
 
 // build compiles c for every platform into dir and builds its index.
