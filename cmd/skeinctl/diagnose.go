@@ -236,6 +236,11 @@ func checkComponents(ctx context.Context, r *report, cl client.Client, ns string
 			want = *d.Spec.Replicas
 		}
 		subject := d.Namespace + "/" + d.Name
+		if want == 0 {
+			r.problem("skein-controller", subject, "scaled to 0 replicas: nothing maps peers' CIDRs, deploys gateways or gives new nodes an overlay address",
+				fmt.Sprintf("kubectl -n %s scale deploy/%s --replicas=1 (the chart's controller.replicas)", d.Namespace, d.Name))
+			continue
+		}
 		if d.Status.ReadyReplicas < want {
 			r.problem("skein-controller", subject, fmt.Sprintf("%d of %d replicas ready", d.Status.ReadyReplicas, want),
 				fmt.Sprintf("kubectl -n %s describe deploy/%s; kubectl -n %s logs deploy/%s", d.Namespace, d.Name, d.Namespace, d.Name))
@@ -487,6 +492,8 @@ func checkGateway(r *report, s *peerings, g gatewayInfo) {
 	switch {
 	case conn == nil:
 		r.problem("connection", subject, "no Connection: the active gateway writes it once it runs", "")
+	case running == 0:
+		r.problem("connection", subject, fmt.Sprintf("says %s, but no gateway pod runs to keep it up to date: the tunnel is down", dash(string(conn.Status.Value))), "")
 	case conn.Status.Value == netv1alpha1.Connected:
 		lat := ""
 		if conn.Status.Latency != nil {

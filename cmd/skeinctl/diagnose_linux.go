@@ -156,8 +156,21 @@ func (g *globals) diagnoseNode(ctx context.Context, r *report, cl client.Client,
 			case err != nil:
 				problems = append(problems, err.Error())
 			case dev != f.device:
-				r.problem(check, fmt.Sprintf("%s %v", name, cidr), fmt.Sprintf("a packet to %v leaves through %s (routing table %d), not the overlay: a policy rule before skein's takes it (ip rule)", probe, dev, table),
-					fmt.Sprintf("the agent cannot repair this: give skein's rules a lower priority than that rule (the chart's agent.rulePriority, default %d), or have the rule's owner (often the CNI) leave the peer's CIDR alone", kernel.DefaultRulePriority))
+				ours := kernel.DefaultRulePriority
+				for _, ru := range rules {
+					if ru.To == cidr {
+						ours = ru.Priority
+					}
+				}
+				detail := fmt.Sprintf("a packet to %v leaves through %s (routing table %s), not the overlay", probe, dev, kernel.TableName(table))
+				hint := fmt.Sprintf("the agent cannot repair this: have the rule's owner (often the CNI) leave the peer's CIDR alone, or set the chart's agent.rulePriority below its priority (rules are looked up from the lowest number; skein's are at %d)", ours)
+				if prio, text, ok, err := k.RuleBefore(probe, table, ours); err == nil && ok {
+					detail += fmt.Sprintf(": the rule `%s` comes before skein's at %d", text, ours)
+					hint = fmt.Sprintf("the agent cannot repair this: have the rule's owner (often the CNI) leave the peer's CIDR alone, or set the chart's agent.rulePriority to a number below %d (rules are looked up from the lowest number)", prio)
+				} else if table != kernel.Table {
+					detail += " (ip rule)"
+				}
+				r.problem(check, fmt.Sprintf("%s %v", name, cidr), detail, hint)
 			default:
 				routed = append(routed, cidr.String())
 			}

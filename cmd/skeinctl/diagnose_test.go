@@ -184,6 +184,20 @@ func TestDiagnose(t *testing.T) {
 		t.Errorf("diagnose -o json: %v\n%s", err, jsonOut)
 	}
 
+	// The controller scaled to 0 and the gateway's pod gone: both named, and the Connection's
+	// last word is not taken for the tunnel's state.
+	zero := int32(0)
+	dep.Spec.Replicas = &zero
+	apitest.Must(t, c.Update(ctx, dep))
+	apitest.Must(t, c.Delete(ctx, pod, client.GracePeriodSeconds(0)))
+	out, _ = diagnoseLines(t, kc, "-l", ns)
+	wantLines(t, out, [2]string{"problem", "skein-controller " + ns + "/skein-controller: scaled to 0 replicas"},
+		[2]string{"problem", "gateway gatewayserver " + tenant + "/gw: no gateway pod runs"},
+		[2]string{"problem", "connection gatewayserver " + tenant + "/gw: says Connected, but no gateway pod runs"})
+	if strings.Contains(out, "OK       connection") {
+		t.Errorf("a Connected connection without a gateway pod reported OK:\n%s", out)
+	}
+
 	// The node's kernel, programmed as the agent plans it.
 	netnstest.RequireRoot(t)
 	nodeNS := netnstest.New(t, "diag")
@@ -223,7 +237,8 @@ func TestDiagnose(t *testing.T) {
 		t.Errorf("no problem reported:\n%s", out)
 	}
 	t.Logf("diagnose --node with a rule before skein's and a stale forwarding entry:\n%s", out)
-	wantLines(t, out, [2]string{"problem", "kernel " + node + " 10.72.0.0/16: a packet to 10.72.0.1 leaves through eth0 (routing table 100), not the overlay"},
+	wantLines(t, out, [2]string{"problem", "kernel " + node + " 10.72.0.0/16: a packet to 10.72.0.1 leaves through eth0 (routing table 100), not the overlay: the rule `100: from all to 10.72.0.0/16 lookup 100` comes before skein's at 1900"},
+		[2]string{"", "set the chart's agent.rulePriority to a number below 100"},
 		[2]string{"problem", "the forwarding entry for the gateway's MAC " + overlay.MACString(gwMAC) + " points at 192.168.77.99, not at the active replica 192.168.77.2"})
 }
 

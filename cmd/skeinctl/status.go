@@ -92,7 +92,11 @@ func deploymentHealth(ctx context.Context, c client.Client, ns string) string {
 		if d.Spec.Replicas != nil {
 			want = *d.Spec.Replicas
 		}
-		states, names = append(states, fmt.Sprintf("%d/%d ready", d.Status.ReadyReplicas, want)), append(names, d.Name)
+		state := fmt.Sprintf("%d/%d ready", d.Status.ReadyReplicas, want)
+		if want == 0 {
+			state = "scaled to 0 (not running)"
+		}
+		states, names = append(states, state), append(names, d.Name)
 	}
 	return health(states, names)
 }

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -620,4 +621,65 @@ func (n *Netlink) LocalNetworks(skip ...string) ([]netip.Prefix, error) {
 	}
 	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	return slices.Compact(out), nil
+}
+
+// RuleBefore finds the policy rule that sends dst to table ahead of skein's rules (priority
+// below before): the lowest-priority rule looking up table whose destination, if it has one,
+// holds dst. It returns its priority and `ip rule` style text, or ok false.
+func (n *Netlink) RuleBefore(dst netip.Addr, table, before int) (priority int, text string, ok bool, err error) {
+	rs, err := n.h.RuleList(netlink.FAMILY_V4)
+	if err != nil {
+		return 0, "", false, fmt.Errorf("rules: %w", err)
+	}
+	slices.SortFunc(rs, func(a, b netlink.Rule) int { return a.Priority - b.Priority })
+	for _, r := range rs {
+		if r.Table != table || r.Priority >= before {
+			continue
+		}
+		if r.Dst != nil {
+			ip, _ := netip.AddrFromSlice(r.Dst.IP)
+			ones, _ := r.Dst.Mask.Size()
+			if !netip.PrefixFrom(ip.Unmap(), ones).Contains(dst) {
+				continue
+			}
+		}
+		return r.Priority, fmt.Sprintf("%d: %s lookup %s", r.Priority, ruleMatch(r), TableName(r.Table)), true, nil
+	}
+	return 0, "", false, nil
+}
+
+// ruleMatch is what a rule matches, as `ip rule` writes it.
+func ruleMatch(r netlink.Rule) string {
+	var parts []string
+	if r.Src != nil {
+		parts = append(parts, "from "+r.Src.String())
+	} else {
+		parts = append(parts, "from all")
+	}
+	if r.Dst != nil {
+		parts = append(parts, "to "+r.Dst.String())
+	}
+	if r.IifName != "" {
+		parts = append(parts, "iif "+r.IifName)
+	}
+	if r.OifName != "" {
+		parts = append(parts, "oif "+r.OifName)
+	}
+	if r.Mark != 0 {
+		parts = append(parts, fmt.Sprintf("fwmark %#x", r.Mark))
+	}
+	return strings.Join(parts, " ")
+}
+
+// TableName is a routing table's name as iproute2 writes it (main, local, default) or its number.
+func TableName(t int) string {
+	switch t {
+	case unix.RT_TABLE_MAIN:
+		return "main"
+	case unix.RT_TABLE_LOCAL:
+		return "local"
+	case unix.RT_TABLE_DEFAULT:
+		return "default"
+	}
+	return strconv.Itoa(t)
 }
