@@ -134,7 +134,11 @@ func up(args []string) error {
 func down(args []string) error {
 	fs, prefix := flags("down")
 	_ = fs.Parse(args)
-	return lab.Down(*prefix)
+	if err := lab.Down(*prefix); err != nil {
+		return err
+	}
+	fmt.Printf("lab %s: down (its namespaces, links, processes and state are gone)\n", *prefix)
+	return nil
 }
 
 func status(args []string) error {
