@@ -250,6 +250,11 @@ func (r *GatewayReconciler) ensureKeys(ctx context.Context, owner client.Object,
 	s := &corev1.Secret{}
 	err := r.Client.Get(ctx, key, s)
 	if err == nil {
+		// In the cache means labelled as skein's, which anyone who can write Secrets here can
+		// do: the key is the gateway's only if the gateway controls the Secret.
+		if !metav1.IsControlledBy(s, owner) {
+			return &conflictError{fmt.Sprintf("secret %s/%s exists and does not belong to this gateway: skein does not take over objects it did not create (nor a key someone planted); remove or rename it", key.Namespace, key.Name)}
+		}
 		if len(s.Data[config.SecretPrivateKey]) == 0 {
 			return fmt.Errorf("secret %s/%s exists without %s; delete it to generate a new key pair", owner.GetNamespace(), name, config.SecretPrivateKey)
 		}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/internal/apitest"
 )
 
@@ -44,6 +45,10 @@ func TestForeignObjectsLeftAlone(t *testing.T) {
 		&rbacv1.RoleBinding{ObjectMeta: meta0, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "view"},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "victim", Namespace: ns}}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "victim-wg-key", Namespace: ns}, StringData: map[string]string{"password": "hunter2"}},
+		// A key planted before the gateway, labelled as skein's (so in the controller's cache)
+		// but not owned by it.
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "planted-wg-key", Namespace: ns, Labels: map[string]string{controller.ManagedByLabel: controller.FieldOwner}},
+			StringData: map[string]string{"privateKey": "GExyYe7RJ3Lo5nQVa6K2Tp9zobXCvWmJawsLxu7hn10=", "publicKey": "GExyYe7RJ3Lo5nQVa6K2Tp9zobXCvWmJawsLxu7hn10="}},
 	}
 	for _, o := range foreign {
 		apitest.Must(t, c.Create(ctx, o))
@@ -51,7 +56,7 @@ func TestForeignObjectsLeftAlone(t *testing.T) {
 
 	stop := startGateways(t, env)
 	defer stop()
-	for _, name := range []string{"web", "victim"} {
+	for _, name := range []string{"web", "victim", "planted"} {
 		apitest.Must(t, c.Create(ctx, serverGateway(ns, name)))
 	}
 	reason := func(name string) string {
@@ -70,6 +75,9 @@ func TestForeignObjectsLeftAlone(t *testing.T) {
 	apitest.Eventually(t, "GatewayServer victim reports the Secret in its way", 30*time.Second, func() bool {
 		return strings.HasPrefix(reason("victim"), "SecretConflict")
 	})
+	apitest.Eventually(t, "GatewayServer planted refuses the planted key", 30*time.Second, func() bool {
+		return strings.HasPrefix(reason("planted"), "SecretConflict")
+	})
 	got := &corev1.Service{}
 	apitest.Must(t, c.Get(ctx, client.ObjectKeyFromObject(web), got))
 	if len(got.Spec.Ports) != 1 || got.Spec.Ports[0].Port != 80 || got.Spec.Ports[0].Protocol != corev1.ProtocolTCP || got.Spec.Selector["app"] != "web" || len(got.OwnerReferences) != 0 {
@@ -80,7 +88,7 @@ func TestForeignObjectsLeftAlone(t *testing.T) {
 	}
 
 	// Deleting the gateways deletes nothing of the user's.
-	for _, name := range []string{"web", "victim"} {
+	for _, name := range []string{"web", "victim", "planted"} {
 		apitest.Must(t, c.Delete(ctx, serverGateway(ns, name)))
 	}
 	apitest.Eventually(t, "both GatewayServers gone", 30*time.Second, func() bool {
