@@ -19,9 +19,11 @@ package render
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"text/template"
+	"text/template/parse"
 	"unicode"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -144,17 +146,111 @@ func walk(v any, path string, d Data) (any, error) {
 	return v, nil
 }
 
+// MaxOutput bounds what one templated string renders to.
+const MaxOutput = 64 << 10
+
+// maxFormatNumber bounds a width or precision in printf's format (the rest of a pod spec has
+// no use for wider fields; fmt itself allows a million).
+const maxFormatNumber = 999
+
+// Templates are written by users, and a controller that renders them must not be made to loop
+// or to fill its memory: a template has no loops or named templates (range, template, define,
+// block are refused: execution is then linear in the template's length), printf's widths and
+// precisions are bounded, and each string renders to at most MaxOutput bytes.
+var boundedFuncs = template.FuncMap{
+	"printf": func(format string, args ...any) (string, error) {
+		if err := checkFormat(format); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf(format, args...), nil
+	},
+}
+
+// checkFormat refuses a printf format with a width or precision above maxFormatNumber
+// (including one taken from the arguments, '*').
+func checkFormat(format string) error {
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' {
+			continue
+		}
+		for i++; i < len(format); i++ {
+			c := format[i]
+			if c == '*' {
+				return fmt.Errorf("printf: widths from arguments ('*') are not allowed in templates")
+			}
+			if c >= '0' && c <= '9' {
+				n := 0
+				for ; i < len(format) && format[i] >= '0' && format[i] <= '9'; i++ {
+					if n = n*10 + int(format[i]-'0'); n > maxFormatNumber {
+						return fmt.Errorf("printf: a width or precision above %d in %q", maxFormatNumber, format)
+					}
+				}
+				i--
+				continue
+			}
+			if strings.IndexByte("+-# .[]", c) >= 0 {
+				continue
+			}
+			break // the verb
+		}
+	}
+	return nil
+}
+
+// checkTree refuses the actions that loop or recurse.
+func checkTree(n parse.Node) error {
+	switch x := n.(type) {
+	case *parse.ListNode:
+		if x == nil {
+			return nil
+		}
+		for _, c := range x.Nodes {
+			if err := checkTree(c); err != nil {
+				return err
+			}
+		}
+	case *parse.RangeNode:
+		return fmt.Errorf("range is not allowed in gateway templates (at %d)", x.Position())
+	case *parse.TemplateNode:
+		return fmt.Errorf("template is not allowed in gateway templates (at %d)", x.Position())
+	case *parse.IfNode:
+		return errors.Join(checkTree(x.List), checkTree(x.ElseList))
+	case *parse.WithNode:
+		return errors.Join(checkTree(x.List), checkTree(x.ElseList))
+	}
+	return nil
+}
+
+// limitedWriter fails once more than n bytes were written.
+type limitedWriter struct {
+	b bytes.Buffer
+	n int
+}
+
+func (w *limitedWriter) Write(p []byte) (int, error) {
+	if w.b.Len()+len(p) > w.n {
+		return 0, fmt.Errorf("renders to more than %d bytes", w.n)
+	}
+	return w.b.Write(p)
+}
+
 // renderString renders one string; a lone action with a typed value keeps its type.
 func renderString(s, path string, d Data) (any, error) {
-	t, err := template.New(path).Option("missingkey=error").Parse(s)
+	t, err := template.New(path).Option("missingkey=error").Funcs(boundedFuncs).Parse(s)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var b bytes.Buffer
-	if err := t.Execute(&b, d); err != nil {
+	if len(t.Templates()) > 1 {
+		return nil, fmt.Errorf("%s: define and block are not allowed in gateway templates", path)
+	}
+	if err := checkTree(t.Tree.Root); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	out := b.String()
+	b := &limitedWriter{n: MaxOutput}
+	if err := t.Execute(b, d); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	out := b.b.String()
 	trimmed := strings.TrimSpace(s)
 	if strings.HasPrefix(trimmed, "{{") && strings.HasSuffix(trimmed, "}}") && strings.Count(trimmed, "{{") == 1 {
 		var typed any

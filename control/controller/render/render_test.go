@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,6 +100,12 @@ func TestEveryPlaceholder(t *testing.T) {
 	}
 }
 
+// paused is a template whose deployment's paused field is the template string v.
+func paused(v string) string {
+	b, _ := json.Marshal(map[string]any{"spec": map[string]any{"deployment": map[string]any{"paused": v}}})
+	return string(b)
+}
+
 func TestBadTemplates(t *testing.T) {
 	cases := []struct{ tmpl, want string }{
 		{``, "empty"},
@@ -107,6 +114,15 @@ func TestBadTemplates(t *testing.T) {
 		{`{"spec":{"deploymnt":{}}}`, "unknown field"},
 		{`{"metadata":{}}`, "deployment is missing"},
 		{`{"spec":{"deployment":{"replicas":"{{ .Name }}"}}}`, "spec.template after rendering"},
+		// What could make the controller loop or fill its memory (attack review).
+		{paused(`{{range 1000000}}{{range 1000000}}x{{end}}{{end}}`), "range is not allowed"},
+		{paused(`{{if true}}{{range 1000000}}{{end}}{{end}}`), "range is not allowed"},
+		{paused(`{{define "a"}}{{template "a"}}{{end}}{{template "a"}}`), "not allowed in gateway templates"},
+		{paused(`{{block "b" .}}x{{end}}`), "not allowed in gateway templates"},
+		{paused(`{{printf "%01000000d" 0}}`), "a width or precision above 999"},
+		{paused(`{{printf "%.5000s" .Name}}`), "a width or precision above 999"},
+		{paused(`{{printf "%*d" 1000000 0}}`), "widths from arguments"},
+		{paused(strings.Repeat(`{{printf "%0999d" 0}}`, 70)), "renders to more than 65536 bytes"},
 	}
 	for _, tc := range cases {
 		_, err := render.Render(runtime.RawExtension{Raw: []byte(tc.tmpl)}, serverData(t))
