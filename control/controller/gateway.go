@@ -206,7 +206,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, r.fail(ctx, g, before, "TemplateError", err.Error())
 	}
-	if bad := constrainPod(&rendered.Deployment.Template.Spec, obj.GetName(), r.AllowPrivileged); bad != "" {
+	if bad := constrainPod(&rendered.Deployment.Template.Spec, obj.GetName(), secretName, r.AllowPrivileged); bad != "" {
 		return ctrl.Result{}, r.fail(ctx, g, before, "ForbiddenPodSpec", fmt.Sprintf(
 			"the template %s %s asks for %s in the gateway pod, which skein-controller does not render (the gateway runs unprivileged; "+
 				"--allow-privileged-gateways allows it)", g.ref.Kind, g.ref.Name, bad))

@@ -13,7 +13,9 @@
 // .GatewayUID, and .Spec with the gateway's spec, field names capitalised (.Spec.Mtu,
 // .Spec.Endpoint.Port, .Spec.Endpoint.ServiceType). A string that is nothing but one such
 // action whose value is a number or a boolean becomes that number or boolean, so ports and
-// replica counts can be templated.
+// replica counts can be templated. There are no loops or named templates (range, template,
+// define, block), printf's widths and precisions are at most 999, and a string renders to at
+// most MaxOutput bytes: templates are user input the controller must render safely.
 package render
 
 import (
