@@ -31,7 +31,9 @@ func TestConstrainPod(t *testing.T) {
 		want string
 	}{
 		{func(p *corev1.PodSpec) { p.NodeName = "control-plane-1" }, "nodeName"},
-		{func(p *corev1.PodSpec) { p.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80}} }, "containers[0].ports[0].hostPort"},
+		{func(p *corev1.PodSpec) {
+			p.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80}}
+		}, "containers[0].ports[0].hostPort"},
 		{func(p *corev1.PodSpec) {
 			p.Volumes = append(p.Volumes, corev1.Volume{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "other-gw-wg-key"}}})
 		}, "volumes[2].secret (not the gateway's key gw-wg-key)"},
@@ -56,7 +58,9 @@ func TestConstrainPod(t *testing.T) {
 			p.Containers[0].SecurityContext.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}
 		}, "appArmorProfile Unconfined"},
 		{func(p *corev1.PodSpec) { p.SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Type: "spc_t"} }, "seLinuxOptions.type spc_t"},
-		{func(p *corev1.PodSpec) { p.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "net.ipv4.ip_forward", Value: "1"}} }, "securityContext.sysctls"},
+		{func(p *corev1.PodSpec) {
+			p.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "net.ipv4.ip_forward", Value: "1"}}
+		}, "securityContext.sysctls"},
 		{func(p *corev1.PodSpec) { p.Containers[0].SecurityContext.ProcMount = ptr.To(corev1.UnmaskedProcMount) }, "procMount"},
 		{func(p *corev1.PodSpec) {
 			p.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "e",
