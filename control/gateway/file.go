@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"syscall"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -120,7 +121,9 @@ const (
 // readBounded reads a regular file of at most limit bytes (not a device, a FIFO or a
 // directory: /dev/zero would never end).
 func readBounded(path string, limit int64) ([]byte, os.FileMode, error) {
-	f, err := os.Open(path)
+	// Without O_NONBLOCK, opening a FIFO waits for a writer (for ever, and a signal cannot end
+	// it); the type is checked right after.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gateway"
@@ -148,6 +150,22 @@ func TestResolveErrors(t *testing.T) {
 func TestFileBounds(t *testing.T) {
 	if _, err := gateway.LoadFile("/dev/zero"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("/dev/zero as the config: %v", err)
+	}
+	// A FIFO nobody writes to: refused at once (opening it used to wait for a writer, and no
+	// signal ended the wait).
+	fifo := filepath.Join(t.TempDir(), "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := gateway.LoadFile(fifo); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("a FIFO as the config: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("LoadFile of a FIFO without a writer still waits after 10 s")
 	}
 	big := filepath.Join(t.TempDir(), "big.yaml")
 	if err := os.WriteFile(big, make([]byte, 2<<20), 0o644); err != nil {
