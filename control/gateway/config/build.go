@@ -128,6 +128,7 @@ func Build(s Spec) (*Gateway, error) {
 	b.tunnel()
 	b.remote()
 	b.overlay()
+	b.crossCheck()
 	b.prober()
 	if len(b.errs) == 0 {
 		if err := dataplane.Validate(b.dp); err != nil {
@@ -320,10 +321,18 @@ func (b *builder) overlay() {
 	if b.s.RequireNodes && len(b.s.Nodes) == 0 {
 		b.bad("nodes", "at least one node VTEP is needed to deliver traffic from the tunnel")
 	}
+	if o.Listen.IsUnspecified() {
+		b.bad("overlay.listen", "%v: want the gateway's own underlay address (the nodes send to it, and it checks their packets come from their VTEPs)", o.Listen)
+	}
 	vteps := map[netip.Addr]int{}
 	for i, n := range b.s.Nodes {
-		if n.VTEP.IsUnspecified() {
+		switch v := n.VTEP; {
+		case v.IsUnspecified():
 			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v: want the node's underlay address", n.VTEP)
+		case !v.Is4() || v.IsLoopback() || v.IsMulticast() || v == netip.AddrFrom4([4]byte{255, 255, 255, 255}) || v.IsLinkLocalMulticast():
+			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v is not a node's unicast IPv4 underlay address", n.VTEP)
+		case v == o.Listen || v == o.IP:
+			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v is the gateway's own address, not a node's", n.VTEP)
 		}
 		if j, dup := vteps[n.VTEP]; dup {
 			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v is also nodes[%d]'s: each node has its own VTEP", n.VTEP, j)
@@ -350,6 +359,56 @@ func (b *builder) overlay() {
 		}
 	}
 	b.dp.Nodes = b.s.Nodes
+}
+
+// crossCheck: the tunnel's network, the peer's networks as routed here, the overlay's
+// addresses and the local pods' networks must not overlap one another: an address in two of
+// them is routed one way or the other by accident.
+func (b *builder) crossCheck() {
+	tp := b.s.TunnelCIDR
+	if !tp.IsValid() {
+		tp = netip.MustParsePrefix(DefaultTunnelCIDR)
+	}
+	o := b.s.Overlay
+	own := []struct {
+		what string
+		a    netip.Addr
+	}{{"the gateway's overlay address overlay.ip", o.IP}, {"the gateway's underlay address overlay.listen", o.Listen}}
+	for i, n := range b.s.Nodes {
+		own = append(own, struct {
+			what string
+			a    netip.Addr
+		}{fmt.Sprintf("nodes[%d]'s VTEP", i), n.VTEP})
+	}
+	for _, x := range own {
+		if x.a.IsValid() && tp.Contains(x.a) {
+			b.bad("tunnelCIDR", "%v holds %s %v", tp, x.what, x.a)
+		}
+	}
+	for _, r := range b.s.Remote {
+		for _, p := range []netip.Prefix{r.Real, r.Seen} {
+			if p.IsValid() && p.Overlaps(tp) {
+				b.bad("tunnelCIDR", "%v overlaps %s %v: the tunnel's own addresses must be apart from the peer's networks", tp, r.Field, p)
+			}
+		}
+		seen := r.Seen
+		if !seen.IsValid() {
+			seen = r.Real
+		}
+		if !seen.IsValid() {
+			continue
+		}
+		if o.IP.IsValid() && seen.Contains(o.IP) {
+			b.bad(r.Field, "%v holds the gateway's overlay address %v", seen, o.IP)
+		}
+		for i, n := range b.s.Nodes {
+			for _, pc := range n.PodCIDRs {
+				if seen.Overlaps(pc) {
+					b.bad(r.Field, "%v overlaps nodes[%d]'s pod CIDR %v: remap the peer's network (remote.remapped...) so that local pods keep their addresses", seen, i, pc)
+				}
+			}
+		}
+	}
 }
 
 // forbidden says why a peer's network (as it is, and as seen here) can never be routed into

@@ -88,6 +88,17 @@ func TestBuildRefuses(t *testing.T) {
 		{func(s *config.Spec) { s.MemoryLimitMiB = -2 }, "memoryLimitMiB: -2"},
 		{func(s *config.Spec) { s.TunnelMTU = 100 }, "tunnel MTU 100"},
 		{func(s *config.Spec) { s.PeerPublicKey = s.PrivateKey.Public() }, "peerPublicKey: is this gateway's own public key"},
+		// The tunnel, the peer's networks, the overlay and the local pods kept apart (attack review).
+		{func(s *config.Spec) { s.TunnelCIDR = netip.MustParsePrefix("0.0.0.0/0") }, "tunnelCIDR: 0.0.0.0/0 holds the gateway's overlay address"},
+		{func(s *config.Spec) { s.TunnelCIDR = netip.MustParsePrefix("10.71.4.0/30") }, "tunnelCIDR: 10.71.4.0/30 overlaps pod 10.71.0.0/16"},
+		{func(s *config.Spec) { s.TunnelCIDR = netip.MustParsePrefix("192.168.77.0/30") }, "tunnelCIDR: 192.168.77.0/30 holds the gateway's underlay address"},
+		{func(s *config.Spec) {
+			s.Nodes = []dataplane.Node{{VTEP: netip.MustParseAddr("192.168.77.9"), PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.71.1.0/24")}}}
+		}, "pod: 10.71.0.0/16 overlaps nodes[0]'s pod CIDR 10.71.1.0/24"},
+		{func(s *config.Spec) { s.Remote[0].Seen = netip.MustParsePrefix("10.80.0.0/16") }, "pod: 10.80.0.0/16 holds the gateway's overlay address 10.80.0.1"},
+		{func(s *config.Spec) { s.Nodes = []dataplane.Node{{VTEP: netip.MustParseAddr("224.0.0.5")}} }, "nodes[0].vtep: 224.0.0.5 is not a node's unicast"},
+		{func(s *config.Spec) { s.Nodes = []dataplane.Node{{VTEP: netip.MustParseAddr("192.168.77.2")}} }, "nodes[0].vtep: 192.168.77.2 is the gateway's own address"},
+		{func(s *config.Spec) { s.Overlay.Listen = netip.MustParseAddr("0.0.0.0") }, "overlay.listen: 0.0.0.0"},
 		{func(s *config.Spec) { s.Remote[0].Seen = netip.MustParsePrefix("169.254.0.0/16") }, "pod: 169.254.0.0/16 overlaps 169.254.0.0/16 (link-local"},
 		{func(s *config.Spec) {
 			s.Remote[0].Real, s.Remote[0].Seen = netip.MustParsePrefix("0.0.0.0/0"), netip.Prefix{}
