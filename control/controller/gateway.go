@@ -220,6 +220,11 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if errors.As(err, &conflict) {
 			return ctrl.Result{}, r.fail(ctx, g, before, "Conflict", err.Error())
 		}
+		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+			// The API server refused what the template rendered (a field it does not accept,
+			// an admission policy): the template must change; say so where users look.
+			return ctrl.Result{}, r.fail(ctx, g, before, "RenderedObjectRefused", err.Error())
+		}
 		return ctrl.Result{}, err
 	}
 	msg := "deployed"

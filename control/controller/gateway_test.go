@@ -298,6 +298,7 @@ func TestPodPolicy(t *testing.T) {
 		ctr["securityContext"] = map[string]any{"privileged": true, "capabilities": map[string]any{"add": []any{"SYS_ADMIN"}}}
 	})
 	variant("other-sa", func(pod map[string]any) { pod["serviceAccountName"] = "cluster-admin-sa" })
+	variant("invalid", func(pod map[string]any) { pod["containers"].([]any)[0].(map[string]any)["name"] = "Not_A_DNS_Label" })
 	variant("watcher", func(pod map[string]any) {
 		ctr := pod["containers"].([]any)[0].(map[string]any)
 		ctr["args"] = append(ctr["args"].([]any), "--watch-pods")
@@ -324,6 +325,13 @@ func TestPodPolicy(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(escape), &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a Deployment was rendered from the escaping template: %v", err)
 	}
+	// What the API server refuses (the policy does not look at names) is reported too.
+	invalid := gw("invalid", "invalid")
+	apitest.Eventually(t, "the refused Deployment reported", 30*time.Second, func() bool {
+		c.Get(ctx, client.ObjectKeyFromObject(invalid), invalid)
+		cond := meta.FindStatusCondition(invalid.Status.Conditions, "Ready")
+		return cond != nil && cond.Reason == "RenderedObjectRefused" && strings.Contains(cond.Message, "Not_A_DNS_Label")
+	})
 	other := gw("other", "other-sa")
 	dep := &appsv1.Deployment{}
 	apitest.Eventually(t, "the other-sa gateway deployed", 30*time.Second, func() bool {
