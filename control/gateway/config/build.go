@@ -329,7 +329,8 @@ func (b *builder) overlay() {
 		switch v := n.VTEP; {
 		case v.IsUnspecified():
 			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v: want the node's underlay address", n.VTEP)
-		case !v.Is4() || v.IsLoopback() || v.IsMulticast() || v == netip.AddrFrom4([4]byte{255, 255, 255, 255}) || v.IsLinkLocalMulticast():
+		case !v.Is4() || v.IsMulticast() || v == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+			// (Loopback stays allowed: a gateway and its nodes on one host, as in tests.)
 			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v is not a node's unicast IPv4 underlay address", n.VTEP)
 		case v == o.Listen || v == o.IP:
 			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v is the gateway's own address, not a node's", n.VTEP)
