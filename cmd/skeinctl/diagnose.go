@@ -199,9 +199,10 @@ func (g *globals) diagnose(ctx context.Context, r *report, node nodeCheckFlags) 
 // them (nothing else can be checked then).
 func checkCRDs(ctx context.Context, r *report, cl client.Client) bool {
 	var missing []string
-	for _, l := range []client.ObjectList{&netv1alpha1.ConfigurationList{}, &netv1alpha1.GatewayServerList{}, &netv1alpha1.GatewayClientList{},
+	kinds := []client.ObjectList{&netv1alpha1.ConfigurationList{}, &netv1alpha1.GatewayServerList{}, &netv1alpha1.GatewayClientList{},
 		&netv1alpha1.ConnectionList{}, &netv1alpha1.InternalNodeList{}, &netv1alpha1.PublicKeyList{},
-		&netv1alpha1.WgGatewayServerTemplateList{}, &netv1alpha1.WgGatewayClientTemplateList{}} {
+		&netv1alpha1.WgGatewayServerTemplateList{}, &netv1alpha1.WgGatewayClientTemplateList{}}
+	for _, l := range kinds {
 		err := cl.List(ctx, l, client.Limit(1))
 		switch {
 		case err == nil:
@@ -217,7 +218,7 @@ func checkCRDs(ctx context.Context, r *report, cl client.Client) bool {
 			"install skein's chart (it carries the CRDs; docs/install.md) or kubectl apply -f deploy/crds/")
 		return false
 	}
-	r.ok("CRDs", netv1alpha1.SchemeGroupVersion.String(), "all 8 kinds served")
+	r.ok("CRDs", netv1alpha1.SchemeGroupVersion.String(), fmt.Sprintf("all %d kinds served", len(kinds)))
 	return true
 }
 
@@ -231,10 +232,7 @@ func checkComponents(ctx context.Context, r *report, cl client.Client, ns string
 		r.problem("skein-controller", "", "no Deployment of skein's chart in namespace "+ns, "helm install skein ... -n "+ns+" (docs/install.md), or pass --liqo-namespace")
 	}
 	for _, d := range deps.Items {
-		want := int32(1)
-		if d.Spec.Replicas != nil {
-			want = *d.Spec.Replicas
-		}
+		want := desiredReplicas(d)
 		subject := d.Namespace + "/" + d.Name
 		if want == 0 {
 			r.problem("skein-controller", subject, "scaled to 0 replicas: nothing maps peers' CIDRs, deploys gateways or gives new nodes an overlay address",

@@ -88,10 +88,7 @@ func deploymentHealth(ctx context.Context, c client.Client, ns string) string {
 	}
 	var states, names []string
 	for _, d := range list.Items {
-		want := int32(1)
-		if d.Spec.Replicas != nil {
-			want = *d.Spec.Replicas
-		}
+		want := desiredReplicas(d)
 		state := fmt.Sprintf("%d/%d ready", d.Status.ReadyReplicas, want)
 		if want == 0 {
 			state = "scaled to 0 (not running)"
@@ -99,6 +96,14 @@ func deploymentHealth(ctx context.Context, c client.Client, ns string) string {
 		states, names = append(states, state), append(names, d.Name)
 	}
 	return health(states, names)
+}
+
+// desiredReplicas is a Deployment's spec.replicas, 1 when unset (the API's default).
+func desiredReplicas(d appsv1.Deployment) int32 {
+	if d.Spec.Replicas != nil {
+		return *d.Spec.Replicas
+	}
+	return 1
 }
 
 // daemonSetHealth reports the agent's DaemonSet in ns, found by the chart's labels.

@@ -90,7 +90,6 @@ type Agent struct {
 	lastErr   string
 	published string   // VTEP last written
 	refused   []string // the last plan's refused CIDRs, logged when they change
-	waiting   []string // the last plan's peerings not programmed yet
 	lastEvent time.Time
 	started   time.Time // Run began
 	masq      masqueradeWatch
@@ -213,8 +212,9 @@ func (a *Agent) Run(ctx context.Context) error {
 // reconcile computes and applies the node's state once.
 func (a *Agent) reconcile(ctx context.Context, resync bool) {
 	start := time.Now()
-	ch, peers, masq, err := a.apply(ctx)
-	a.writeConditions(ctx, err, peers, masq)
+	out, err := a.apply(ctx)
+	ch, peers := out.changes, out.peers
+	a.writeConditions(ctx, err, out)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.stats.Reconciles++
@@ -251,13 +251,21 @@ func (a *Agent) reconcile(ctx context.Context, resync bool) {
 	}
 }
 
-// apply computes the node's plan and programs it; it returns what changed, how many peers
-// are programmed and the PodTrafficMasqueraded condition (nil: no reading).
-func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, *metav1.Condition, error) {
-	var ch kernel.Changes
+// outcome is what one apply did and found, for the counters and the InternalNode's conditions.
+type outcome struct {
+	changes kernel.Changes
+	peers   int               // peerings programmed
+	masq    *metav1.Condition // PodTrafficMasqueraded (nil: no reading)
+	// The plan's peerings not programmed yet and remote CIDRs left unrouted.
+	waiting, refused []string
+}
+
+// apply computes the node's plan and programs it.
+func (a *Agent) apply(ctx context.Context) (outcome, error) {
+	var out outcome
 	in := apiclient.Get[netv1alpha1.InternalNode](a.nodes, a.opts.Node.Name)
 	if in == nil {
-		return ch, 0, nil, fmt.Errorf("%w: InternalNode %s (created by skein-controller)", errWaiting, a.opts.Node.Name)
+		return out, fmt.Errorf("%w: InternalNode %s (created by skein-controller)", errWaiting, a.opts.Node.Name)
 	}
 	o := plan.Objects{InternalNode: in}
 	for _, c := range apiclient.List[netv1alpha1.Configuration](a.confs) {
@@ -273,35 +281,34 @@ func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, *metav1.Conditi
 	if a.opts.LocalNetworks != nil {
 		nets, err := a.opts.LocalNetworks()
 		if err != nil {
-			return ch, 0, nil, fmt.Errorf("reading the node's networks: %w", err)
+			return out, fmt.Errorf("reading the node's networks: %w", err)
 		}
 		node.LocalNetworks = nets
 	}
 	plan, err := plan.FromObjects(node, o)
 	if err != nil {
-		return ch, 0, nil, err
+		return out, err
 	}
 	a.noteRefused(plan.Refused)
-	a.mu.Lock()
-	a.waiting = plan.Waiting
-	a.mu.Unlock()
+	out.waiting, out.refused = plan.Waiting, plan.Refused
 	if len(plan.Kernel.Peers) == 0 {
 		// No active peering: nothing of ours belongs on the node.
 		if l, _ := a.k.Link(plan.Kernel.Overlay.Name); l != nil {
-			ch.Links++
+			out.changes.Links++
 		}
 		err := kernel.Cleanup(a.k, plan.Kernel.Overlay.Name, plan.Kernel.Overlay.VNI)
 		if a.snat != nil {
 			err = errors.Join(err, a.snat(nil))
 		}
-		return ch, 0, nil, err
+		return out, err
 	}
-	if ch, err = kernel.Reconcile(a.k, plan.Kernel); err != nil {
-		return ch, 0, nil, err
+	if out.changes, err = kernel.Reconcile(a.k, plan.Kernel); err != nil {
+		return out, err
 	}
+	out.peers = len(plan.Kernel.Peers)
 	if a.snat != nil {
 		if err := a.snat(plan.SNAT); err != nil {
-			return ch, len(plan.Kernel.Peers), nil, err
+			return out, err
 		}
 		a.mu.Lock()
 		if !reflect.DeepEqual(plan.SNAT, a.lastSNAT) {
@@ -311,10 +318,10 @@ func (a *Agent) apply(ctx context.Context) (kernel.Changes, int, *metav1.Conditi
 		a.mu.Unlock()
 	}
 	if err := a.publish(ctx, plan.Kernel.Overlay); err != nil {
-		return ch, len(plan.Kernel.Peers), nil, err
+		return out, err
 	}
-	masq, err := a.watchMasquerade(plan.SNAT != nil && plan.SNAT.MasqueradeBypass)
-	return ch, len(plan.Kernel.Peers), masq, err
+	out.masq, err = a.watchMasquerade(plan.SNAT != nil && plan.SNAT.MasqueradeBypass)
+	return out, err
 }
 
 // ConditionReady is the InternalNode condition the agent reports: True when the node holds
@@ -353,19 +360,17 @@ func readyCondition(err error, peers int, waiting, refused []string) metav1.Cond
 // peerings would otherwise write them all on every change).
 const maxMessage = 4096
 
-// writeConditions writes the Ready condition for this reconcile's outcome and masq (when not
-// nil) into the InternalNode's status, in one patch and only when one of them changed.
-func (a *Agent) writeConditions(ctx context.Context, err error, peers int, masq *metav1.Condition) {
+// writeConditions writes the Ready condition for this reconcile's outcome and its
+// PodTrafficMasqueraded condition (when read) into the InternalNode's status, in one patch and
+// only when one of them changed.
+func (a *Agent) writeConditions(ctx context.Context, err error, out outcome) {
 	in := apiclient.Get[netv1alpha1.InternalNode](a.nodes, a.opts.Node.Name)
 	if in == nil {
 		return
 	}
-	a.mu.Lock()
-	refused, waiting := slices.Clone(a.refused), slices.Clone(a.waiting)
-	a.mu.Unlock()
-	wants := []metav1.Condition{readyCondition(err, peers, waiting, refused)}
-	if masq != nil {
-		wants = append(wants, *masq)
+	wants := []metav1.Condition{readyCondition(err, out.peers, out.waiting, out.refused)}
+	if out.masq != nil {
+		wants = append(wants, *out.masq)
 	}
 	conds := append([]metav1.Condition(nil), in.Status.Conditions...)
 	changed := false

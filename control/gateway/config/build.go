@@ -371,20 +371,15 @@ func (b *builder) crossCheck() {
 		tp = netip.MustParsePrefix(DefaultTunnelCIDR)
 	}
 	o := b.s.Overlay
-	own := []struct {
-		what string
-		a    netip.Addr
-	}{{"the gateway's overlay address overlay.ip", o.IP}, {"the gateway's underlay address overlay.listen", o.Listen}}
-	for i, n := range b.s.Nodes {
-		own = append(own, struct {
-			what string
-			a    netip.Addr
-		}{fmt.Sprintf("nodes[%d]'s VTEP", i), n.VTEP})
-	}
-	for _, x := range own {
-		if x.a.IsValid() && tp.Contains(x.a) {
-			b.bad("tunnelCIDR", "%v holds %s %v", tp, x.what, x.a)
+	holds := func(what string, a netip.Addr) {
+		if a.IsValid() && tp.Contains(a) {
+			b.bad("tunnelCIDR", "%v holds %s %v", tp, what, a)
 		}
+	}
+	holds("the gateway's overlay address overlay.ip", o.IP)
+	holds("the gateway's underlay address overlay.listen", o.Listen)
+	for i, n := range b.s.Nodes {
+		holds(fmt.Sprintf("nodes[%d]'s VTEP", i), n.VTEP)
 	}
 	for _, r := range b.s.Remote {
 		for _, p := range []netip.Prefix{r.Real, r.Seen} {
