@@ -22,6 +22,7 @@ func main() {
 	check := flag.Bool("check", false, "only report whether the binaries are built; never build")
 	quiet := flag.Bool("q", false, "do not print build output, only the bin directory")
 	helmPath := flag.Bool("helm", false, "build helm into the cache if it is not there (not the Kubernetes binaries), print its path and exit")
+	nodeStack := flag.Bool("node-stack", false, "build the lab nodes' stack (kubelet, containerd, runc, CNI plugins, flanneld) into $SKEIN_CACHE/nodestack if it is not there, print its bin directory and exit; needs gcc and libseccomp-dev")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: k8s-binaries [-check] [-q]\n\n"+
 			"Builds etcd %s and Kubernetes %s (%v) into $SKEIN_CACHE/k8s, and helm %s into\n"+
@@ -41,6 +42,21 @@ func main() {
 			os.Exit(1)
 		}
 		fmt.Println(helm)
+		return
+	}
+	if *nodeStack {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		var log io.Writer = os.Stderr
+		if *quiet {
+			log = io.Discard
+		}
+		bin, err := k8sbin.EnsureNodeStack(ctx, log)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "k8s-binaries: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Println(bin)
 		return
 	}
 	if *check {
