@@ -43,19 +43,23 @@ var (
 	APIServerService = netip.MustParseAddrPort("10.96.0.1:443")
 )
 
-// startRegistry runs the lab's registry in the router namespace, loaded with cfg.ImageLayout,
+// startRegistry runs the lab's registry in the router namespace, loaded with the OCI layouts,
 // and waits until it serves the images.
-func startRegistry(ctx context.Context, cfg Config, stateDir, routerNS string) error {
-	layoutDir, err := filepath.Abs(cfg.ImageLayout)
-	if err != nil {
-		return err
-	}
+func startRegistry(ctx context.Context, cfg Config, stateDir, routerNS string, layouts []string) error {
 	ready := filepath.Join(stateDir, "registry.ready")
 	if err := os.MkdirAll(filepath.Join(stateDir, "logs"), 0o755); err != nil {
 		return err
 	}
-	if err := spawn(cfg.LabBinary, stateDir, routerNS, filepath.Join(stateDir, "logs", "registry.log"),
-		cfg.LabBinary, "registry", "--listen", RegistryAddr, "--layout", layoutDir, "--ready", ready); err != nil {
+	args := []string{cfg.LabBinary, "registry", "--listen", RegistryAddr, "--ready", ready}
+	for _, l := range layouts {
+		abs, err := filepath.Abs(l)
+		if err != nil {
+			return err
+		}
+		args = append(args, "--layout", abs)
+	}
+	layoutDir := strings.Join(layouts, " and ")
+	if err := spawn(cfg.LabBinary, stateDir, routerNS, filepath.Join(stateDir, "logs", "registry.log"), args...); err != nil {
 		return fmt.Errorf("lab: registry: %w", err)
 	}
 	for deadline := time.Now().Add(time.Minute); ; {
@@ -103,7 +107,16 @@ type Config struct {
 	// RegistryAddr (in the router namespace) as RegistryAddr/skein-net/NAME:TAG; the kubelets
 	// pull images of that registry and run their content.
 	ImageLayout string
+	// NodeStack, when set, is the bin directory of the real node stack
+	// (internal/k8sbin.EnsureNodeStack): each node runs containerd, runc, the kubelet and
+	// flanneld in mount and PID namespaces of its own (see node.go), pulling images from the
+	// lab's registry, which then always runs (it serves the pod sandbox image too). Empty: the
+	// lab's process kubelet.
+	NodeStack string
 }
+
+// PauseImage is the pod sandbox image of the real node stack, in the lab's registry.
+const PauseImage = RegistryAddr + "/skein-net/pause:lab"
 
 // RegistryAddr is where the lab's registry listens: the router's address on the workstation's
 // link, which every node and the workstation reach.
@@ -186,8 +199,19 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 		return nil, err
 	}
 	l := &Lab{Topology: topo, StateDir: stateDir, K8sBin: cfg.K8sBin, BinDir: cfg.BinDir, Started: started, PodCIDRs: cfg.podCIDRs()}
+	var layouts []string
 	if cfg.ImageLayout != "" {
-		if err := startRegistry(ctx, cfg, stateDir, topo.Router.Name); err != nil {
+		layouts = append(layouts, cfg.ImageLayout)
+	}
+	if cfg.NodeStack != "" {
+		dir := filepath.Join(stateDir, "lab-images")
+		if err := pauseLayout(cfg.BinDir, dir); err != nil {
+			return nil, err
+		}
+		layouts = append(layouts, dir)
+	}
+	if len(layouts) > 0 {
+		if err := startRegistry(ctx, cfg, stateDir, topo.Router.Name, layouts); err != nil {
 			return nil, err
 		}
 		l.Registry = RegistryAddr
@@ -283,6 +307,10 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		{"controller-manager", "system:kube-controller-manager", nil, nil},
 		{"scheduler", "system:kube-scheduler", nil, nil},
 		{"kube-proxy", "system:kube-proxy", nil, nil},
+		// flanneld reads every Node and patches its own (annotations, status).
+		{"flannel", "skein-lab:flannel", []string{cniGroup}, nil},
+		// The API server's identity towards the kubelets (logs, exec, port-forward).
+		{"apiserver-kubelet-client", kubeletClientUser, nil, nil},
 	}
 	for _, n := range cl.Nodes {
 		certs = append(certs, struct {
@@ -321,6 +349,8 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		"--service-account-key-file", p.path("sa.pub"), "--service-account-signing-key-file", p.path("sa.key"),
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
+		"--kubelet-client-certificate", p.path("apiserver-kubelet-client.crt"), "--kubelet-client-key", p.path("apiserver-kubelet-client.key"),
+		"--kubelet-preferred-address-types", "InternalIP",
 		"--allow-privileged", "--profiling=false", "--v", "1"); err != nil {
 		return ClusterState{}, err
 	}
@@ -350,19 +380,39 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 	}
 	for j, n := range cl.Nodes {
 		name := nodeName(n)
-		args := []string{cfg.LabBinary, "kubelet",
-			"--node-name", name, "--node-ip", n.Addr.String(), "--kubeconfig", kcfg["kubelet-"+name],
-			"--state-dir", filepath.Join(stateDir, name), "--node-netns", n.Name, "--netns-prefix", n.Name + "-p",
-			"--bin-dir", cfg.BinDir, "--cluster-cidr", strings.Join(cidrs, ","), "--api-server", APIServerService.String(),
-			fmt.Sprintf("--masquerade-all=%t", cfg.MasqueradeAll)}
-		if cfg.PodBlocks {
-			args = append(args, "--pod-block", podBlock(j).String())
-		}
-		if cfg.ImageLayout != "" {
-			args = append(args, "--registry", RegistryAddr)
-		}
-		if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-kubelet"), args...); err != nil {
-			return ClusterState{}, err
+		if cfg.NodeStack != "" {
+			nc := NodeConfig{Name: name, Addr: n.Addr, Dir: filepath.Join(stateDir, name), LogDir: logs, Cluster: cl.Name,
+				StackBin: cfg.NodeStack, Kubeconfig: kcfg["kubelet-"+name], FlannelKubeconfig: kcfg["flannel"], CACert: p.path("ca.crt"),
+				CgroupRoot: cgroupParent + "/" + n.Name, ClusterCIDR: PodCIDR, Registry: RegistryAddr, PauseImage: PauseImage}
+			path := filepath.Join(nc.Dir, "node.json")
+			if err := os.MkdirAll(nc.Dir, 0o755); err != nil {
+				return ClusterState{}, err
+			}
+			data, err := json.MarshalIndent(nc, "", "  ")
+			if err != nil {
+				return ClusterState{}, err
+			}
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				return ClusterState{}, err
+			}
+			if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-node"), cfg.LabBinary, "node", "--config", path); err != nil {
+				return ClusterState{}, err
+			}
+		} else {
+			args := []string{cfg.LabBinary, "kubelet",
+				"--node-name", name, "--node-ip", n.Addr.String(), "--kubeconfig", kcfg["kubelet-"+name],
+				"--state-dir", filepath.Join(stateDir, name), "--node-netns", n.Name, "--netns-prefix", n.Name + "-p",
+				"--bin-dir", cfg.BinDir, "--cluster-cidr", strings.Join(cidrs, ","), "--api-server", APIServerService.String(),
+				fmt.Sprintf("--masquerade-all=%t", cfg.MasqueradeAll)}
+			if cfg.PodBlocks {
+				args = append(args, "--pod-block", podBlock(j).String())
+			}
+			if cfg.ImageLayout != "" {
+				args = append(args, "--registry", RegistryAddr)
+			}
+			if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-kubelet"), args...); err != nil {
+				return ClusterState{}, err
+			}
 		}
 		if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-kube-proxy"), bin("kube-proxy"),
 			"--kubeconfig", kcfg["kube-proxy"], "--hostname-override", name, "--proxy-mode", "nftables",
@@ -388,16 +438,33 @@ func (c ClusterState) NodeName(i int) string { return nodeName(c.Nodes[i]) }
 // as a CNI daemon would have a service account of its own).
 const cniGroup = "skein-lab:cni"
 
+// kubeletClientUser is the API server's user name towards the kubelets; it is bound to
+// system:kubelet-api-admin, as kubeadm binds it.
+const kubeletClientUser = "kube-apiserver-kubelet-client"
+
+// cgroupParent holds the real kubelets' cgroup roots (cgroupParent/<node namespace>) in every
+// cgroup v1 hierarchy; Down removes them.
+const cgroupParent = "/skein-lab"
+
 func grantCNI(ctx context.Context, cs kubernetes.Interface) error {
+	// As kube-flannel's ClusterRole: read every Node, patch them and their status.
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "skein-lab-cni"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}}
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "skein-lab-cni"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: cniGroup}}}
+	kubeletAPI := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "skein-lab-apiserver-kubelet-client"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: kubeletClientUser}}}
 	for {
 		_, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
 		if err == nil || apierrors.IsAlreadyExists(err) {
 			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+		}
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, kubeletAPI, metav1.CreateOptions{})
 			if err == nil || apierrors.IsAlreadyExists(err) {
 				return nil
 			}
@@ -549,8 +616,10 @@ func Build(ctx context.Context, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/...", "./bench/cmd/lab")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/...", "./bench/cmd/lab", "./bench/cmd/pause")
 	cmd.Dir = strings.TrimSpace(string(root))
+	// Static binaries: the images made of them carry no C library.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("lab: build: %w: %s", err, out)
 	}

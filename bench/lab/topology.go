@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Options size the lab.
@@ -232,9 +233,13 @@ func Down(prefix string) error {
 	for range 2 {
 		killTagged(DefaultStateDir(prefix))
 	}
+	if err := removeCgroups(prefix); err != nil {
+		errs = append(errs, err)
+	}
 	if err := os.RemoveAll(DefaultStateDir(prefix)); err != nil {
 		errs = append(errs, err)
 	}
+	removeHostMountpoints()
 	return errors.Join(errs...)
 }
 
@@ -252,4 +257,66 @@ func killTagged(stateDir string) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
+}
+
+// removeCgroups removes the cgroups the real kubelets of the lab made (cgroupParent/<prefix>-*
+// in every hierarchy), deepest first, once the processes in them are gone (they die with their
+// node's PID namespace, a moment after its init).
+func removeCgroups(prefix string) error {
+	hs, err := cgroupHierarchies()
+	if err != nil {
+		return nil // no cgroup v1 here: nothing was made
+	}
+	var last error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		last = nil
+		for _, h := range hs {
+			roots, _ := filepath.Glob(filepath.Join(h, cgroupParent, prefix+"-*"))
+			for _, r := range roots {
+				if err := removeCgroupTree(r); err != nil {
+					last = err
+				}
+			}
+			_ = os.Remove(filepath.Join(h, cgroupParent)) // only when no other lab has a node there
+		}
+		if last == nil || time.Now().After(deadline) {
+			return last
+		}
+	}
+}
+
+// removeCgroupTree removes a cgroup directory and the cgroups below it (rmdir only: a cgroup's
+// files go with it).
+func removeCgroupTree(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			if err := removeCgroupTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := syscall.Rmdir(dir); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("remove cgroup %s: %w", dir, err)
+	}
+	return nil
+}
+
+// removeHostMountpoints removes the empty directories the real nodes needed as mountpoints, once
+// no lab is left on the machine (removing a mountpoint would detach it from a running lab's
+// nodes).
+func removeHostMountpoints() {
+	if others, _ := filepath.Glob("/var/tmp/skein-lab-*"); len(others) > 0 {
+		return
+	}
+	for _, d := range hostMountpoints {
+		_ = syscall.Rmdir(d)
+	}
+	_ = syscall.Rmdir("/etc/cni")
 }

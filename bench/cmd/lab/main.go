@@ -44,7 +44,7 @@ Usage:
         lab's registry (a lab started with --images), as 10.255.0.1:5000/skein-net/NAME:TAG
 
 Internal (started by lab up): lab supervise -- CMD, lab kubelet ..., lab shim SPEC,
-lab registry ...
+lab node --config FILE, lab node-init --config FILE, lab registry ...
 `
 
 func main() {
@@ -68,6 +68,8 @@ func main() {
 		err = supervise(os.Args[2:])
 	case "kubelet":
 		err = runKubelet(os.Args[2:])
+	case "node", "node-init":
+		err = runNode(os.Args[1], os.Args[2:])
 	case "registry":
 		err = runRegistry(os.Args[2:])
 	case "push":
@@ -107,6 +109,7 @@ func up(args []string) error {
 	layoutDir := fs.String("images", "", "OCI image layout to serve from a registry in the lab (10.255.0.1:5000/skein-net/NAME:TAG); the kubelets pull from it")
 	masq := fs.Bool("masquerade-all", false, "masquerade pod traffic to anything outside the pod CIDRs whatever device it leaves by, the overlay included (as some CNIs do)")
 	binDir := fs.String("bin-dir", "", "directory with the skein binaries pods run (default: the directory of this lab binary)")
+	stack := fs.String("node-stack", "process", "what the nodes run: \"real\" (kubelet, containerd, runc, CNI plugins and flannel, built into the cache by go run ./bench/cmd/k8s-binaries -node-stack) or \"process\" (the lab's process kubelet)")
 	keep := fs.Bool("keep-on-failure", false, "leave a lab that failed to start in place, to read its logs (then lab down)")
 	_ = fs.Parse(args)
 	self, err := os.Executable()
@@ -120,10 +123,21 @@ func up(args []string) error {
 	if !ok {
 		return fmt.Errorf("the Kubernetes binaries are not built: run make k8s-binaries")
 	}
+	nodeStack := ""
+	switch *stack {
+	case "process":
+	case "real":
+		var ok bool
+		if nodeStack, ok = k8sbin.NodeStackReady(); !ok {
+			return fmt.Errorf("the node stack is not built: run go run ./bench/cmd/k8s-binaries -node-stack")
+		}
+	default:
+		return fmt.Errorf("--node-stack %q: want real or process", *stack)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes, PodBlocks: *blocks, MasqueradeAll: *masq}, ImageLayout: *layoutDir,
-		K8sBin: k8s, LabBinary: self, BinDir: *binDir, Log: os.Stdout, KeepOnFailure: *keep})
+		K8sBin: k8s, LabBinary: self, BinDir: *binDir, Log: os.Stdout, KeepOnFailure: *keep, NodeStack: nodeStack})
 	if err != nil {
 		return err
 	}
@@ -276,4 +290,26 @@ func supervise(args []string) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// runNode is lab node (which starts node-init in namespaces of its own) and lab node-init.
+func runNode(which string, args []string) error {
+	fs := flag.NewFlagSet("lab "+which, flag.ExitOnError)
+	config := fs.String("config", "", "the node's node.json (written by lab up)")
+	_ = fs.Parse(args)
+	if *config == "" {
+		return fmt.Errorf("--config is required")
+	}
+	if which == "node" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		return lab.RunNode(self, args)
+	}
+	c, err := lab.LoadNodeConfig(*config)
+	if err != nil {
+		return err
+	}
+	return lab.NodeInit(c)
 }

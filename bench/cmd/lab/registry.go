@@ -28,7 +28,8 @@ import (
 func runRegistry(args []string) error {
 	fs := flag.NewFlagSet("lab registry", flag.ExitOnError)
 	listen := fs.String("listen", "", "address to serve on, such as 10.255.0.1:5000")
-	dir := fs.String("layout", "", "OCI image layout whose named indexes to serve")
+	var dirs []string
+	fs.Func("layout", "OCI image layout whose named indexes to serve (repeatable)", func(v string) error { dirs = append(dirs, v); return nil })
 	ready := fs.String("ready", "", "file to write once the images are served")
 	_ = fs.Parse(args)
 	ln, err := net.Listen("tcp", *listen)
@@ -41,8 +42,8 @@ func runRegistry(args []string) error {
 			log.Fatal(err)
 		}
 	}()
-	if *dir != "" {
-		if err := load(*listen, *dir); err != nil {
+	for _, dir := range dirs {
+		if err := load(*listen, dir); err != nil {
 			return err
 		}
 	}
