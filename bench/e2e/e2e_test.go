@@ -44,6 +44,8 @@ type env struct {
 	prefix string
 	c      [2]client.Client
 	report strings.Builder
+	// installSets are helm --set values install adds.
+	installSets []string
 }
 
 func (e *env) reportf(format string, a ...any) {
@@ -93,7 +95,17 @@ func setupLab(t *testing.T, keepAlways bool, opts lab.Options, registry bool) *e
 	if registry {
 		layoutDir = e.imageLayout(t)
 	}
-	l, err := lab.Start(ctx, lab.Config{Options: opts, K8sBin: k8s,
+	// The nodes run the real node stack (kubelet, containerd, runc, flannel) unless the lab's pod
+	// network is one only the process kubelet makes (pod blocks, masquerade-all), or
+	// SKEIN_LAB_NODE_STACK=process asks for the process kubelet.
+	nodeStack := ""
+	if os.Getenv("SKEIN_LAB_NODE_STACK") != "process" && !opts.PodBlocks && !opts.MasqueradeAll {
+		var ok bool
+		if nodeStack, ok = k8sbin.NodeStackReady(); !ok {
+			t.Fatal("the node stack is not in the cache: run make k8s-binaries")
+		}
+	}
+	l, err := lab.Start(ctx, lab.Config{Options: opts, K8sBin: k8s, NodeStack: nodeStack,
 		LabBinary: filepath.Join(e.bin, "lab"), BinDir: e.bin, Log: &progress, ImageLayout: layoutDir})
 	t.Cleanup(func() {
 		if keep() {
@@ -148,6 +160,12 @@ func TestE2E(t *testing.T) {
 	t.Run("diagnose", func(t *testing.T) { e.t = t; e.diagnose(ctx) })
 	t.Run("throughput", func(t *testing.T) { e.t = t; e.throughput(ctx, 3*time.Second) })
 	t.Run("metrics", func(t *testing.T) { e.t = t; e.metrics(ctx) })
+	if e.l.NodeStack != "" {
+		t.Run("container-security", func(t *testing.T) { e.t = t; e.containerSecurity(ctx) })
+		t.Run("logs-exec", func(t *testing.T) { e.t = t; e.logsExec(ctx) })
+		t.Run("parallel-streams", func(t *testing.T) { e.t = t; e.parallelStreams(ctx) })
+		t.Run("node-stack-restart", func(t *testing.T) { e.t = t; e.nodeStackRestart(ctx) })
+	}
 	t.Run("agent-restart", func(t *testing.T) { e.t = t; e.agentRestart(ctx) })
 	t.Run("failover", func(t *testing.T) { e.t = t; e.failover(ctx) })
 	t.Run("flat-generations", func(t *testing.T) { e.t = t; e.flatGenerations(ctx, gens, since) })
@@ -319,24 +337,29 @@ func (e *env) install(ctx context.Context, gatewayReplicas int) {
 	if e.l.Registry != "" {
 		imageArgs = []string{"--set", "imageRegistry=" + e.l.Registry + "/skein-net"}
 	}
+	for _, s := range e.installSets {
+		imageArgs = append(imageArgs, "--set", s)
+	}
 	for i := range 2 {
 		start := time.Now()
 		e.run(ctx, i, slices.Concat([]string{e.helm, "install", "skein", chart, "--namespace", "liqo", "--create-namespace",
 			"--set", fmt.Sprintf("gateway.replicas=%d", gatewayReplicas), "--set-json", "ipam.podCIDR=[" + strings.Join(cidrs, ",") + "]",
 			"--wait", "--timeout", "3m"}, imageArgs)...)
+		helmTook := time.Since(start)
+		// helm's --wait holds a DaemonSet ready with maxUnavailable (1) of its pods not ready yet.
 		var pods corev1.PodList
-		if err := e.c[i].List(ctx, &pods, client.InNamespace("liqo")); err != nil {
-			e.t.Fatal(err)
-		}
-		if len(pods.Items) != 3 {
-			e.t.Errorf("cluster %d: %d skein pods, want 3 (controller, agent on each of 2 nodes)", i, len(pods.Items))
-		}
-		for _, p := range pods.Items {
-			if !podReady(&p) {
-				e.t.Errorf("cluster %d: pod %s not Ready after helm install --wait", i, p.Name)
+		e.waitFor(ctx, time.Minute, fmt.Sprintf("cluster %d: 3 skein pods (controller, agent on each of 2 nodes) Ready", i), func() bool {
+			if err := e.c[i].List(ctx, &pods, client.InNamespace("liqo")); err != nil || len(pods.Items) != 3 {
+				return false
 			}
-		}
-		e.reportf("install: cluster %d, helm install --wait took %.1fs, %d pods Ready", i, time.Since(start).Seconds(), len(pods.Items))
+			for _, p := range pods.Items {
+				if !podReady(&p) {
+					return false
+				}
+			}
+			return true
+		})
+		e.reportf("install: cluster %d, helm install --wait took %.1fs, %d pods Ready after %.1fs", i, helmTook.Seconds(), len(pods.Items), time.Since(start).Seconds())
 		if e.l.Registry != "" {
 			seen := map[string]bool{}
 			for _, p := range pods.Items {
@@ -523,16 +546,55 @@ func (e *env) nodeNS(i int, node string) string {
 	return ""
 }
 
-// podNS is a pod's network namespace (the lab kubelet names it after the node and the IP).
+// podNS is a pod's network namespace: on the real node stack a /proc/PID/ns/net path of one
+// of its processes, with the process kubelet a named namespace (after the node and the IP).
 func (e *env) podNS(i int, p corev1.Pod) string {
+	if e.l.NodeStack != "" {
+		ns, _, err := lab.PodProcesses(p.Name, netip.MustParseAddr(p.Status.PodIP))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return ns
+	}
 	ip := strings.Split(p.Status.PodIP, ".")
 	return e.nodeNS(i, p.Spec.NodeName) + "-p" + ip[2] + "-" + ip[3]
 }
 
+// containerPIDs are the processes of a pod's containers (on the real node stack: of its network
+// namespace but the sandbox's pause), to kill as a crash would.
+func (e *env) containerPIDs(i int, p corev1.Pod) []string {
+	if e.l.NodeStack != "" {
+		_, pids, err := lab.PodProcesses(p.Name, netip.MustParseAddr(p.Status.PodIP))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		var out []string
+		for _, pid := range pids {
+			if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); filepath.Base(exe) != "pause" {
+				out = append(out, strconv.Itoa(pid))
+			}
+		}
+		return out
+	}
+	pids, err := exec.Command("ip", "netns", "pids", e.podNS(i, p)).Output()
+	if err != nil {
+		e.t.Fatalf("no process in pod %s's namespace %s: %v", p.Name, e.podNS(i, p), err)
+	}
+	return strings.Fields(string(pids))
+}
+
+// inNS prepares a command run in network namespace ns: a lab namespace's name or a path (podNS).
+func inNS(ctx context.Context, ns string, args ...string) *exec.Cmd {
+	path := ns
+	if !strings.HasPrefix(ns, "/") {
+		path = "/run/netns/" + ns
+	}
+	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + path, "--"}, args...)...)
+}
+
 // probe runs skein-probe in namespace ns and returns its output.
 func (e *env) probe(ctx context.Context, ns string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, filepath.Join(e.bin, "skein-probe")}, args...)...)
-	out, err := cmd.CombinedOutput()
+	out, err := inNS(ctx, ns, append([]string{filepath.Join(e.bin, "skein-probe")}, args...)...).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }
 
@@ -616,7 +678,7 @@ func (e *env) matrix(ctx context.Context) {
 }
 
 func (e *env) ping(ctx context.Context, ns, target string) (string, error) {
-	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-q", target).CombinedOutput()
+	out, err := inNS(ctx, ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-q", target).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }
 
@@ -737,11 +799,11 @@ func (e *env) failover(ctx context.Context) {
 	a := active()
 	gapc, textc := e.stream(ctx, e.podNS(0, src), target, 20*time.Second)
 	time.Sleep(2 * time.Second)
-	pids, err := exec.Command("ip", "netns", "pids", e.podNS(1, a)).Output()
-	if err != nil || len(strings.Fields(string(pids))) == 0 {
-		e.t.Fatalf("no process in the active gateway's namespace %s: %v", e.podNS(1, a), err)
+	pids := e.containerPIDs(1, a)
+	if len(pids) == 0 {
+		e.t.Fatalf("no process in the active gateway pod %s", a.Name)
 	}
-	for _, p := range strings.Fields(string(pids)) {
+	for _, p := range pids {
 		_ = exec.Command("kill", "-9", p).Run()
 	}
 	gap, text := <-gapc, <-textc
@@ -923,7 +985,7 @@ func (e *env) throughput(ctx context.Context, d time.Duration) {
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "iperf3", Namespace: "default"},
 		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "iperf3", Image: "iperf3", Args: []string{"-s"},
+				Containers: []corev1.Container{{Name: "iperf3", Image: e.iperfImage(), Args: []string{"-s"},
 					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
 						TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(5201)}}}}}}}}}
 	if err := e.c[1].Create(ctx, dep); err != nil {
@@ -943,7 +1005,7 @@ func (e *env) throughput(ctx context.Context, d time.Duration) {
 	target := dstAs.of(netip.MustParseAddr(srv.Status.PodIP)).String()
 	src := e.probePods(ctx, 0)[0]
 	secs := strconv.Itoa(int(d.Seconds()))
-	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", e.podNS(0, src), "iperf3", "-c", target, "-t", secs, "-J").Output()
+	out, err := inNS(ctx, e.podNS(0, src), "iperf3", "-c", target, "-t", secs, "-J").Output()
 	if err != nil {
 		e.t.Fatalf("iperf3 -c %s: %v: %s", target, err, out)
 	}
@@ -1041,6 +1103,15 @@ func (e *env) imageLayout(t *testing.T) string {
 		e.reportf("images: %s:%s %s", c.Name, v, d)
 	}
 	return dir
+}
+
+// iperfImage is the iperf3 server's image: the lab's (Debian's iperf3 and its libraries) on the
+// real node stack, else the machine's iperf3 by name (the process kubelet).
+func (e *env) iperfImage() string {
+	if e.l.NodeStack != "" {
+		return lab.IperfImage
+	}
+	return "iperf3"
 }
 
 // probeImage is the probe pods' image: skein-probe from the lab's registry, or the lab's

@@ -12,18 +12,19 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/skein-net/skein/bench/lab"
 	"github.com/skein-net/skein/control/agent"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 )
 
-// TestE2EMasquerade runs on a pod network that masquerades everything its pods send outside
-// the pod CIDR, whatever the device (as CNIs without an interface match in their masquerade
-// rule do), so pod traffic to the peer leaves through the overlay with the node's address.
-// Without the bypass a pod does not reach the peer as itself, and every node's agent says why
-// in its InternalNode; with agent.masqueradeBypass the whole matrix passes.
+// TestE2EMasquerade installs skein with agent.masqueradeBypass=false on the real node stack,
+// whose flannel (--ip-masq, nftables mode) masquerades everything pods send outside the
+// cluster's pod CIDR, whatever the device, so pod traffic to the peer leaves through the
+// overlay with the node's address. Without the bypass a pod does not reach the peer as itself,
+// and every node's agent says why in its InternalNode; with the bypass (the chart's default)
+// the whole matrix passes.
 func TestE2EMasquerade(t *testing.T) {
-	e := setupLab(t, false, lab.Options{MasqueradeAll: true}, false)
+	e := setup(t, false)
+	e.installSets = []string{"agent.masqueradeBypass=false"}
 	defer func() {
 		fmt.Printf("\n=== skein end-to-end report (masquerading pod network)\n%s\n", e.report.String())
 	}()

@@ -198,12 +198,12 @@ func (s *soak) deleteActiveGateway(ctx context.Context, i int, kill bool) {
 		return
 	}
 	s.event(fmt.Sprintf("SIGKILL of c%d's active gateway %s", i, a.Name), true)
-	pids, err := exec.Command("ip", "netns", "pids", e.podNS(i, a)).Output()
-	if err != nil || len(strings.Fields(string(pids))) == 0 {
-		e.t.Errorf("soak: no process in %s: %v", e.podNS(i, a), err)
+	pids := e.containerPIDs(i, a)
+	if len(pids) == 0 {
+		e.t.Errorf("soak: no process in the active gateway pod %s", a.Name)
 		return
 	}
-	for _, p := range strings.Fields(string(pids)) {
+	for _, p := range pids {
 		_ = exec.Command("kill", "-9", p).Run()
 	}
 }

@@ -143,6 +143,8 @@ type Lab struct {
 	PodCIDRs []netip.Prefix
 	// Registry is the lab's registry (RegistryAddr) when it serves images, else empty.
 	Registry string
+	// NodeStack is the real node stack's bin directory when the nodes run it (Config.NodeStack).
+	NodeStack string
 	// Started and Ready are when Start began and when every node was Ready.
 	Started, Ready time.Time
 }
@@ -179,6 +181,16 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			return nil, fmt.Errorf("lab: %s not found in %s (run make k8s-binaries)", b, cfg.K8sBin)
 		}
 	}
+	if cfg.NodeStack != "" && (cfg.PodBlocks || cfg.MasqueradeAll) {
+		return nil, errors.New("lab: pod blocks and masquerade-all are settings of the process kubelet's pod network; the real node stack runs flannel")
+	}
+	if cfg.NodeStack != "" {
+		for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "runc", "flanneld", "cni/bridge", "cni/host-local", "cni/portmap"} {
+			if _, err := os.Stat(filepath.Join(cfg.NodeStack, b)); err != nil {
+				return nil, fmt.Errorf("lab: %s not found in %s (run go run ./bench/cmd/k8s-binaries -node-stack)", b, cfg.NodeStack)
+			}
+		}
+	}
 	if names, _ := Namespaces(cfg.Prefix); len(names) > 0 {
 		return nil, fmt.Errorf("lab: a lab with prefix %q is already up (%d namespaces); run 'lab down' first", cfg.Prefix, len(names))
 	}
@@ -198,7 +210,7 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lab{Topology: topo, StateDir: stateDir, K8sBin: cfg.K8sBin, BinDir: cfg.BinDir, Started: started, PodCIDRs: cfg.podCIDRs()}
+	l := &Lab{Topology: topo, StateDir: stateDir, K8sBin: cfg.K8sBin, BinDir: cfg.BinDir, Started: started, PodCIDRs: cfg.podCIDRs(), NodeStack: cfg.NodeStack}
 	var layouts []string
 	if cfg.ImageLayout != "" {
 		layouts = append(layouts, cfg.ImageLayout)
@@ -206,6 +218,9 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if cfg.NodeStack != "" {
 		dir := filepath.Join(stateDir, "lab-images")
 		if err := pauseLayout(cfg.BinDir, dir); err != nil {
+			return nil, err
+		}
+		if err := iperfLayout(dir); err != nil {
 			return nil, err
 		}
 		layouts = append(layouts, dir)

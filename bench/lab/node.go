@@ -15,6 +15,7 @@ package lab
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -565,4 +566,47 @@ func hasCapSysResource() bool {
 		}
 	}
 	return false
+}
+
+// PodProcesses finds a running pod of a real-stack lab from the machine's namespaces: the
+// processes of its network namespace, found by a container process whose environment names the
+// pod (HOSTNAME=name, as the kubelet sets it) and whose namespace holds ip. It returns the
+// namespace as a path (/proc/PID/ns/net, for nsenter --net) and every process in it (the
+// sandbox's pause too).
+func PodProcesses(name string, ip netip.Addr) (netns string, pids []int, err error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return "", nil, err
+	}
+	tag := []byte("HOSTNAME=" + name + "\x00")
+	byNS := map[string][]int{}
+	var candidates []string
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			continue
+		}
+		byNS[ns] = append(byNS[ns], pid)
+		if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err == nil && bytes.Contains(env, tag) {
+			candidates = append(candidates, ns)
+		}
+	}
+	for _, ns := range candidates {
+		pid := byNS[ns][0]
+		path := fmt.Sprintf("/proc/%d/ns/net", pid)
+		out, err := exec.Command("nsenter", "--net="+path, "ip", "-o", "-4", "addr", "show").Output()
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(out)) {
+			if p, err := netip.ParsePrefix(f); err == nil && p.Addr() == ip {
+				return path, byNS[ns], nil
+			}
+		}
+	}
+	return "", nil, fmt.Errorf("lab: no process of pod %s with address %s (is it running?)", name, ip)
 }

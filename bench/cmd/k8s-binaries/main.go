@@ -1,4 +1,4 @@
-// Command k8s-binaries builds etcd, the Kubernetes control-plane binaries and helm from the Go
+// Command k8s-binaries builds etcd, the Kubernetes control-plane binaries, helm and the lab nodes' stack from the Go
 // module proxy into skein's cache (see package internal/k8sbin) and prints the directory holding
 // the Kubernetes binaries.
 //
@@ -25,10 +25,13 @@ func main() {
 	nodeStack := flag.Bool("node-stack", false, "build the lab nodes' stack (kubelet, containerd, runc, CNI plugins, flanneld) into $SKEIN_CACHE/nodestack if it is not there, print its bin directory and exit; needs gcc and libseccomp-dev")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: k8s-binaries [-check] [-q]\n\n"+
-			"Builds etcd %s and Kubernetes %s (%v) into $SKEIN_CACHE/k8s, and helm %s into\n"+
-			"$SKEIN_CACHE/helm (default ~/.cache/skein), from the Go module proxy, and prints the\n"+
-			"Kubernetes bin directory. A second run with a complete cache returns in seconds.\n\n",
-			k8sbin.EtcdVersion, k8sbin.KubernetesVersion, k8sbin.Binaries, k8sbin.HelmVersion)
+			"Builds etcd %s and Kubernetes %s (%v) into $SKEIN_CACHE/k8s, helm %s into\n"+
+			"$SKEIN_CACHE/helm and the lab nodes' stack (%v: kubelet, containerd %s, runc %s, CNI\n"+
+			"plugins %s, flannel %s) into $SKEIN_CACHE/nodestack (default ~/.cache/skein), from the Go\n"+
+			"module proxy, and prints the Kubernetes bin directory. A second run with a complete\n"+
+			"cache returns in seconds. runc needs gcc and libseccomp-dev (.ci/install-deps).\n\n",
+			k8sbin.EtcdVersion, k8sbin.KubernetesVersion, k8sbin.Binaries, k8sbin.HelmVersion, k8sbin.NodeStackBinaries,
+			k8sbin.ContainerdVersion, k8sbin.RuncVersion, k8sbin.CNIPluginsVersion, k8sbin.FlannelVersion)
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -62,13 +65,17 @@ func main() {
 	if *check {
 		bin, ok := k8sbin.Ready()
 		helm, helmOK := k8sbin.HelmReady()
+		stack, stackOK := k8sbin.NodeStackReady()
 		if !ok {
 			fmt.Fprintf(os.Stderr, "k8s binaries are not built in %s; run 'make k8s-binaries'\n", bin)
 		}
 		if !helmOK {
 			fmt.Fprintf(os.Stderr, "helm is not built at %s; run 'make k8s-binaries'\n", helm)
 		}
-		if !ok || !helmOK {
+		if !stackOK {
+			fmt.Fprintf(os.Stderr, "the node stack is not built in %s; run 'make k8s-binaries'\n", stack)
+		}
+		if !ok || !helmOK || !stackOK {
 			os.Exit(1)
 		}
 		fmt.Println(bin)
@@ -86,6 +93,10 @@ func main() {
 		os.Exit(1)
 	}
 	if _, err := k8sbin.EnsureHelm(ctx, log); err != nil {
+		fmt.Fprintf(os.Stderr, "k8s-binaries: %v\n", err)
+		os.Exit(1)
+	}
+	if _, err := k8sbin.EnsureNodeStack(ctx, log); err != nil {
 		fmt.Fprintf(os.Stderr, "k8s-binaries: %v\n", err)
 		os.Exit(1)
 	}
