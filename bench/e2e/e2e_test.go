@@ -99,10 +99,14 @@ func setupLab(t *testing.T, keepAlways bool, opts lab.Options, registry bool) *e
 	// network is one only the process kubelet makes (pod blocks, masquerade-all), or
 	// SKEIN_LAB_NODE_STACK=process asks for the process kubelet.
 	nodeStack := ""
-	if os.Getenv("SKEIN_LAB_NODE_STACK") != "process" && !opts.PodBlocks && !opts.MasqueradeAll {
+	if os.Getenv("SKEIN_LAB_NODE_STACK") != "process" && !opts.MasqueradeAll {
 		var ok bool
 		if nodeStack, ok = k8sbin.NodeStackReady(); !ok {
 			t.Fatal("the node stack is not in the cache: run make k8s-binaries")
+		}
+		// containerd runs images only: pull them from the lab's registry.
+		if !registry {
+			layoutDir = e.imageLayout(t)
 		}
 	}
 	l, err := lab.Start(ctx, lab.Config{Options: opts, K8sBin: k8s, NodeStack: nodeStack,

@@ -181,8 +181,8 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			return nil, fmt.Errorf("lab: %s not found in %s (run make k8s-binaries)", b, cfg.K8sBin)
 		}
 	}
-	if cfg.NodeStack != "" && (cfg.PodBlocks || cfg.MasqueradeAll) {
-		return nil, errors.New("lab: pod blocks and masquerade-all are settings of the process kubelet's pod network; the real node stack runs flannel")
+	if cfg.NodeStack != "" && cfg.MasqueradeAll {
+		return nil, errors.New("lab: masquerade-all is a setting of the process kubelet's pod network; flannel, which the real node stack runs, masquerades already")
 	}
 	if cfg.NodeStack != "" {
 		for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "runc", "flanneld", "cni/bridge", "cni/host-local", "cni/portmap"} {
@@ -399,6 +399,14 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 			nc := NodeConfig{Name: name, Addr: n.Addr, Dir: filepath.Join(stateDir, name), LogDir: logs, Cluster: cl.Name,
 				StackBin: cfg.NodeStack, Kubeconfig: kcfg["kubelet-"+name], FlannelKubeconfig: kcfg["flannel"], CACert: p.path("ca.crt"),
 				CgroupRoot: cgroupParent + "/" + n.Name, ClusterCIDR: PodCIDR, Registry: RegistryAddr, PauseImage: PauseImage}
+			if cfg.PodBlocks {
+				nc.PodBlock, nc.PodPools = podBlock(j), BlockPools
+				for k, other := range cl.Nodes {
+					if k != j {
+						nc.BlockRoutes = append(nc.BlockRoutes, BlockRoute{Block: podBlock(k), Via: other.Addr})
+					}
+				}
+			}
 			path := filepath.Join(nc.Dir, "node.json")
 			if err := os.MkdirAll(nc.Dir, 0o755); err != nil {
 				return ClusterState{}, err

@@ -59,6 +59,19 @@ type NodeConfig struct {
 	// Registry is the lab's registry (host:port), served over plain HTTP; PauseImage the pod
 	// sandbox image in it.
 	Registry, PauseImage string
+	// PodBlock, when set, replaces flannel with a pod network like Calico's IPAM makes: the
+	// node's pods get addresses from PodBlock (outside the Node's spec.podCIDR), the node routes
+	// the other nodes' blocks to them (BlockRoutes), and pod traffic leaving PodPools is
+	// masqueraded (as Calico's natOutgoing does).
+	PodBlock    netip.Prefix
+	PodPools    []netip.Prefix
+	BlockRoutes []BlockRoute
+}
+
+// BlockRoute is another node's pod block and the node's address.
+type BlockRoute struct {
+	Block netip.Prefix
+	Via   netip.Addr
 }
 
 // nodeBinds are the paths each node has of its own: the node directory's subdirectory (key)
@@ -173,9 +186,16 @@ func NodeInit(c NodeConfig) error {
 		}
 		s.reap()
 	}
-	s.start(flanneld)
+	if c.PodBlock.IsValid() {
+		if err := c.blockNetwork(); err != nil {
+			return err
+		}
+		s.logf("pod network: block %s, routes to %d other blocks, pods masqueraded outside %v", c.PodBlock, len(c.BlockRoutes), c.PodPools)
+	} else {
+		s.start(flanneld)
+		go c.cniWriter(s.logf)
+	}
 	s.start(kubelet)
-	go c.cniWriter(s.logf)
 	for sig := range sigs {
 		switch sig {
 		case syscall.SIGCHLD:
@@ -425,6 +445,49 @@ func (c NodeConfig) cniWriter(logf func(string, ...any)) {
 			}
 		}
 	}
+}
+
+// blockNetwork sets up the pod network of a node with a pod block: the CNI configuration
+// (bridge + host-local on the block + portmap), routes to the other nodes' blocks through their
+// nodes, and an nftables table that masquerades pod traffic leaving the pools.
+func (c NodeConfig) blockNetwork() error {
+	conf := fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "blocks",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "hairpinMode": true,
+     "ipMasq": false, "mtu": 1500,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+`, c.PodBlock.Masked().String())
+	if err := os.WriteFile("/etc/cni/net.d/10-blocks.conflist", []byte(conf), 0o644); err != nil {
+		return err
+	}
+	for _, r := range c.BlockRoutes {
+		if out, err := exec.Command("ip", "route", "replace", r.Block.String(), "via", r.Via.String()).CombinedOutput(); err != nil {
+			return fmt.Errorf("route %s via %s: %w: %s", r.Block, r.Via, err, out)
+		}
+	}
+	var pools []string
+	for _, p := range c.PodPools {
+		pools = append(pools, p.String())
+	}
+	set := strings.Join(pools, ", ")
+	rules := fmt.Sprintf(`table ip skein-lab-podnet {
+	chain postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		ip saddr { %[1]s } ip daddr != { %[1]s } masquerade
+	}
+}
+`, set)
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft: %w: %s", err, out)
+	}
+	return nil
 }
 
 // readSubnetEnv parses flanneld's subnet file (KEY=VALUE lines).
