@@ -35,7 +35,7 @@ help: ## List the targets and what they do (plain text unless stdout is a termin
 build: ## Compile every package, the commands and the lab's into ./bin.
 	go build ./...
 	@mkdir -p $(BIN_DIR)
-	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./cmd/... ./bench/cmd/lab 2>/dev/null || true); \
+	@cmds=$$(go list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./cmd/... ./bench/cmd/lab ./bench/cmd/pause 2>/dev/null || true); \
 	if [ -n "$$cmds" ]; then go build -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/ $$cmds; fi
 
 .PHONY: k8s-binaries
@@ -55,7 +55,7 @@ test-race: k8s-binaries ## The dataplane, appliance and control packages under t
 	go test -race -count=1 -timeout 30m $(GOTESTFLAGS) ./dataplane/... ./appliance/... ./control/...
 
 .PHONY: e2e
-e2e: k8s-binaries ## End-to-end suites in the lab (two clusters in network namespaces; root): install, connect, matrix, failover, reset; then pod blocks outside the nodes' pod CIDRs with a NATed server, and a masquerading pod network.
+e2e: k8s-binaries ## End-to-end suites in the lab (two clusters on kubelet, containerd and flannel in network namespaces; root): install, connect, matrix, the gateway container, failover, node stack restarts, reset; then pod blocks outside the nodes' pod CIDRs with a NATed server, and flannel's masquerade without the bypass.
 	go test -count=1 -v -timeout 30m -run '^TestE2E(RealNetworks|Masquerade)?$$' ./bench/e2e/
 
 .PHONY: soak

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,17 +63,16 @@ func (e *env) run(ctx context.Context, i int, args ...string) string {
 }
 
 // setup builds the binaries and starts the lab. With KEEP set, the lab stays up after a
-// failure (after any run when keepAlways).
-// The lab pulls skein's images from its registry (built from the lab's binaries as make images
-// builds them) and runs their content.
+// failure (after any run when keepAlways). The nodes run the real node stack (kubelet,
+// containerd, runc, flannel), which pulls skein's images from the lab's registry (built from
+// the lab's binaries as make images builds them).
 func setup(t *testing.T, keepAlways bool) *env {
-	return setupLab(t, keepAlways, lab.Options{}, true)
+	return setupLab(t, keepAlways, lab.Options{})
 }
 
-// setupLab is setup with a lab of the given pod network (its prefix is set here); without
-// registry, pods run the lab's binaries picked by image name.
-func setupLab(t *testing.T, keepAlways bool, opts lab.Options, registry bool) *env {
-	k8s := labtest.Need(t)
+// setupLab is setup with a lab of the given pod network (its prefix is set here).
+func setupLab(t *testing.T, keepAlways bool, opts lab.Options) *env {
+	k8s, nodeStack := labtest.NeedNodeStack(t)
 	helm, ok := k8sbin.HelmReady()
 	if !ok {
 		t.Fatal("helm is not in the cache: run make k8s-binaries")
@@ -91,23 +89,9 @@ func setupLab(t *testing.T, keepAlways bool, opts lab.Options, registry bool) *e
 	defer cancel()
 	var progress strings.Builder
 	opts.Prefix = e.prefix
-	layoutDir := ""
-	if registry {
-		layoutDir = e.imageLayout(t)
-	}
-	// The nodes run the real node stack (kubelet, containerd, runc, flannel) unless the lab's pod
-	// network is one only the process kubelet makes (pod blocks, masquerade-all), or
-	// SKEIN_LAB_NODE_STACK=process asks for the process kubelet.
-	nodeStack := ""
-	if os.Getenv("SKEIN_LAB_NODE_STACK") != "process" && !opts.MasqueradeAll {
-		var ok bool
-		if nodeStack, ok = k8sbin.NodeStackReady(); !ok {
-			t.Fatal("the node stack is not in the cache: run make k8s-binaries")
-		}
-		// containerd runs images only: pull them from the lab's registry.
-		if !registry {
-			layoutDir = e.imageLayout(t)
-		}
+	layoutDir, digests := labtest.ImageLayout(t, e.bin, version(t))
+	for _, c := range images.Components {
+		e.reportf("images: %s:%s %s", c.Name, version(t), digests[c.Name])
 	}
 	l, err := lab.Start(ctx, lab.Config{Options: opts, K8sBin: k8s, NodeStack: nodeStack,
 		LabBinary: filepath.Join(e.bin, "lab"), BinDir: e.bin, Log: &progress, ImageLayout: layoutDir})
@@ -164,12 +148,10 @@ func TestE2E(t *testing.T) {
 	t.Run("diagnose", func(t *testing.T) { e.t = t; e.diagnose(ctx) })
 	t.Run("throughput", func(t *testing.T) { e.t = t; e.throughput(ctx, 3*time.Second) })
 	t.Run("metrics", func(t *testing.T) { e.t = t; e.metrics(ctx) })
-	if e.l.NodeStack != "" {
-		t.Run("container-security", func(t *testing.T) { e.t = t; e.containerSecurity(ctx) })
-		t.Run("logs-exec", func(t *testing.T) { e.t = t; e.logsExec(ctx) })
-		t.Run("parallel-streams", func(t *testing.T) { e.t = t; e.parallelStreams(ctx) })
-		t.Run("node-stack-restart", func(t *testing.T) { e.t = t; e.nodeStackRestart(ctx) })
-	}
+	t.Run("container-security", func(t *testing.T) { e.t = t; e.containerSecurity(ctx) })
+	t.Run("logs-exec", func(t *testing.T) { e.t = t; e.logsExec(ctx) })
+	t.Run("parallel-streams", func(t *testing.T) { e.t = t; e.parallelStreams(ctx) })
+	t.Run("node-stack-restart", func(t *testing.T) { e.t = t; e.nodeStackRestart(ctx) })
 	t.Run("agent-restart", func(t *testing.T) { e.t = t; e.agentRestart(ctx) })
 	t.Run("failover", func(t *testing.T) { e.t = t; e.failover(ctx) })
 	t.Run("flat-generations", func(t *testing.T) { e.t = t; e.flatGenerations(ctx, gens, since) })
@@ -550,41 +532,29 @@ func (e *env) nodeNS(i int, node string) string {
 	return ""
 }
 
-// podNS is a pod's network namespace: on the real node stack a /proc/PID/ns/net path of one
-// of its processes, with the process kubelet a named namespace (after the node and the IP).
+// podNS is a pod's network namespace, as a /proc/PID/ns/net path of one of its processes.
 func (e *env) podNS(i int, p corev1.Pod) string {
-	if e.l.NodeStack != "" {
-		ns, _, err := lab.PodProcesses(p.Name, netip.MustParseAddr(p.Status.PodIP))
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		return ns
+	ns, _, err := lab.PodProcesses(p.Name, netip.MustParseAddr(p.Status.PodIP))
+	if err != nil {
+		e.t.Fatalf("cluster %d: %v", i, err)
 	}
-	ip := strings.Split(p.Status.PodIP, ".")
-	return e.nodeNS(i, p.Spec.NodeName) + "-p" + ip[2] + "-" + ip[3]
+	return ns
 }
 
-// containerPIDs are the processes of a pod's containers (on the real node stack: of its network
-// namespace but the sandbox's pause), to kill as a crash would.
+// containerPIDs are the processes of a pod's containers (those of its network namespace but
+// the sandbox's pause), to kill as a crash would.
 func (e *env) containerPIDs(i int, p corev1.Pod) []string {
-	if e.l.NodeStack != "" {
-		_, pids, err := lab.PodProcesses(p.Name, netip.MustParseAddr(p.Status.PodIP))
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		var out []string
-		for _, pid := range pids {
-			if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); filepath.Base(exe) != "pause" {
-				out = append(out, strconv.Itoa(pid))
-			}
-		}
-		return out
-	}
-	pids, err := exec.Command("ip", "netns", "pids", e.podNS(i, p)).Output()
+	_, pids, err := lab.PodProcesses(p.Name, netip.MustParseAddr(p.Status.PodIP))
 	if err != nil {
-		e.t.Fatalf("no process in pod %s's namespace %s: %v", p.Name, e.podNS(i, p), err)
+		e.t.Fatalf("cluster %d: %v", i, err)
 	}
-	return strings.Fields(string(pids))
+	var out []string
+	for _, pid := range pids {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); filepath.Base(exe) != "pause" {
+			out = append(out, strconv.Itoa(pid))
+		}
+	}
+	return out
 }
 
 // inNS prepares a command run in network namespace ns: a lab namespace's name or a path (podNS).
@@ -596,7 +566,18 @@ func inNS(ctx context.Context, ns string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + path, "--"}, args...)...)
 }
 
-// probe runs skein-probe in namespace ns and returns its output.
+// probeIn runs skein-probe in pod p of cluster i with kubectl exec (from the workstation, through
+// the API server, the pod's kubelet and containerd) and returns its output: the call leaves from
+// the container, as the pod's own processes would send it.
+func (e *env) probeIn(ctx context.Context, i int, p corev1.Pod, args ...string) (string, error) {
+	out, err := e.l.Command(ctx, i, append([]string{"kubectl", "exec", "-n", p.Namespace, p.Name, "-c", p.Spec.Containers[0].Name,
+		"--", "/usr/local/bin/skein-probe"}, args...)...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// probe runs skein-probe in namespace ns and returns its output: for the host network (a node's
+// namespace), and for streams that must outlive what they disturb (a containerd restart ends
+// kubectl exec sessions).
 func (e *env) probe(ctx context.Context, ns string, args ...string) (string, error) {
 	out, err := inNS(ctx, ns, append([]string{filepath.Join(e.bin, "skein-probe")}, args...)...).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
@@ -646,7 +627,7 @@ func (e *env) matrix(ctx context.Context) {
 						out, err = e.ping(ctx, e.podNS(s, src), target.String())
 					} else {
 						port := map[string]string{"tcp": "7070", "udp": "7071"}[proto]
-						out, err = e.probe(ctx, e.podNS(s, src), "call", "--timeout", "3s", proto, target.String()+":"+port)
+						out, err = e.probeIn(ctx, s, src, "call", "--timeout", "3s", proto, target.String()+":"+port)
 						if err == nil && !strings.HasPrefix(out, dst.Name+" saw "+wantSrc+":") {
 							err = fmt.Errorf("far side saw %q, want %s from %s", out, dst.Name, wantSrc)
 						}
@@ -681,6 +662,8 @@ func (e *env) matrix(ctx context.Context) {
 	e.reportf("matrix: %d passed, %d failed", passed, failed)
 }
 
+// ping sends ICMP echo from namespace ns with the machine's ping (skein-probe speaks TCP and
+// UDP only, and no image of the lab carries ping).
 func (e *env) ping(ctx context.Context, ns, target string) (string, error) {
 	out, err := inNS(ctx, ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-q", target).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
@@ -1084,45 +1067,10 @@ func version(t *testing.T) string {
 	return strings.TrimSpace(string(b))
 }
 
-// imageLayout builds skein's images from the lab's binaries for this machine's platform, as
-// make images builds them, into an OCI layout for the lab's registry, and reports their digests.
-func (e *env) imageLayout(t *testing.T) string {
-	dir := filepath.Join(e.bin, "images")
-	v := version(t)
-	m := images.Meta{Version: v, Revision: "lab", Source: "https://github.com/skein-net/skein", Created: time.Unix(0, 0)}
-	p := images.Platform{OS: "linux", Arch: runtime.GOARCH}
-	for _, c := range images.Components {
-		b, err := os.ReadFile(filepath.Join(e.bin, c.Name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		idx, err := images.Index(c, []images.Platform{p}, map[images.Platform][]byte{p: b}, m, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := images.WriteLayout(dir, c.Name+":"+v, idx); err != nil {
-			t.Fatal(err)
-		}
-		d, _ := idx.Digest()
-		e.reportf("images: %s:%s %s", c.Name, v, d)
-	}
-	return dir
-}
+// iperfImage is the iperf3 server's image: the lab's (Debian's iperf3 and its libraries).
+func (e *env) iperfImage() string { return lab.IperfImage }
 
-// iperfImage is the iperf3 server's image: the lab's (Debian's iperf3 and its libraries) on the
-// real node stack, else the machine's iperf3 by name (the process kubelet).
-func (e *env) iperfImage() string {
-	if e.l.NodeStack != "" {
-		return lab.IperfImage
-	}
-	return "iperf3"
-}
-
-// probeImage is the probe pods' image: skein-probe from the lab's registry, or the lab's
-// skein-probe binary by name.
+// probeImage is the probe pods' image: skein-probe from the lab's registry.
 func (e *env) probeImage() string {
-	if e.l.Registry != "" {
-		return e.l.Registry + "/skein-net/skein-probe:" + version(e.t)
-	}
-	return "skein-probe"
+	return e.l.Registry + "/skein-net/skein-probe:" + version(e.t)
 }

@@ -54,7 +54,7 @@ func (e *env) masqueraded(ctx context.Context) {
 	src, dst := e.probePods(ctx, 0)[0], e.probePods(ctx, 1)[0]
 	target := dstAs.of(netip.MustParseAddr(dst.Status.PodIP)).String() + ":7070"
 	wantSrc := seenAs.of(netip.MustParseAddr(src.Status.PodIP)).String()
-	out, err := e.probe(ctx, e.podNS(0, src), "call", "--timeout", "3s", "tcp", target)
+	out, err := e.probeIn(ctx, 0, src, "call", "--timeout", "3s", "tcp", target)
 	if err == nil && strings.HasPrefix(out, dst.Name+" saw "+wantSrc+":") {
 		e.t.Fatalf("c0 %s reached c1 %s as itself (%s) although the pod network masquerades: the lab does not test what it should", src.Name, dst.Name, out)
 	}

@@ -29,7 +29,7 @@ import (
 // forwards a public address to the server's node and drops the direct path, so the client
 // connects only if it dials the address `network connect --client-address` gave it.
 func TestE2ERealNetworks(t *testing.T) {
-	e := setupLab(t, false, lab.Options{PodBlocks: true}, false)
+	e := setupLab(t, false, lab.Options{PodBlocks: true})
 	defer func() { fmt.Printf("\n=== skein end-to-end report (real networks)\n%s\n", e.report.String()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -155,7 +155,7 @@ func (e *env) gatewaysWatchPods(ctx context.Context) {
 		src, dst := e.probePods(ctx, dir[0])[0], e.probePods(ctx, dir[1])[0]
 		target := dstAs.of(netip.MustParseAddr(dst.Status.PodIP)).String() + ":7070"
 		took += e.waitFor(ctx, time.Minute, fmt.Sprintf("c%d %s reaches c%d %s", dir[0], src.Name, dir[1], dst.Name), func() bool {
-			_, err := e.probe(ctx, e.podNS(dir[0], src), "call", "--timeout", "2s", "tcp", target)
+			_, err := e.probeIn(ctx, dir[0], src, "call", "--timeout", "2s", "tcp", target)
 			return err == nil
 		})
 	}

@@ -95,7 +95,8 @@ type Config struct {
 	// K8sBin holds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy
 	// and kubectl (internal/k8sbin).
 	K8sBin string
-	// LabBinary is the lab command (bench/cmd/lab): it runs the node kubelets and the shims.
+	// LabBinary is the lab command (bench/cmd/lab): it supervises the lab's processes and sets
+	// up each node (lab node, lab node-init).
 	LabBinary string
 	// BinDir holds the binaries pod images map to (skein-controller, skein-agent, ...).
 	BinDir string
@@ -103,15 +104,13 @@ type Config struct {
 	Log io.Writer
 	// KeepOnFailure leaves a lab that failed to start in place, for its logs.
 	KeepOnFailure bool
-	// ImageLayout, when set, is an OCI image layout the lab serves from a registry at
-	// RegistryAddr (in the router namespace) as RegistryAddr/skein-net/NAME:TAG; the kubelets
-	// pull images of that registry and run their content.
+	// ImageLayout, when set, is an OCI image layout the lab's registry (RegistryAddr, in the
+	// router namespace) serves too, as RegistryAddr/skein-net/NAME:TAG.
 	ImageLayout string
-	// NodeStack, when set, is the bin directory of the real node stack
-	// (internal/k8sbin.EnsureNodeStack): each node runs containerd, runc, the kubelet and
-	// flanneld in mount and PID namespaces of its own (see node.go), pulling images from the
-	// lab's registry, which then always runs (it serves the pod sandbox image too). Empty: the
-	// lab's process kubelet.
+	// NodeStack is the bin directory of the node stack (internal/k8sbin.EnsureNodeStack): each
+	// node runs containerd, runc, the kubelet and flanneld in mount and PID namespaces of its
+	// own (see node.go), pulling every image from the lab's registry, which serves the pod
+	// sandbox image (from BinDir's pause) and an iperf3 image besides ImageLayout.
 	NodeStack string
 }
 
@@ -154,8 +153,9 @@ type Lab struct {
 func DefaultStateDir(prefix string) string { return filepath.Join("/var/tmp", "skein-lab-"+prefix) }
 
 // Start builds the network and starts every cluster: etcd, kube-apiserver,
-// kube-controller-manager and kube-scheduler in the control-plane namespace, the lab kubelet
-// and kube-proxy (nftables mode) in each node namespace. It returns when every node is Ready.
+// kube-controller-manager and kube-scheduler in the control-plane namespace, the node stack
+// (lab node) and kube-proxy (nftables mode) in each node namespace, the registry in the router
+// namespace. It returns when every node is Ready.
 // On error everything it made is removed.
 func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	started := time.Now()
@@ -181,10 +181,10 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			return nil, fmt.Errorf("lab: %s not found in %s (run make k8s-binaries)", b, cfg.K8sBin)
 		}
 	}
-	if cfg.NodeStack != "" && cfg.MasqueradeAll {
-		return nil, errors.New("lab: masquerade-all is a setting of the process kubelet's pod network; flannel, which the real node stack runs, masquerades already")
+	if cfg.NodeStack == "" {
+		return nil, errors.New("lab: no node stack (kubelet, containerd, runc, CNI plugins, flannel): run make k8s-binaries")
 	}
-	if cfg.NodeStack != "" {
+	{
 		for _, b := range []string{"kubelet", "containerd", "containerd-shim-runc-v2", "runc", "flanneld", "cni/bridge", "cni/host-local", "cni/portmap"} {
 			if _, err := os.Stat(filepath.Join(cfg.NodeStack, b)); err != nil {
 				return nil, fmt.Errorf("lab: %s not found in %s (run go run ./bench/cmd/k8s-binaries -node-stack)", b, cfg.NodeStack)
@@ -215,7 +215,7 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if cfg.ImageLayout != "" {
 		layouts = append(layouts, cfg.ImageLayout)
 	}
-	if cfg.NodeStack != "" {
+	{
 		dir := filepath.Join(stateDir, "lab-images")
 		if err := pauseLayout(cfg.BinDir, dir); err != nil {
 			return nil, err
@@ -332,7 +332,7 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 			name, cn string
 			groups   []string
 			hosts    []string
-		}{"kubelet-" + nodeName(n), "system:node:" + nodeName(n), []string{"system:nodes", cniGroup}, nil})
+		}{"kubelet-" + nodeName(n), "system:node:" + nodeName(n), []string{"system:nodes"}, nil})
 	}
 	kcfg := map[string]string{}
 	for _, c := range certs {
@@ -384,10 +384,6 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		"--leader-elect=false", "--profiling=false", "--v", "1"); err != nil {
 		return ClusterState{}, err
 	}
-	var cidrs []string
-	for _, c := range cfg.podCIDRs() {
-		cidrs = append(cidrs, c.String())
-	}
 	// kube-proxy takes one CIDR per family: one that holds every pod CIDR.
 	proxyCIDR := PodCIDR
 	if cfg.PodBlocks {
@@ -395,7 +391,7 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 	}
 	for j, n := range cl.Nodes {
 		name := nodeName(n)
-		if cfg.NodeStack != "" {
+		{
 			nc := NodeConfig{Name: name, Addr: n.Addr, Dir: filepath.Join(stateDir, name), LogDir: logs, Cluster: cl.Name,
 				StackBin: cfg.NodeStack, Kubeconfig: kcfg["kubelet-"+name], FlannelKubeconfig: kcfg["flannel"], CACert: p.path("ca.crt"),
 				CgroupRoot: cgroupParent + "/" + n.Name, ClusterCIDR: PodCIDR, Registry: RegistryAddr, PauseImage: PauseImage}
@@ -421,21 +417,6 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 			if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-node"), cfg.LabBinary, "node", "--config", path); err != nil {
 				return ClusterState{}, err
 			}
-		} else {
-			args := []string{cfg.LabBinary, "kubelet",
-				"--node-name", name, "--node-ip", n.Addr.String(), "--kubeconfig", kcfg["kubelet-"+name],
-				"--state-dir", filepath.Join(stateDir, name), "--node-netns", n.Name, "--netns-prefix", n.Name + "-p",
-				"--bin-dir", cfg.BinDir, "--cluster-cidr", strings.Join(cidrs, ","), "--api-server", APIServerService.String(),
-				fmt.Sprintf("--masquerade-all=%t", cfg.MasqueradeAll)}
-			if cfg.PodBlocks {
-				args = append(args, "--pod-block", podBlock(j).String())
-			}
-			if cfg.ImageLayout != "" {
-				args = append(args, "--registry", RegistryAddr)
-			}
-			if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-kubelet"), args...); err != nil {
-				return ClusterState{}, err
-			}
 		}
 		if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-kube-proxy"), bin("kube-proxy"),
 			"--kubeconfig", kcfg["kube-proxy"], "--hostname-override", name, "--proxy-mode", "nftables",
@@ -456,9 +437,8 @@ func nodeName(n NS) string {
 // NodeName is the Kubernetes name of node i of the cluster.
 func (c ClusterState) NodeName(i int) string { return nodeName(c.Nodes[i]) }
 
-// cniGroup is the group of the lab kubelets' certificates that lets them read every Node, for
-// the host-gw routes between nodes (the Node authorizer lets a kubelet read only its own Node,
-// as a CNI daemon would have a service account of its own).
+// cniGroup is the group of flanneld's certificate: it reads every Node and patches its own (as
+// kube-flannel's ClusterRole allows).
 const cniGroup = "skein-lab:cni"
 
 // kubeletClientUser is the API server's user name towards the kubelets; it is bound to

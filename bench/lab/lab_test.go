@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,12 +26,12 @@ import (
 )
 
 // needLab checks the machine and builds the lab's binaries.
-func needLab(t *testing.T) (k8s, bin string) {
+func needLab(t *testing.T) (k8s, stack, bin string) {
 	t.Helper()
-	k8s = labtest.Need(t)
+	k8s, stack = labtest.NeedNodeStack(t)
 	bin = labtest.Build(t, "skein-lab-test-bin")
 	t.Cleanup(func() { os.RemoveAll(bin) })
-	return k8s, bin
+	return k8s, stack, bin
 }
 
 // labPIDs lists the processes in the lab's namespaces.
@@ -84,6 +85,18 @@ func leftovers(t *testing.T, prefix, linksBefore string) []string {
 	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), lab.DefaultStateDir(prefix)) {
 		left = append(left, "mounts under the state dir")
 	}
+	if cg, _ := filepath.Glob("/sys/fs/cgroup/*/skein-lab/" + prefix + "-*"); len(cg) > 0 {
+		left = append(left, fmt.Sprintf("cgroups %v", cg))
+	}
+	// Every process the lab starts inherits its tag (containerd's shims too; the containers,
+	// which do not, die with their node's PID namespace).
+	tag := "SKEIN_LAB_STATE=" + lab.DefaultStateDir(prefix) + "\x00"
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, p := range procs {
+		if env, err := os.ReadFile(p); err == nil && strings.Contains(string(env), tag) && filepath.Dir(p) != fmt.Sprintf("/proc/%d", os.Getpid()) {
+			left = append(left, "process "+filepath.Base(filepath.Dir(p))+" tagged with the lab's state dir")
+		}
+	}
 	return left
 }
 
@@ -91,14 +104,15 @@ func leftovers(t *testing.T, prefix, linksBefore string) []string {
 // securityContext and a Service, checks pod-to-pod, ClusterIP and NodePort traffic and what
 // the kubelet gave the containers, and tears down, checking nothing is left.
 func TestLab(t *testing.T) {
-	k8s, bin := needLab(t)
+	k8s, stack, bin := needLab(t)
 	prefix := fmt.Sprintf("slt%d", os.Getpid()%1000)
 	linksBefore := hostLinks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var progress strings.Builder
+	layout, _ := labtest.ImageLayout(t, bin, "lab")
 	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: prefix}, K8sBin: k8s, LabBinary: filepath.Join(bin, "lab"),
-		BinDir: bin, Log: &progress})
+		BinDir: bin, Log: &progress, NodeStack: stack, ImageLayout: layout})
 	t.Cleanup(func() { lab.Down(prefix) })
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
@@ -108,8 +122,9 @@ func TestLab(t *testing.T) {
 		kb, _ := strconv.Atoi(strings.TrimSuffix(procField(pid, "VmRSS"), " kB"))
 		rss += kb
 	}
-	t.Logf("lab of 2 clusters x 2 nodes ready in %.1fs, RSS of its processes %d MiB (targets 90 s, 4096 MiB)",
+	t.Logf("lab of 2 clusters x 2 nodes (kubelet, containerd, flannel) ready in %.1fs, RSS of its processes %d MiB (targets 90 s, 4096 MiB)",
 		l.Ready.Sub(l.Started).Seconds(), rss/1024)
+	probeImage := lab.RegistryAddr + "/skein-net/skein-probe:lab"
 
 	cfg, err := l.RESTConfig(0)
 	if err != nil {
@@ -121,7 +136,7 @@ func TestLab(t *testing.T) {
 		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
 				SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](65534), RunAsGroup: ptr.To[int64](65534), RunAsNonRoot: ptr.To(true)},
-				Containers: []corev1.Container{{Name: "probe", Image: "registry.example/skein-probe:v1", Args: []string{"serve"},
+				Containers: []corev1.Container{{Name: "probe", Image: probeImage, Args: []string{"serve"},
 					Env: []corev1.EnvVar{{Name: "MY_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
 					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(7072)}},
 						PeriodSeconds: 1},
@@ -164,18 +179,24 @@ func TestLab(t *testing.T) {
 	if pods[0].Spec.NodeName == pods[1].Spec.NodeName || pods[0].Status.PodIP == pods[1].Status.PodIP {
 		t.Fatalf("DaemonSet pods share a node or an IP: %s/%s %s/%s", pods[0].Spec.NodeName, pods[0].Status.PodIP, pods[1].Spec.NodeName, pods[1].Status.PodIP)
 	}
-	nodeNS := func(node string) string { return prefix + "-c0-" + strings.TrimPrefix(node, "c0-") }
+	// podNS is a pod's network namespace as a path, found through its processes.
 	podNS := func(p corev1.Pod) string {
-		ip := strings.Split(p.Status.PodIP, ".")
-		return nodeNS(p.Spec.NodeName) + "-p" + ip[2] + "-" + ip[3]
+		ns, _, err := lab.PodProcesses(p.Name, netip.MustParseAddr(p.Status.PodIP))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns
 	}
 	probe := filepath.Join(bin, "skein-probe")
 	// call retries for 15 s: kube-proxy programs a Service's endpoints a moment after the
 	// pods become Ready.
 	call := func(ns string, args ...string) string {
 		t.Helper()
+		if !strings.HasPrefix(ns, "/") {
+			ns = "/run/netns/" + ns
+		}
 		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			out, err := exec.Command("ip", append([]string{"netns", "exec", ns, probe, "call"}, args...)...).CombinedOutput()
+			out, err := exec.Command("nsenter", append([]string{"--net=" + ns, "--", probe, "call"}, args...)...).CombinedOutput()
 			if err == nil {
 				return strings.TrimSpace(string(out))
 			}
@@ -213,7 +234,7 @@ func TestLab(t *testing.T) {
 	}
 	// Pod traffic leaving the cluster is masqueraded to the node's address.
 	ws := l.Topology.Workstation
-	srv := exec.Command("ip", "netns", "exec", ws.Name, probe, "serve", "--tcp", ws.Addr.String()+":7070",
+	srv := exec.Command("nsenter", "--net=/run/netns/"+ws.Name, probe, "serve", "--tcp", ws.Addr.String()+":7070",
 		"--udp", ws.Addr.String()+":7071", "--http", ws.Addr.String()+":7072")
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -232,11 +253,19 @@ func TestLab(t *testing.T) {
 	}
 
 	// What the container got: user, capabilities, no_new_privs, read-only root, environment.
-	pidOut, err := exec.Command("ip", "netns", "pids", podNS(a)).Output()
-	if err != nil || len(strings.Fields(string(pidOut))) != 1 {
-		t.Fatalf("pod %s: want one process in its namespace, got %q (%v)", a.Name, pidOut, err)
+	_, pids, err := lab.PodProcesses(a.Name, netip.MustParseAddr(a.Status.PodIP))
+	if err != nil {
+		t.Fatal(err)
 	}
-	pid, _ := strconv.Atoi(strings.Fields(string(pidOut))[0])
+	pid := 0
+	for _, p := range pids {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", p)); filepath.Base(exe) == "skein-probe" {
+			pid = p
+		}
+	}
+	if pid == 0 || len(pids) != 2 {
+		t.Fatalf("pod %s: want the sandbox's pause and skein-probe in its namespace, got processes %v", a.Name, pids)
+	}
 	if uid := procField(pid, "Uid"); !strings.HasPrefix(uid, "65534\t") {
 		t.Errorf("container uid: %q, want 65534", uid)
 	}
@@ -271,14 +300,13 @@ func TestLab(t *testing.T) {
 		}
 	}
 	// The service account token is mounted where client-go looks for it.
-	// (/var/run is a symbolic link to /run, which /proc/PID/root would resolve in our own root.)
-	tokenPath := fmt.Sprintf("/proc/%d/root/run/secrets/kubernetes.io/serviceaccount/token", pid)
+	tokenPath := fmt.Sprintf("/proc/%d/root/var/run/secrets/kubernetes.io/serviceaccount/token", pid)
 	if tok, err := os.ReadFile(tokenPath); err != nil || len(tok) < 100 {
 		t.Errorf("service account token at %s: %v (%d bytes)", tokenPath, err, len(tok))
 	}
 
 	// restartPolicy: a container that exits 1 is restarted under Always and leaves the pod
-	// Failed under Never; an image the lab has no binary for fails with a clear reason.
+	// Failed under Never; an image the registry does not have fails with a clear reason.
 	podOf := func(name, image string, policy corev1.RestartPolicy, args ...string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PodSpec{
 			RestartPolicy: policy, NodeName: pods[0].Spec.NodeName,
@@ -286,9 +314,9 @@ func TestLab(t *testing.T) {
 	}
 	failing := []string{"call", "--timeout", "100ms", "tcp", "127.0.0.1:1"}
 	for _, p := range []*corev1.Pod{
-		podOf("always", "skein-probe", corev1.RestartPolicyAlways, failing...),
-		podOf("never", "skein-probe", corev1.RestartPolicyNever, failing...),
-		podOf("noimage", "example.com/no-such-tool:v1", corev1.RestartPolicyAlways),
+		podOf("always", probeImage, corev1.RestartPolicyAlways, failing...),
+		podOf("never", probeImage, corev1.RestartPolicyNever, failing...),
+		podOf("noimage", lab.RegistryAddr+"/skein-net/no-such-tool:v1", corev1.RestartPolicyAlways),
 	} {
 		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -310,7 +338,8 @@ func TestLab(t *testing.T) {
 		if len(noimage.Status.ContainerStatuses) == 1 {
 			waiting = noimage.Status.ContainerStatuses[0].State.Waiting
 		}
-		unknown := waiting != nil && waiting.Reason == "ErrImagePull" && strings.Contains(waiting.Message, `no binary named "no-such-tool"`)
+		unknown := waiting != nil && (waiting.Reason == "ErrImagePull" || waiting.Reason == "ImagePullBackOff") &&
+			strings.Contains(waiting.Message, "no-such-tool") && strings.Contains(waiting.Message, "not found")
 		if restarted && failed && unknown {
 			t.Logf("restartPolicy Always: %d restarts; Never: phase %s; unknown image: %s: %s",
 				always.Status.ContainerStatuses[0].RestartCount, never.Status.Phase, waiting.Reason, waiting.Message)
@@ -327,24 +356,23 @@ func TestLab(t *testing.T) {
 		}
 	}
 
-	// Deleting the DaemonSet stops the processes and removes the pod namespaces.
+	// Deleting the DaemonSet stops the processes.
 	if err := cs.AppsV1().DaemonSets("default").Delete(ctx, "probe", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(300 * time.Millisecond) {
 		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=probe"})
-		names, _ := lab.Namespaces(prefix)
-		podNamespaces := 0
-		for _, n := range names {
-			if strings.Contains(n, "-p") {
-				podNamespaces++
+		alive := 0
+		for _, p := range pids {
+			if syscall.Kill(p, 0) == nil {
+				alive++
 			}
 		}
-		if err == nil && len(list.Items) == 0 && podNamespaces == 0 && syscall.Kill(pid, 0) != nil {
+		if err == nil && len(list.Items) == 0 && alive == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after deleting the DaemonSet: %d pods, %d pod namespaces left (err %v)", len(list.Items), podNamespaces, err)
+			t.Fatalf("after deleting the DaemonSet: %d pods, %d of pod %s's processes left (err %v)", len(list.Items), alive, a.Name, err)
 		}
 	}
 
@@ -361,7 +389,7 @@ func TestLab(t *testing.T) {
 // TestLabInterrupted sends SIGINT to "lab up" while the clusters start: it must remove all
 // it made.
 func TestLabInterrupted(t *testing.T) {
-	_, bin := needLab(t)
+	_, _, bin := needLab(t)
 	prefix := fmt.Sprintf("sli%d", os.Getpid()%1000)
 	linksBefore := hostLinks(t)
 	t.Cleanup(func() { lab.Down(prefix) })

@@ -29,12 +29,10 @@ type Options struct {
 	// PodBlocks gives pods addresses from per-node blocks of BlockPools (alternating pools,
 	// node j's block is the /24 numbered j) instead of the Node's spec.podCIDR, the way CNIs
 	// with their own IPAM do (Calico): no pod is inside any Node's spec.podCIDRs, and the
-	// cluster's pods come from two CIDRs.
+	// cluster's pods come from two CIDRs. The nodes then run no flannel: bridge and host-local
+	// on the block, routes between the nodes, pod traffic leaving the pools masqueraded (as
+	// Calico's natOutgoing does).
 	PodBlocks bool
-	// MasqueradeAll makes the nodes masquerade pod traffic to anything outside the pod CIDRs,
-	// whatever device it leaves by (the overlay device included), as CNIs without an interface
-	// match in their masquerade rule do.
-	MasqueradeAll bool
 }
 
 // NS is a network namespace of the lab.
@@ -259,13 +257,17 @@ func killTagged(stateDir string) {
 	}
 }
 
-// removeCgroups removes the cgroups the real kubelets of the lab made (cgroupParent/<prefix>-*
-// in every hierarchy), deepest first, once the processes in them are gone (they die with their
+// removeCgroups removes the cgroups the kubelets and runc of the lab made (cgroupParent/<prefix>-*
+// in every hierarchy, the unified one included), deepest first, once the processes in them are gone (they die with their
 // node's PID namespace, a moment after its init).
 func removeCgroups(prefix string) error {
 	hs, err := cgroupHierarchies()
 	if err != nil {
 		return nil // no cgroup v1 here: nothing was made
+	}
+	// runc makes each container's cgroup in the unified hierarchy too (hybrid mode).
+	if _, err := os.Stat(filepath.Join(cgroupV1Root, "unified", "cgroup.procs")); err == nil {
+		hs = append(hs, filepath.Join(cgroupV1Root, "unified"))
 	}
 	var last error
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {

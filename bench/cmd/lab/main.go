@@ -1,24 +1,20 @@
 // Command lab runs real Kubernetes clusters in network namespaces on this machine (see
-// bench/lab): lab up, lab down, lab exec, lab shell, lab status. It is also the lab's kubelet
-// (lab kubelet, started by lab up in every node namespace) and the container shim (lab shim).
-// Run it as root.
+// bench/lab): lab up, lab down, lab exec, lab shell, lab status. Its nodes run the real node
+// stack (kubelet, containerd, runc, CNI plugins, flannel; lab node and lab node-init set each
+// node up). Run it as root.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
-	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/skein-net/skein/bench/kubelet"
 	"github.com/skein-net/skein/bench/lab"
 	"github.com/skein-net/skein/internal/k8sbin"
 )
@@ -27,12 +23,13 @@ const usage = `lab: real Kubernetes clusters in network namespaces (run as root)
 
 Usage:
   lab up [--prefix P] [--clusters N] [--nodes N] [--bin-dir DIR] [--images LAYOUT]
-        [--pod-blocks] [--masquerade-all]
+        [--pod-blocks]
         start the lab: a router, a workstation, N clusters (pod CIDR 10.244.0.0/16 each) of
-        N nodes; returns when every node is Ready and leaves it running. With --images (an
-        OCI layout, such as make images writes in bin/images) the router also serves a
-        registry at 10.255.0.1:5000 with those images as 10.255.0.1:5000/skein-net/NAME:TAG,
-        and the kubelets pull images from there and run their content
+        N nodes, each node running kubelet, containerd, runc and flannel (make k8s-binaries
+        builds them); returns when every node is Ready and leaves it running. The router
+        serves a registry at 10.255.0.1:5000 with the lab's pause and iperf3 images and, with
+        --images (an OCI layout, such as make images writes in bin/images), those images, as
+        10.255.0.1:5000/skein-net/NAME:TAG; containerd pulls every image from there
   lab down [--prefix P]        stop everything and remove every namespace, link and file
   lab status [--prefix P]      show the clusters, their namespaces and kubeconfigs
   lab exec [--prefix P] [-c I] -- CMD [ARGS]
@@ -43,8 +40,8 @@ Usage:
         push the named indexes of an OCI layout (make images writes bin/images) into the
         lab's registry (a lab started with --images), as 10.255.0.1:5000/skein-net/NAME:TAG
 
-Internal (started by lab up): lab supervise -- CMD, lab kubelet ..., lab shim SPEC,
-lab node --config FILE, lab node-init --config FILE, lab registry ...
+Internal (started by lab up): lab supervise -- CMD, lab node --config FILE,
+lab node-init --config FILE, lab registry ...
 `
 
 func main() {
@@ -66,8 +63,6 @@ func main() {
 		err = execIn(os.Args[2:], true)
 	case "supervise":
 		err = supervise(os.Args[2:])
-	case "kubelet":
-		err = runKubelet(os.Args[2:])
 	case "node", "node-init":
 		err = runNode(os.Args[1], os.Args[2:])
 	case "registry":
@@ -76,12 +71,6 @@ func main() {
 		err = push(os.Args[2:])
 	case "push-here":
 		err = pushHere(os.Args[2:])
-	case "shim":
-		if len(os.Args) != 3 {
-			err = fmt.Errorf("usage: lab shim SPEC")
-		} else {
-			err = kubelet.Shim(os.Args[2])
-		}
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
@@ -106,10 +95,8 @@ func up(args []string) error {
 	clusters := fs.Int("clusters", 2, "number of clusters")
 	nodes := fs.Int("nodes", 2, "nodes per cluster")
 	blocks := fs.Bool("pod-blocks", false, "give pods addresses from per-node blocks of 10.245.0.0/16 and 10.246.0.0/16, outside every Node's spec.podCIDRs (as Calico's IPAM does); install skein with ipam.podCIDR={10.245.0.0/16,10.246.0.0/16}")
-	layoutDir := fs.String("images", "", "OCI image layout to serve from a registry in the lab (10.255.0.1:5000/skein-net/NAME:TAG); the kubelets pull from it")
-	masq := fs.Bool("masquerade-all", false, "masquerade pod traffic to anything outside the pod CIDRs whatever device it leaves by, the overlay included (as some CNIs do)")
-	binDir := fs.String("bin-dir", "", "directory with the skein binaries pods run (default: the directory of this lab binary)")
-	stack := fs.String("node-stack", "process", "what the nodes run: \"real\" (kubelet, containerd, runc, CNI plugins and flannel, built into the cache by go run ./bench/cmd/k8s-binaries -node-stack) or \"process\" (the lab's process kubelet)")
+	layoutDir := fs.String("images", "", "OCI image layout to serve from the lab's registry too (10.255.0.1:5000/skein-net/NAME:TAG), such as make images writes in bin/images")
+	binDir := fs.String("bin-dir", "", "directory with the lab's pause binary (bench/cmd/pause; default: the directory of this lab binary)")
 	keep := fs.Bool("keep-on-failure", false, "leave a lab that failed to start in place, to read its logs (then lab down)")
 	_ = fs.Parse(args)
 	self, err := os.Executable()
@@ -123,20 +110,13 @@ func up(args []string) error {
 	if !ok {
 		return fmt.Errorf("the Kubernetes binaries are not built: run make k8s-binaries")
 	}
-	nodeStack := ""
-	switch *stack {
-	case "process":
-	case "real":
-		var ok bool
-		if nodeStack, ok = k8sbin.NodeStackReady(); !ok {
-			return fmt.Errorf("the node stack is not built: run go run ./bench/cmd/k8s-binaries -node-stack")
-		}
-	default:
-		return fmt.Errorf("--node-stack %q: want real or process", *stack)
+	nodeStack, ok := k8sbin.NodeStackReady()
+	if !ok {
+		return fmt.Errorf("the node stack (kubelet, containerd, runc, CNI plugins, flannel) is not built: run make k8s-binaries")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes, PodBlocks: *blocks, MasqueradeAll: *masq}, ImageLayout: *layoutDir,
+	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes, PodBlocks: *blocks}, ImageLayout: *layoutDir,
 		K8sBin: k8s, LabBinary: self, BinDir: *binDir, Log: os.Stdout, KeepOnFailure: *keep, NodeStack: nodeStack})
 	if err != nil {
 		return err
@@ -209,52 +189,6 @@ func execIn(args []string, shell bool) error {
 		return err
 	}
 	return nil
-}
-
-func runKubelet(args []string) error {
-	fs := flag.NewFlagSet("lab kubelet", flag.ExitOnError)
-	var o kubelet.Options
-	fs.StringVar(&o.NodeName, "node-name", "", "node name")
-	nodeIP := fs.String("node-ip", "", "node address")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "the node's kubeconfig")
-	cidr := fs.String("cluster-cidr", "10.244.0.0/16", "the cluster's pod CIDRs, comma-separated")
-	block := fs.String("pod-block", "", "where this node's pods get addresses (default: the Node's spec.podCIDR, as kube-controller-manager allocates it)")
-	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade pod traffic to anything outside the cluster CIDRs, whatever device it leaves by")
-	api := fs.String("api-server", "10.96.0.1:443", "the kubernetes Service address pods use")
-	fs.StringVar(&o.StateDir, "state-dir", "", "pod files and logs")
-	fs.StringVar(&o.NodeNetns, "node-netns", "", "the node's network namespace name")
-	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "", "prefix of pod namespace names")
-	fs.StringVar(&o.BinDir, "bin-dir", "", "binaries images map to")
-	fs.StringVar(&o.Registry, "registry", "", "the lab's registry (host:port): images from it are pulled and run from their own content")
-	_ = fs.Parse(args)
-	var err error
-	if o.NodeIP, err = netip.ParseAddr(*nodeIP); err != nil {
-		return fmt.Errorf("--node-ip: %w", err)
-	}
-	for _, s := range strings.Split(*cidr, ",") {
-		p, err := netip.ParsePrefix(strings.TrimSpace(s))
-		if err != nil {
-			return fmt.Errorf("--cluster-cidr: %w", err)
-		}
-		o.ClusterCIDRs = append(o.ClusterCIDRs, p)
-	}
-	if *block != "" {
-		if o.PodBlock, err = netip.ParsePrefix(*block); err != nil {
-			return fmt.Errorf("--pod-block: %w", err)
-		}
-	}
-	if o.APIServer, err = netip.ParseAddrPort(*api); err != nil {
-		return fmt.Errorf("--api-server: %w", err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	o.Shim = []string{self, "shim"}
-	o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", o.NodeName)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return kubelet.Run(ctx, o)
 }
 
 // supervise runs a command and starts it again a second after it exits, until killed: the
