@@ -7,6 +7,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -77,7 +78,7 @@ func setupLab(t *testing.T, keepAlways bool, opts lab.Options) *env {
 	if !ok {
 		t.Fatal("helm is not in the cache: run make k8s-binaries")
 	}
-	e := &env{t: t, helm: helm, prefix: fmt.Sprintf("se%d", os.Getpid()%1000)}
+	e := &env{t: t, helm: helm, prefix: fmt.Sprintf("se%d", os.Getpid())}
 	e.bin = labtest.Build(t, "skein-e2e-bin")
 	keep := func() bool { return os.Getenv("KEEP") != "" && (keepAlways || t.Failed()) }
 	t.Cleanup(func() {
@@ -96,6 +97,9 @@ func setupLab(t *testing.T, keepAlways bool, opts lab.Options) *env {
 	l, err := lab.Start(ctx, lab.Config{Options: opts, K8sBin: k8s, NodeStack: nodeStack,
 		LabBinary: filepath.Join(e.bin, "lab"), BinDir: e.bin, Log: &progress, ImageLayout: layoutDir})
 	t.Cleanup(func() {
+		if errors.Is(err, lab.ErrAlreadyUp) {
+			return // somebody else's lab
+		}
 		if keep() {
 			fmt.Printf("\nKEEP set: the lab stays up.\n  %[1]s/lab status --prefix %[2]s\n  %[1]s/lab exec --prefix %[2]s -c 0 -- kubectl get pods -A\n"+
 				"  %[1]s/lab shell --prefix %[2]s -c 1      (a shell with kubectl, skeinctl and helm for cluster 1)\n"+
@@ -534,7 +538,7 @@ func (e *env) nodeNS(i int, node string) string {
 
 // podNS is a pod's network namespace, as a /proc/PID/ns/net path of one of its processes.
 func (e *env) podNS(i int, p corev1.Pod) string {
-	ns, _, err := lab.PodProcesses(p.Name, netip.MustParseAddr(p.Status.PodIP))
+	ns, _, err := lab.PodProcesses(e.nodeNS(i, p.Spec.NodeName), p.Name, netip.MustParseAddr(p.Status.PodIP))
 	if err != nil {
 		e.t.Fatalf("cluster %d: %v", i, err)
 	}
@@ -544,7 +548,7 @@ func (e *env) podNS(i int, p corev1.Pod) string {
 // containerPIDs are the processes of a pod's containers (those of its network namespace but
 // the sandbox's pause), to kill as a crash would.
 func (e *env) containerPIDs(i int, p corev1.Pod) []string {
-	_, pids, err := lab.PodProcesses(p.Name, netip.MustParseAddr(p.Status.PodIP))
+	_, pids, err := lab.PodProcesses(e.nodeNS(i, p.Spec.NodeName), p.Name, netip.MustParseAddr(p.Status.PodIP))
 	if err != nil {
 		e.t.Fatalf("cluster %d: %v", i, err)
 	}

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -162,6 +163,9 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "skl"
 	}
+	if err := CheckPrefix(cfg.Prefix); err != nil {
+		return nil, err
+	}
 	stateDir := DefaultStateDir(cfg.Prefix)
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
@@ -191,13 +195,12 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			}
 		}
 	}
-	if names, _ := Namespaces(cfg.Prefix); len(names) > 0 {
-		return nil, fmt.Errorf("lab: a lab with prefix %q is already up (%d namespaces); run 'lab down' first", cfg.Prefix, len(names))
-	}
-	if err := os.RemoveAll(stateDir); err != nil {
+	if err := checkInotify(cfg.Options); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+	// Claim the prefix (its state dir) under the labs' lock: a lab that is up or starting with
+	// it is somebody else's, and nothing here may take it down.
+	if err := claim(cfg.Prefix, stateDir); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -205,7 +208,7 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			_ = Down(cfg.Prefix)
 		}
 	}()
-	fmt.Fprintf(cfg.Log, "lab: network (%d clusters x %d nodes)\n", max(cfg.Clusters, 2), max(cfg.Nodes, 2))
+	fmt.Fprintf(cfg.Log, "lab: network (%d clusters x %d nodes)\n", cmp.Or(cfg.Clusters, 2), cmp.Or(cfg.Nodes, 2))
 	topo, err := Up(cfg.Options)
 	if err != nil {
 		return nil, err

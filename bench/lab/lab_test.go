@@ -3,11 +3,13 @@ package lab_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,6 +69,25 @@ func procField(pid int, field string) string {
 	return ""
 }
 
+// hostPathsNodesMayMake are paths of the machine a node's containerd or kubelet would make if
+// the lab did not point them at the node's own directory.
+var hostPathsNodesMayMake = append([]string{"/opt/containerd", "/usr/libexec/kubernetes", "/run/containerd", "/run/flannel",
+	"/var/log/pods", "/var/log/containers"}, hostMountpoints...)
+
+// hostMountpoints are the mountpoints the nodes make on the machine while a lab is up.
+var hostMountpoints = []string{"/var/lib/kubelet", "/var/lib/containerd", "/var/lib/cni", "/etc/cni", "/etc/containerd"}
+
+// hostPathsBefore says which of hostPathsNodesMayMake the machine had before the tests.
+var hostPathsBefore = func() map[string]bool {
+	m := map[string]bool{}
+	for _, p := range hostPathsNodesMayMake {
+		if _, err := os.Stat(p); err == nil {
+			m[p] = true
+		}
+	}
+	return m
+}()
+
 // leftovers reports what a lab with prefix left on the machine.
 func leftovers(t *testing.T, prefix, linksBefore string) []string {
 	var left []string
@@ -78,6 +99,15 @@ func leftovers(t *testing.T, prefix, linksBefore string) []string {
 	}
 	if out, _ := exec.Command("pgrep", "-f", lab.DefaultStateDir(prefix)).Output(); len(strings.TrimSpace(string(out))) > 0 {
 		left = append(left, "processes "+strings.Join(strings.Fields(string(out)), ","))
+	}
+	others, _ := filepath.Glob("/var/tmp/skein-lab-*")
+	for _, p := range hostPathsNodesMayMake {
+		if slices.Contains(hostMountpoints, p) && len(others) > 0 {
+			continue // another lab's nodes still use it
+		}
+		if _, err := os.Stat(p); err == nil && !hostPathsBefore[p] {
+			left = append(left, p+" on the machine")
+		}
 	}
 	if got := hostLinks(t); got != linksBefore {
 		left = append(left, "links of the machine's namespace changed:\n"+got)
@@ -105,7 +135,7 @@ func leftovers(t *testing.T, prefix, linksBefore string) []string {
 // the kubelet gave the containers, and tears down, checking nothing is left.
 func TestLab(t *testing.T) {
 	k8s, stack, bin := needLab(t)
-	prefix := fmt.Sprintf("slt%d", os.Getpid()%1000)
+	prefix := fmt.Sprintf("slt%d", os.Getpid())
 	linksBefore := hostLinks(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -113,7 +143,11 @@ func TestLab(t *testing.T) {
 	layout, _ := labtest.ImageLayout(t, bin, "lab")
 	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: prefix}, K8sBin: k8s, LabBinary: filepath.Join(bin, "lab"),
 		BinDir: bin, Log: &progress, NodeStack: stack, ImageLayout: layout})
-	t.Cleanup(func() { lab.Down(prefix) })
+	t.Cleanup(func() {
+		if !errors.Is(err, lab.ErrAlreadyUp) { // else somebody else's lab
+			lab.Down(prefix)
+		}
+	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
@@ -181,7 +215,7 @@ func TestLab(t *testing.T) {
 	}
 	// podNS is a pod's network namespace as a path, found through its processes.
 	podNS := func(p corev1.Pod) string {
-		ns, _, err := lab.PodProcesses(p.Name, netip.MustParseAddr(p.Status.PodIP))
+		ns, _, err := lab.PodProcesses(prefix+"-"+p.Spec.NodeName, p.Name, netip.MustParseAddr(p.Status.PodIP))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,7 +287,7 @@ func TestLab(t *testing.T) {
 	}
 
 	// What the container got: user, capabilities, no_new_privs, read-only root, environment.
-	_, pids, err := lab.PodProcesses(a.Name, netip.MustParseAddr(a.Status.PodIP))
+	_, pids, err := lab.PodProcesses(prefix+"-"+a.Spec.NodeName, a.Name, netip.MustParseAddr(a.Status.PodIP))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +424,7 @@ func TestLab(t *testing.T) {
 // it made.
 func TestLabInterrupted(t *testing.T) {
 	_, _, bin := needLab(t)
-	prefix := fmt.Sprintf("sli%d", os.Getpid()%1000)
+	prefix := fmt.Sprintf("sli%d", os.Getpid())
 	linksBefore := hostLinks(t)
 	t.Cleanup(func() { lab.Down(prefix) })
 	cmd := exec.Command(filepath.Join(bin, "lab"), "up", "--prefix", prefix)

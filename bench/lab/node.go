@@ -15,7 +15,6 @@ package lab
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,9 +85,12 @@ var nodeBinds = [][2]string{
 	{"etc-containerd", "/etc/containerd"},
 }
 
-// hostMountpoints are the directories a node's binds need on the host; they are created empty
-// when missing, and removed (when still empty) once no lab is left.
+// hostMountpoints are the directories a node's binds need on the host; those missing are
+// created, with hostMountpointMarker in them, and removed once no lab is left.
 var hostMountpoints = []string{"/var/lib/kubelet", "/var/lib/containerd", "/var/lib/cni", "/etc/cni/net.d", "/etc/containerd"}
+
+// hostMountpointMarker marks a mountpoint directory the lab made on the machine.
+const hostMountpointMarker = ".made-by-skein-lab"
 
 // kubeletTunables are the host-wide kernel settings the kubelet sets when it starts
 // (container_manager_linux.go, setupKernelTunables), with its values. The kernel.* and vm.*
@@ -155,6 +158,11 @@ func NodeInit(c NodeConfig) error {
 		return err
 	}
 	if err := c.cgroups(); err != nil {
+		return err
+	}
+	// Every sandbox of a previous node-init died with its PID namespace, without a CNI DEL:
+	// host-local's leases of theirs would never be released.
+	if err := os.RemoveAll("/var/lib/cni/networks"); err != nil {
 		return err
 	}
 	if err := c.writeConfigs(); err != nil {
@@ -240,8 +248,8 @@ func (c NodeConfig) mounts() error {
 		if err := os.MkdirAll(src, 0o755); err != nil {
 			return err
 		}
-		if err := os.MkdirAll(b[1], 0o755); err != nil {
-			return fmt.Errorf("create the mountpoint %s: %w", b[1], err)
+		if err := makeMountpoint(b[1]); err != nil {
+			return err
 		}
 		if err := unix.Mount(src, b[1], "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind %s on %s: %w", src, b[1], err)
@@ -252,6 +260,28 @@ func (c NodeConfig) mounts() error {
 	}
 	for _, d := range []string{"/run/flannel", "/run/containerd", "/var/log/pods", "/var/log/containers"} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// makeMountpoint makes dir on the machine if it is missing, each directory it creates marked
+// as the lab's (removeHostMountpoints removes only those). It runs before the bind over dir,
+// so the marker stays on the machine's side of the mount.
+func makeMountpoint(dir string) error {
+	var missing []string
+	for d := dir; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		}
+		missing = append([]string{d}, missing...)
+	}
+	for _, d := range missing {
+		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+			return fmt.Errorf("create the mountpoint %s: %w", d, err)
+		}
+		if err := os.WriteFile(filepath.Join(d, hostMountpointMarker), nil, 0o644); err != nil {
 			return err
 		}
 	}
@@ -358,7 +388,15 @@ state = "/run/containerd"
 
 [plugins.'io.containerd.nri.v1.nri']
   disable = true
-`, c.Name, c.PauseImage, filepath.Join(c.StackBin, "runc"), filepath.Join(c.StackBin, "cni"), !hasCapSysResource())
+
+# Paths of the machine containerd would use (and create) otherwise.
+[plugins.'io.containerd.internal.v1.opt']
+  path = '%[6]s'
+
+[plugins.'io.containerd.image-verifier.v1.bindir']
+  bin_dir = '%[7]s'
+`, c.Name, c.PauseImage, filepath.Join(c.StackBin, "runc"), filepath.Join(c.StackBin, "cni"), !hasCapSysResource(),
+		filepath.Join(c.Dir, "opt"), filepath.Join(c.Dir, "image-verifiers"))
 	hosts := fmt.Sprintf("# The lab's registry, plain HTTP.\nserver = \"http://%[1]s\"\n\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", c.Registry)
 	kubelet := fmt.Sprintf(`# Written by skein's lab (bench/lab/node.go) for node %[1]s.
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -383,7 +421,9 @@ serializeImagePulls: false
 # Every node shares one disk: no image garbage collection or disk-pressure eviction.
 imageGCHighThresholdPercent: 100
 evictionHard: {nodefs.available: "0%%", nodefs.inodesFree: "0%%", imagefs.available: "0%%"}
-`, c.Name, c.CgroupRoot, c.CACert, filepath.Join(c.Dir, "resolv.conf"))
+# The node's own FlexVolume directory (the default, /usr/libexec/kubernetes/..., is the machine's).
+volumePluginDir: %[5]s
+`, c.Name, c.CgroupRoot, c.CACert, filepath.Join(c.Dir, "resolv.conf"), filepath.Join(c.Dir, "volume-plugins"))
 	netConf := fmt.Sprintf(`{"Network": %q, "EnableNFTables": true, "Backend": {"Type": "vxlan"}}`+"\n", c.ClusterCIDR.String())
 	files := map[string]string{
 		filepath.Join(c.Dir, "containerd.toml"):                                     containerd,
@@ -592,7 +632,7 @@ func (s *supervisor) stop() {
 
 func describeWait(ws unix.WaitStatus) string {
 	if ws.Signaled() {
-		return "killed by " + ws.Signal().String()
+		return "killed by " + unix.SignalName(ws.Signal())
 	}
 	return fmt.Sprintf("exit status %d", ws.ExitStatus())
 }
@@ -631,17 +671,20 @@ func hasCapSysResource() bool {
 	return false
 }
 
-// PodProcesses finds a running pod of a real-stack lab from the machine's namespaces: the
-// processes of its network namespace, found by a container process whose environment names the
-// pod (HOSTNAME=name, as the kubelet sets it) and whose namespace holds ip. It returns the
-// namespace as a path (/proc/PID/ns/net, for nsenter --net) and every process in it (the
-// sandbox's pause too).
-func PodProcesses(name string, ip netip.Addr) (netns string, pids []int, err error) {
+// PodProcesses finds a running pod of a lab from the machine's namespaces: the processes of
+// its network namespace, found by a container process below the node's node-init (in network
+// namespace nodeNS) whose environment names the pod (HOSTNAME=name, as the kubelet sets it)
+// and whose namespace holds ip. It returns the namespace as a path (/proc/PID/ns/net, for
+// nsenter --net) and every process in it (the sandbox's pause too).
+func PodProcesses(nodeNS, name string, ip netip.Addr) (netns string, pids []int, err error) {
+	init, err := nodeInit(nodeNS)
+	if err != nil {
+		return "", nil, err
+	}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return "", nil, err
 	}
-	tag := []byte("HOSTNAME=" + name + "\x00")
 	byNS := map[string][]int{}
 	var candidates []string
 	for _, e := range ents {
@@ -654,13 +697,14 @@ func PodProcesses(name string, ip netip.Addr) (netns string, pids []int, err err
 			continue
 		}
 		byNS[ns] = append(byNS[ns], pid)
-		if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err == nil && bytes.Contains(env, tag) {
-			candidates = append(candidates, ns)
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), "HOSTNAME="+name) || !descendsFrom(pid, init) {
+			continue
 		}
+		candidates = append(candidates, ns)
 	}
 	for _, ns := range candidates {
-		pid := byNS[ns][0]
-		path := fmt.Sprintf("/proc/%d/ns/net", pid)
+		path := fmt.Sprintf("/proc/%d/ns/net", byNS[ns][0])
 		out, err := exec.Command("nsenter", "--net="+path, "ip", "-o", "-4", "addr", "show").Output()
 		if err != nil {
 			continue
@@ -671,5 +715,54 @@ func PodProcesses(name string, ip netip.Addr) (netns string, pids []int, err err
 			}
 		}
 	}
-	return "", nil, fmt.Errorf("lab: no process of pod %s with address %s (is it running?)", name, ip)
+	return "", nil, fmt.Errorf("lab: no process of pod %s with address %s on the node of %s (is it running?)", name, ip, nodeNS)
+}
+
+// nodeInit is the PID (in the machine's namespace) of the node-init of the node in network
+// namespace nodeNS: the process there that is PID 1 of a PID namespace of its own.
+func nodeInit(nodeNS string) (int, error) {
+	out, err := exec.Command("ip", "netns", "pids", nodeNS).Output()
+	if err != nil {
+		return 0, fmt.Errorf("lab: processes of %s: %w", nodeNS, err)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		pid, _ := strconv.Atoi(f)
+		if ids := procStatusField(pid, "NSpid"); len(ids) >= 2 && ids[len(ids)-1] == "1" {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("lab: no node-init in %s (is the node up?)", nodeNS)
+}
+
+// descendsFrom reports whether ancestor is pid or one of its ancestors.
+func descendsFrom(pid, ancestor int) bool {
+	for range 64 {
+		if pid == ancestor {
+			return true
+		}
+		ppid := procStatusField(pid, "PPid")
+		if len(ppid) != 1 {
+			return false
+		}
+		next, err := strconv.Atoi(ppid[0])
+		if err != nil || next <= 1 {
+			return false
+		}
+		pid = next
+	}
+	return false
+}
+
+// procStatusField is the fields of a line of /proc/PID/status.
+func procStatusField(pid int, key string) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
+			return strings.Fields(v)
+		}
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -76,6 +77,9 @@ func In(ns string, args ...string) error {
 func Up(o Options) (_ *Topology, err error) {
 	if o.Prefix == "" {
 		o.Prefix = "skl"
+	}
+	if err := CheckPrefix(o.Prefix); err != nil {
+		return nil, err
 	}
 	if o.Clusters == 0 {
 		o.Clusters = 2
@@ -201,6 +205,14 @@ func Namespaces(prefix string) ([]string, error) {
 // and removes the lab's state dir. It is safe to call on a lab that is partly or not at all
 // there.
 func Down(prefix string) error {
+	if err := CheckPrefix(prefix); err != nil {
+		return err
+	}
+	unlock, err := lockLabs()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	var errs []error
 	// Kill first, everywhere, so that no kubelet makes a pod namespace behind our back; twice,
 	// for what a dying process may have started.
@@ -257,9 +269,12 @@ func killTagged(stateDir string) {
 	}
 }
 
-// removeCgroups removes the cgroups the kubelets and runc of the lab made (cgroupParent/<prefix>-*
-// in every hierarchy, the unified one included), deepest first, once the processes in them are gone (they die with their
-// node's PID namespace, a moment after its init).
+// removeCgroups removes the cgroups the kubelets and runc of the lab made
+// (cgroupParent/<prefix>-<node> in every hierarchy, the unified one included), deepest first,
+// once the processes in them are gone (they die with their node's PID namespace, a moment
+// after its init); and those of labs that left nothing else behind (no namespace, no state
+// dir: a lab killed before its Down). Names are compared, never globbed. Call it under the
+// labs' lock.
 func removeCgroups(prefix string) error {
 	hs, err := cgroupHierarchies()
 	if err != nil {
@@ -269,17 +284,34 @@ func removeCgroups(prefix string) error {
 	if _, err := os.Stat(filepath.Join(cgroupV1Root, "unified", "cgroup.procs")); err == nil {
 		hs = append(hs, filepath.Join(cgroupV1Root, "unified"))
 	}
+	gone := map[string]bool{prefix: true}
+	ours := func(name string) bool {
+		p, _, ok := strings.Cut(name, "-")
+		if !ok || CheckPrefix(p) != nil {
+			return false
+		}
+		if v, seen := gone[p]; seen {
+			return v
+		}
+		names, _ := Namespaces(p)
+		_, statErr := os.Stat(DefaultStateDir(p))
+		gone[p] = len(names) == 0 && os.IsNotExist(statErr)
+		return gone[p]
+	}
 	var last error
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		last = nil
 		for _, h := range hs {
-			roots, _ := filepath.Glob(filepath.Join(h, cgroupParent, prefix+"-*"))
-			for _, r := range roots {
-				if err := removeCgroupTree(r); err != nil {
-					last = err
+			parent := filepath.Join(h, cgroupParent)
+			ents, _ := os.ReadDir(parent)
+			for _, e := range ents {
+				if e.IsDir() && ours(e.Name()) {
+					if err := removeCgroupTree(filepath.Join(parent, e.Name())); err != nil {
+						last = err
+					}
 				}
 			}
-			_ = os.Remove(filepath.Join(h, cgroupParent)) // only when no other lab has a node there
+			_ = syscall.Rmdir(parent) // only when no other lab has a node there
 		}
 		if last == nil || time.Now().After(deadline) {
 			return last
@@ -310,15 +342,50 @@ func removeCgroupTree(dir string) error {
 	return nil
 }
 
-// removeHostMountpoints removes the empty directories the real nodes needed as mountpoints, once
-// no lab is left on the machine (removing a mountpoint would detach it from a running lab's
-// nodes).
+// removeHostMountpoints removes the empty directories the nodes made as mountpoints (those
+// holding only hostMountpointMarker), once no lab is left on the machine and nothing is mounted
+// on them in any mount namespace (removing a mountpoint would detach it from a node that still
+// uses it). Directories the machine had are never marked, so never removed. Call it under the
+// labs' lock.
 func removeHostMountpoints() {
 	if others, _ := filepath.Glob("/var/tmp/skein-lab-*"); len(others) > 0 {
 		return
 	}
-	for _, d := range hostMountpoints {
+	mounted := mountTargets()
+	for _, d := range append(slices.Clone(hostMountpoints), "/etc/cni") {
+		if mounted[d] {
+			continue
+		}
+		ents, err := os.ReadDir(d)
+		if err != nil || len(ents) != 1 || ents[0].Name() != hostMountpointMarker {
+			continue
+		}
+		_ = os.Remove(filepath.Join(d, hostMountpointMarker))
 		_ = syscall.Rmdir(d)
 	}
-	_ = syscall.Rmdir("/etc/cni")
+}
+
+// mountTargets are the mount points of every mount namespace on the machine (as paths in
+// that namespace's root, which is the machine's for the lab's nodes).
+func mountTargets() map[string]bool {
+	targets := map[string]bool{}
+	infos, _ := filepath.Glob("/proc/[0-9]*/mountinfo")
+	seen := map[string]bool{}
+	for _, mi := range infos {
+		ns, err := os.Readlink(filepath.Join(filepath.Dir(mi), "ns", "mnt"))
+		if err != nil || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		b, err := os.ReadFile(mi)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 4 {
+				targets[f[4]] = true
+			}
+		}
+	}
+	return targets
 }

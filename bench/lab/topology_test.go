@@ -53,7 +53,7 @@ func TestTopology(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root to create network namespaces")
 	}
-	prefix := fmt.Sprintf("skt%d", os.Getpid()%100000)
+	prefix := fmt.Sprintf("skt%d", os.Getpid())
 	before := hostLinks(t)
 	topo, err := lab.Up(lab.Options{Prefix: prefix, Clusters: 2, Nodes: 2})
 	t.Cleanup(func() { lab.Down(prefix) })

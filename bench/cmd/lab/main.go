@@ -86,8 +86,17 @@ func main() {
 
 func flags(name string) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet("lab "+name, flag.ExitOnError)
-	prefix := fs.String("prefix", "skl", "name prefix of the lab's namespaces (two labs need two prefixes)")
+	prefix := fs.String("prefix", "skl", "name prefix of the lab's namespaces, state dir (/var/tmp/skein-lab-PREFIX) and cgroups: a lower-case letter and at most 11 lower-case letters or digits (two labs need two prefixes)")
 	return fs, prefix
+}
+
+// parse parses a command's flags and checks its prefix.
+func parse(fs *flag.FlagSet, args []string, prefix *string) {
+	_ = fs.Parse(args)
+	if err := lab.CheckPrefix(*prefix); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: --prefix: %v\n", fs.Name(), err)
+		os.Exit(2)
+	}
 }
 
 func up(args []string) error {
@@ -98,7 +107,7 @@ func up(args []string) error {
 	layoutDir := fs.String("images", "", "OCI image layout to serve from the lab's registry too (10.255.0.1:5000/skein-net/NAME:TAG), such as make images writes in bin/images")
 	binDir := fs.String("bin-dir", "", "directory with the lab's pause binary (bench/cmd/pause; default: the directory of this lab binary)")
 	keep := fs.Bool("keep-on-failure", false, "leave a lab that failed to start in place, to read its logs (then lab down)")
-	_ = fs.Parse(args)
+	parse(fs, args, prefix)
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -127,7 +136,7 @@ func up(args []string) error {
 
 func down(args []string) error {
 	fs, prefix := flags("down")
-	_ = fs.Parse(args)
+	parse(fs, args, prefix)
 	if err := lab.Down(*prefix); err != nil {
 		return err
 	}
@@ -137,7 +146,7 @@ func down(args []string) error {
 
 func status(args []string) error {
 	fs, prefix := flags("status")
-	_ = fs.Parse(args)
+	parse(fs, args, prefix)
 	l, err := lab.Load(lab.DefaultStateDir(*prefix))
 	if err != nil {
 		return err
@@ -162,7 +171,7 @@ func printStatus(l *lab.Lab, prefix string) error {
 func execIn(args []string, shell bool) error {
 	fs, prefix := flags("exec")
 	c := fs.Int("c", 0, "cluster index")
-	_ = fs.Parse(args)
+	parse(fs, args, prefix)
 	l, err := lab.Load(lab.DefaultStateDir(*prefix))
 	if err != nil {
 		return err

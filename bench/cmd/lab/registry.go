@@ -98,7 +98,7 @@ func load(addr, dir string) error {
 func push(args []string) error {
 	fs, prefix := flags("push")
 	dir := fs.String("layout", "bin/images", "OCI image layout whose named indexes to push")
-	_ = fs.Parse(args)
+	parse(fs, args, prefix)
 	l, err := lab.Load(lab.DefaultStateDir(*prefix))
 	if err != nil {
 		return err
