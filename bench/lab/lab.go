@@ -378,6 +378,7 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		"--use-service-account-credentials", "--service-account-private-key-file", p.path("sa.key"),
 		"--root-ca-file", p.path("ca.crt"), "--allocate-node-cidrs", "--cluster-cidr", PodCIDR.String(),
 		"--node-cidr-mask-size", "24", "--service-cluster-ip-range", ServiceCIDR.String(),
+		"--flex-volume-plugin-dir", filepath.Join(dir, "volume-plugins"), // not the machine's /usr/libexec/kubernetes
 		"--leader-elect=false", "--profiling=false", "--v", "1"); err != nil {
 		return ClusterState{}, err
 	}
