@@ -719,15 +719,17 @@ func PodProcesses(nodeNS, name string, ip netip.Addr) (netns string, pids []int,
 }
 
 // nodeInit is the PID (in the machine's namespace) of the node-init of the node in network
-// namespace nodeNS: the process there that is PID 1 of a PID namespace of its own.
+// namespace nodeNS: the process there that is PID 1 of a PID namespace one level below ours
+// (a hostNetwork pod's container is PID 1 of a namespace one level further down).
 func nodeInit(nodeNS string) (int, error) {
 	out, err := exec.Command("ip", "netns", "pids", nodeNS).Output()
 	if err != nil {
 		return 0, fmt.Errorf("lab: processes of %s: %w", nodeNS, err)
 	}
+	levels := len(procStatusField(os.Getpid(), "NSpid")) + 1
 	for _, f := range strings.Fields(string(out)) {
 		pid, _ := strconv.Atoi(f)
-		if ids := procStatusField(pid, "NSpid"); len(ids) >= 2 && ids[len(ids)-1] == "1" {
+		if ids := procStatusField(pid, "NSpid"); len(ids) == levels && ids[levels-1] == "1" {
 			return pid, nil
 		}
 	}

@@ -24,7 +24,7 @@ func main() {
 	helmPath := flag.Bool("helm", false, "build helm into the cache if it is not there (not the Kubernetes binaries), print its path and exit")
 	nodeStack := flag.Bool("node-stack", false, "build the lab nodes' stack (kubelet, containerd, runc, CNI plugins, flanneld) into $SKEIN_CACHE/nodestack if it is not there, print its bin directory and exit; needs gcc and libseccomp-dev")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: k8s-binaries [-check] [-q]\n\n"+
+		fmt.Fprintf(os.Stderr, "usage: k8s-binaries [-check] [-q] [-helm] [-node-stack]\n\n"+
 			"Builds etcd %s and Kubernetes %s (%v) into $SKEIN_CACHE/k8s, helm %s into\n"+
 			"$SKEIN_CACHE/helm and the lab nodes' stack (%v: kubelet, containerd %s, runc %s, CNI\n"+
 			"plugins %s, flannel %s) into $SKEIN_CACHE/nodestack (default ~/.cache/skein), from the Go\n"+

@@ -23,7 +23,7 @@ const usage = `lab: real Kubernetes clusters in network namespaces (run as root)
 
 Usage:
   lab up [--prefix P] [--clusters N] [--nodes N] [--bin-dir DIR] [--images LAYOUT]
-        [--pod-blocks]
+        [--pod-blocks] [--keep-on-failure]
         start the lab: a router, a workstation, N clusters (pod CIDR 10.244.0.0/16 each) of
         N nodes, each node running kubelet, containerd, runc and flannel (make k8s-binaries
         builds them); returns when every node is Ready and leaves it running. The router
@@ -31,14 +31,16 @@ Usage:
         --images (an OCI layout, such as make images writes in bin/images), those images, as
         10.255.0.1:5000/skein-net/NAME:TAG; containerd pulls every image from there
   lab down [--prefix P]        stop everything and remove every namespace, link and file
-  lab status [--prefix P]      show the clusters, their namespaces and kubeconfigs
+  lab status [--prefix P]      show the clusters, their namespaces, kubeconfigs and logs
+        (/var/tmp/skein-lab-P/logs: one file per component, such as c0-c0-n1-kubelet.log;
+        docs/lab.md says how to enter a node and use ctr there)
   lab exec [--prefix P] [-c I] -- CMD [ARGS]
-        run CMD in the workstation namespace against cluster I (KUBECONFIG set; kubectl,
-        skeinctl and helm on PATH), e.g. lab exec -c 1 -- kubectl get nodes
+        run CMD in the workstation namespace against cluster I (default 0; KUBECONFIG
+        set; kubectl, skeinctl and helm on PATH), e.g. lab exec -c 1 -- kubectl get nodes
   lab shell [--prefix P] [-c I]   a shell in the workstation namespace, set up like exec
   lab push [--prefix P] --layout DIR
         push the named indexes of an OCI layout (make images writes bin/images) into the
-        lab's registry (a lab started with --images), as 10.255.0.1:5000/skein-net/NAME:TAG
+        lab's registry, as 10.255.0.1:5000/skein-net/NAME:TAG
 
 Internal (started by lab up): lab supervise -- CMD, lab node --config FILE,
 lab node-init --config FILE, lab registry ...
@@ -170,7 +172,7 @@ func printStatus(l *lab.Lab, prefix string) error {
 
 func execIn(args []string, shell bool) error {
 	fs, prefix := flags("exec")
-	c := fs.Int("c", 0, "cluster index")
+	c := fs.Int("c", 0, "cluster index (0 is c0)")
 	parse(fs, args, prefix)
 	l, err := lab.Load(lab.DefaultStateDir(*prefix))
 	if err != nil {

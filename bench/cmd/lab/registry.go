@@ -104,7 +104,7 @@ func push(args []string) error {
 		return err
 	}
 	if l.Registry == "" {
-		return fmt.Errorf("the lab %q serves no registry: start it with lab up --images LAYOUT", *prefix)
+		return fmt.Errorf("the lab %q serves no registry (was it started by an older lab binary?): lab down, then lab up", *prefix)
 	}
 	abs, err := filepath.Abs(*dir)
 	if err != nil {
