@@ -596,7 +596,9 @@ func (l *Lab) Exec(ctx context.Context, i int, args ...string) (string, error) {
 // Command prepares a command like Exec without running it.
 func (l *Lab) Command(ctx context.Context, i int, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", l.Topology.Workstation.Name}, args...)...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+l.Clusters[i].Kubeconfig,
+	// kubectl's discovery cache is keyed by the API server's address, which every lab shares:
+	// it lives in the lab's state dir, not in ~/.kube, and goes with the lab.
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+l.Clusters[i].Kubeconfig, "KUBECACHEDIR="+filepath.Join(l.StateDir, "kubecache"),
 		"PATH="+l.BinDir+":"+l.K8sBin+helmDir()+":"+os.Getenv("PATH"))
 	return cmd
 }
