@@ -589,11 +589,8 @@ func (e *env) probe(ctx context.Context, ns string, args ...string) (string, err
 
 // gatewayNode is the node of cluster i's active gateway.
 func (e *env) gatewayNode(ctx context.Context, i int) string {
-	var pods corev1.PodList
-	if err := e.c[i].List(ctx, &pods, client.MatchingLabels{"networking.liqo.io/active": "true"}); err != nil || len(pods.Items) != 1 {
-		e.t.Fatalf("cluster %d: want one active gateway pod, got %d (%v)", i, len(pods.Items), err)
-	}
-	return pods.Items[0].Spec.NodeName
+	gw := e.activeGateway(ctx, i)
+	return gw.Spec.NodeName
 }
 
 // matrix: pod to pod across the clusters, both ways, from the gateway's node and the other, TCP,
@@ -772,13 +769,7 @@ func (e *env) failover(ctx context.Context) {
 	dstAs, _ := e.peerView(ctx, 0)
 	dst := e.probePods(ctx, 1)[0]
 	target := dstAs.of(netip.MustParseAddr(dst.Status.PodIP)).String() + ":7071"
-	active := func() corev1.Pod {
-		var pods corev1.PodList
-		if err := e.c[1].List(ctx, &pods, client.MatchingLabels{"networking.liqo.io/active": "true"}); err != nil || len(pods.Items) != 1 {
-			e.t.Fatalf("cluster 1: want one active gateway pod, got %d (%v)", len(pods.Items), err)
-		}
-		return pods.Items[0]
-	}
+	active := func() corev1.Pod { return e.activeGateway(ctx, 1) }
 	var gws corev1.PodList
 	if err := e.c[1].List(ctx, &gws, client.MatchingLabels{"networking.liqo.io/component": "gateway"}); err != nil {
 		e.t.Fatal(err)
@@ -972,26 +963,7 @@ func (e *env) scrape(ctx context.Context, tg scrapeTarget) (string, error) {
 }
 
 func (e *env) throughput(ctx context.Context, d time.Duration) {
-	labels := map[string]string{"app": "iperf3"}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "iperf3", Namespace: "default"},
-		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "iperf3", Image: e.iperfImage(), Args: []string{"-s"},
-					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
-						TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(5201)}}}}}}}}}
-	if err := e.c[1].Create(ctx, dep); err != nil {
-		e.t.Fatal(err)
-	}
-	var srv corev1.Pod
-	e.waitFor(ctx, time.Minute, "iperf3 server pod Ready", func() bool {
-		var pods corev1.PodList
-		_ = e.c[1].List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(labels))
-		if len(pods.Items) == 1 && podReady(&pods.Items[0]) {
-			srv = pods.Items[0]
-			return true
-		}
-		return false
-	})
+	dep, srv := e.iperfServer(ctx, "iperf3", nil)
 	dstAs, _ := e.peerView(ctx, 0)
 	target := dstAs.of(netip.MustParseAddr(srv.Status.PodIP)).String()
 	src := e.probePods(ctx, 0)[0]
@@ -1069,6 +1041,33 @@ func version(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// iperfServer runs an iperf3 server (a Deployment named name, its container limited to limits)
+// in cluster 1 and returns it and its pod once Ready; the caller deletes it.
+func (e *env) iperfServer(ctx context.Context, name string, limits corev1.ResourceList) (*appsv1.Deployment, corev1.Pod) {
+	labels := map[string]string{"app": name}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "iperf3", Image: e.iperfImage(), Args: []string{"-s"},
+					Resources: corev1.ResourceRequirements{Limits: limits},
+					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+						TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(5201)}}}}}}}}}
+	if err := e.c[1].Create(ctx, dep); err != nil {
+		e.t.Fatal(err)
+	}
+	var srv corev1.Pod
+	e.waitFor(ctx, time.Minute, name+" server pod Ready", func() bool {
+		var pods corev1.PodList
+		_ = e.c[1].List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(labels))
+		if len(pods.Items) == 1 && podReady(&pods.Items[0]) {
+			srv = pods.Items[0]
+			return true
+		}
+		return false
+	})
+	return dep, srv
 }
 
 // iperfImage is the iperf3 server's image: the lab's (Debian's iperf3 and its libraries).

@@ -12,11 +12,8 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -145,28 +142,8 @@ func (e *env) logsExec(ctx context.Context) {
 // both gateways: neither gateway restarts or is OOM-killed, and their memory stays under the
 // limit (the cgroup's peak is reported).
 func (e *env) parallelStreams(ctx context.Context) {
-	labels := map[string]string{"app": "iperf3-parallel"}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "iperf3-parallel", Namespace: "default"},
-		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "iperf3", Image: e.iperfImage(), Args: []string{"-s"},
-					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
-					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
-						TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(5201)}}}}}}}}}
-	if err := e.c[1].Create(ctx, dep); err != nil {
-		e.t.Fatal(err)
-	}
+	dep, srv := e.iperfServer(ctx, "iperf3-parallel", corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")})
 	defer func() { _ = e.c[1].Delete(context.Background(), dep) }()
-	var srv corev1.Pod
-	e.waitFor(ctx, time.Minute, "iperf3 server pod Ready", func() bool {
-		var pods corev1.PodList
-		_ = e.c[1].List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(labels))
-		if len(pods.Items) == 1 && podReady(&pods.Items[0]) {
-			srv = pods.Items[0]
-			return true
-		}
-		return false
-	})
 	gws := [2]corev1.Pod{e.activeGateway(ctx, 0), e.activeGateway(ctx, 1)}
 	restarts := func(p corev1.Pod, i int) (int32, string) {
 		var cur corev1.Pod
