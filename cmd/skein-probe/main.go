@@ -11,6 +11,7 @@
 //	skein-probe rr-serve [--tcp :7073]
 //	skein-probe rr [--count 2000] [--size 1] HOST:PORT
 //	skein-probe get [--timeout 5s] URL
+//	skein-probe check [--timeout 2s] [--pings 3] [--mtu 0] [--route] ADDR...
 //
 // serve answers every TCP connection and UDP datagram with one line:
 // "<hostname> saw <source ip>:<port>"; its HTTP port answers /healthz. call prints the line
@@ -20,28 +21,37 @@
 // it reads; rr does --count request/response round trips of --size bytes over one TCP
 // connection (TCP_NODELAY), one at a time, and prints the latency percentiles in microseconds:
 // "count N p50-us X p90-us Y p99-us Z". get prints an HTTP response's body and exits 1 unless
-// the status is 200 (tests scrape /metrics inside the lab's namespaces with it).
+// the status is 200 (tests scrape /metrics inside the lab's namespaces with it). check runs
+// every connectivity check of control/probe against each address (a TCP and a UDP call to
+// its skein-probe server, ICMP echo, with --mtu the path MTU, with --route where this
+// namespace's kernel sends it) and prints one JSON document (probe.Report); skeinctl test
+// network runs it in its probe pods.
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/skein-net/skein/control/buildinfo"
+	"github.com/skein-net/skein/control/probe"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: skein-probe serve|call|stream|rr-serve|rr|get|version ... (see go doc ./cmd/skein-probe)")
+		fmt.Fprintln(os.Stderr, "usage: skein-probe serve|call|stream|rr-serve|rr|get|check|version ... (see go doc ./cmd/skein-probe)")
 		os.Exit(2)
 	}
 	var err error
@@ -60,8 +70,10 @@ func main() {
 		err = rr(os.Args[2:])
 	case "get":
 		err = get(os.Args[2:])
+	case "check":
+		err = check(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (serve, call, stream, rr-serve, rr, get, version)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (serve, call, stream, rr-serve, rr, get, check, version)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "skein-probe %s: %v\n", os.Args[1], err)
@@ -85,33 +97,12 @@ func serve(args []string) error {
 		return err
 	}
 	go func() {
-		buf := make([]byte, 2048)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			// A stream datagram carries its sequence number; echo it after the line.
-			reply := fmt.Sprintf("%s saw %s %s", host, from, strings.TrimSpace(string(buf[:n])))
-			_, _ = pc.WriteTo([]byte(reply), from)
-		}
-	}()
-	go func() {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		fmt.Fprintln(os.Stderr, http.ListenAndServe(*httpAddr, mux))
 	}()
 	fmt.Fprintf(os.Stderr, "skein-probe: serving tcp %s udp %s http %s\n", *tcpAddr, *udpAddr, *httpAddr)
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
-		}
-		go func() {
-			defer c.Close()
-			fmt.Fprintf(c, "%s saw %s\n", host, c.RemoteAddr())
-		}()
-	}
+	return probe.Serve(host, ln, pc)
 }
 
 func get(args []string) error {
@@ -286,4 +277,44 @@ func rr(args []string) error {
 	pct := func(p float64) int64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds() }
 	fmt.Printf("count %d p50-us %d p90-us %d p99-us %d\n", len(lat), pct(0.50), pct(0.90), pct(0.99))
 	return nil
+}
+
+func check(args []string) error {
+	fs := flag.NewFlagSet("check", flag.ExitOnError)
+	timeout := fs.Duration("timeout", 2*time.Second, "time allowed each check")
+	pings := fs.Int("pings", 3, "ICMP echo requests per address (0: no ICMP check)")
+	mtu := fs.Int("mtu", 0, "check the path against this tunnel MTU (0: no path-MTU check)")
+	route := fs.Bool("route", false, "also report where this namespace's kernel routes each address")
+	parallel := fs.Int("parallel", 4, "addresses checked at once")
+	_ = fs.Parse(args)
+	if fs.NArg() == 0 || fs.NArg() > 1000 || *timeout <= 0 || *timeout > time.Minute || *pings < 0 || *pings > 100 ||
+		*parallel < 1 || *parallel > 64 || (*mtu != 0 && (*mtu < 576 || *mtu > 9000)) {
+		return errors.New("usage: skein-probe check [--timeout 2s (at most 1m)] [--pings 3 (0-100)] [--mtu 0 (or 576-9000)] [--route] [--parallel 4] ADDR... (1-1000 addresses, flags first)")
+	}
+	var targets []netip.Addr
+	for _, a := range fs.Args() {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return fmt.Errorf("address %q: %w", a, err)
+		}
+		targets = append(targets, ip)
+	}
+	opts := probe.Options{Timeout: *timeout, Pings: *pings, MTU: *mtu, Route: *route}
+	if *pings == 0 {
+		opts.Pings = -1
+	}
+	host, _ := os.Hostname()
+	rep := probe.Report{Host: host, Cells: make([]probe.Cell, len(targets))}
+	sem := make(chan struct{}, *parallel)
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			rep.Cells[i] = probe.Check(context.Background(), t, opts)
+		}()
+	}
+	wg.Wait()
+	return json.NewEncoder(os.Stdout).Encode(rep)
 }

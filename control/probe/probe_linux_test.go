@@ -1,0 +1,158 @@
+package probe_test
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skein-net/skein/control/probe"
+	"github.com/skein-net/skein/internal/netnstest"
+)
+
+// path is client -- router -- server, the router's link to the server narrower (mtu) than the
+// client's, as a pod's path into a tunnel is; a skein-probe server runs in the server
+// namespace.
+type path struct {
+	client, router, server *netnstest.NS
+	serverIP               netip.Addr
+}
+
+func newPath(t *testing.T, mtu int) *path {
+	netnstest.RequireRoot(t)
+	p := &path{client: netnstest.New(t, "pc"), router: netnstest.New(t, "pr"), server: netnstest.New(t, "ps"),
+		serverIP: netip.MustParseAddr("10.99.2.2")}
+	netnstest.Veth(t, p.client, p.router, "eth-c", "10.99.1.1/24", "10.99.1.2/24")
+	netnstest.Veth(t, p.router, p.server, "eth-s", "10.99.2.1/24", "10.99.2.2/24")
+	for _, ns := range []*netnstest.NS{p.router, p.server} {
+		ns.Run(t, "ip", "link", "set", "eth-s", "mtu", itoa(mtu))
+	}
+	p.router.Run(t, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	p.client.Run(t, "ip", "route", "add", "default", "via", "10.99.1.2")
+	p.server.Run(t, "ip", "route", "add", "default", "via", "10.99.2.1")
+	var ln net.Listener
+	var pc net.PacketConn
+	if err := p.server.Do(func() (err error) {
+		if ln, err = net.Listen("tcp4", ":7070"); err != nil {
+			return err
+		}
+		pc, err = net.ListenPacket("udp4", ":7071")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = probe.Serve("server-pod", ln, pc) }()
+	t.Cleanup(func() { ln.Close() })
+	return p
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// check runs probe.Check from the client namespace.
+func (p *path) check(t *testing.T, o probe.Options) probe.Cell {
+	t.Helper()
+	var c probe.Cell
+	if err := p.client.Do(func() error {
+		c = probe.Check(context.Background(), p.serverIP, o)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestCheckThroughARouter(t *testing.T) {
+	p := newPath(t, 1340)
+	c := p.check(t, probe.Options{MTU: 1340, Route: true, Timeout: time.Second})
+	for name, r := range map[string]*probe.Result{"tcp": c.TCP, "udp": c.UDP, "icmp": c.ICMP, "pmtu": c.PMTU} {
+		if r == nil || !r.OK {
+			t.Errorf("%s: %+v, want OK", name, r)
+		}
+	}
+	if c.TCP.Seen != "10.99.1.1" || c.UDP.Seen != "10.99.1.1" || c.TCP.Server != "server-pod" {
+		t.Errorf("answers %+v %+v: want server-pod seeing 10.99.1.1", c.TCP, c.UDP)
+	}
+	if c.ICMP.Detail != "3/3 replies" {
+		t.Errorf("icmp: %+v", c.ICMP)
+	}
+	if !strings.Contains(c.PMTU.Detail, "path MTU 1340") {
+		t.Errorf("pmtu: %+v, want the path MTU learned as 1340", c.PMTU)
+	}
+	if c.Route == nil || c.Route.Device != "eth-c" || c.Route.Table != "main" {
+		t.Errorf("route: %+v, want eth-c in main", c.Route)
+	}
+
+	// A tunnel MTU set below the path's: the bigger packet gets through, which says the MTU
+	// is wrong on one side.
+	c = p.check(t, probe.Options{MTU: 1300, Pings: -1, Timeout: time.Second})
+	if c.PMTU.OK || !strings.Contains(c.PMTU.Error, "got through") || c.ICMP != nil {
+		t.Errorf("mtu 1300 on a 1340 path: %+v (icmp %+v)", c.PMTU, c.ICMP)
+	}
+}
+
+func TestCheckBlackHole(t *testing.T) {
+	p := newPath(t, 1340)
+	// The router drops its frag-needed errors and every ICMP echo: a path MTU black hole
+	// and a firewall.
+	p.router.Run(t, "nft", "add table ip t; add chain ip t out { type filter hook output priority 0; }; add rule ip t out icmp type destination-unreachable drop; add chain ip t pass { type filter hook forward priority 0; }; add rule ip t pass icmp type echo-request drop")
+	c := p.check(t, probe.Options{MTU: 1340, Timeout: 500 * time.Millisecond})
+	if !c.TCP.OK || !c.UDP.OK {
+		t.Fatalf("tcp %+v udp %+v: want OK", c.TCP, c.UDP)
+	}
+	if c.PMTU.OK || !strings.Contains(c.PMTU.Error, "black hole") {
+		t.Errorf("pmtu: %+v, want a black hole", c.PMTU)
+	}
+	if c.ICMP.OK || c.ICMP.Detail != "0/3 replies" {
+		t.Errorf("icmp: %+v, want no reply", c.ICMP)
+	}
+}
+
+func TestCheckNothingThere(t *testing.T) {
+	p := newPath(t, 1500)
+	// An address on the server's link with no host: every check fails, quickly, with a reason.
+	var miss probe.Cell
+	start := time.Now()
+	if err := p.client.Do(func() error {
+		miss = probe.Check(context.Background(), netip.MustParseAddr("10.99.2.77"), probe.Options{Timeout: 300 * time.Millisecond, Pings: 1, MTU: 1400})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string]*probe.Result{"tcp": miss.TCP, "udp": miss.UDP, "icmp": miss.ICMP, "pmtu": miss.PMTU} {
+		if r.OK || r.Error == "" {
+			t.Errorf("%s: %+v, want a failure with a reason", name, r)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %s with 300 ms timeouts", d)
+	}
+}
+
+func TestParseAnswer(t *testing.T) {
+	for s, want := range map[string]string{
+		"pod-a saw 10.1.2.3:4567":                 "pod-a 10.1.2.3",
+		"pod-a saw 10.1.2.3:4567 call":            "pod-a 10.1.2.3",
+		"pod-a saw [::ffff:10.1.2.3]:4567 pmtu\n": "pod-a 10.1.2.3",
+		"pod-a said 10.1.2.3:4567":                "",
+		"pod-a saw 10.1.2.3":                      "",
+		"":                                        "",
+	} {
+		host, seen, ok := probe.ParseAnswer(s)
+		got := ""
+		if ok {
+			got = host + " " + seen.String()
+		}
+		if got != want {
+			t.Errorf("ParseAnswer(%q) = %q, want %q", s, got, want)
+		}
+	}
+	if got := probe.EchoText(append([]byte("pmtu"), make([]byte, 2000)...)); got != "pmtu" {
+		t.Errorf("EchoText of a path-MTU datagram: %q", got)
+	}
+	if got := probe.EchoText([]byte(strings.Repeat("x", 100))); len(got) != 64 {
+		t.Errorf("EchoText kept %d bytes, want 64", len(got))
+	}
+}
