@@ -12,6 +12,7 @@
 //	skein-probe rr [--count 2000] [--size 1] HOST:PORT
 //	skein-probe get [--timeout 5s] URL
 //	skein-probe check [--timeout 2s] [--pings 3] [--mtu 0] [--route] ADDR...
+//	skein-probe idle
 //
 // serve answers every TCP connection and UDP datagram with one line:
 // "<hostname> saw <source ip>:<port>"; its HTTP port answers /healthz. call prints the line
@@ -39,10 +40,12 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/skein-net/skein/control/buildinfo"
@@ -51,7 +54,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: skein-probe serve|call|stream|rr-serve|rr|get|check|version ... (see go doc ./cmd/skein-probe)")
+		fmt.Fprintln(os.Stderr, "usage: skein-probe serve|call|stream|rr-serve|rr|get|check|idle|version ... (see go doc ./cmd/skein-probe)")
 		os.Exit(2)
 	}
 	var err error
@@ -72,8 +75,14 @@ func main() {
 		err = get(os.Args[2:])
 	case "check":
 		err = check(os.Args[2:])
+	case "idle":
+		// The container of a pod that only runs checks through exec (skeinctl test network's
+		// host-network probes): wait to be stopped.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+		<-sig
 	default:
-		err = fmt.Errorf("unknown command %q (serve, call, stream, rr-serve, rr, get, check, version)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (serve, call, stream, rr-serve, rr, get, check, idle, version)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "skein-probe %s: %v\n", os.Args[1], err)

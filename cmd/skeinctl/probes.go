@@ -1,0 +1,306 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/skein-net/skein/control/buildinfo"
+)
+
+// Labels and annotations of what skeinctl test network and skeinctl bench create.
+const (
+	probeRunLabel   = "skein.io/probe-run"     // the run's id, on the namespace and every pod
+	probeKindLabel  = "skein.io/probe"         // server (pod network) or host (host network)
+	probeExpiresKey = "skein.io/probe-expires" // RFC 3339: a later run removes the namespace after this
+	probeNSPrefix   = "skein-probe-"           // namespaces are skein-probe-<run id>
+	probeContainer  = "probe"                  // the container's name
+	probeBinary     = "/usr/local/bin/skein-probe"
+)
+
+// probeRun is one run's probe pods in one cluster: a throw-away namespace with a DaemonSet of
+// skein-probe servers on the pod network and, optionally, one on the host network.
+type probeRun struct {
+	label     string // local or remote
+	c         client.Client
+	cfg       *rest.Config
+	cs        kubernetes.Interface
+	ns        string
+	image     string
+	host      bool // the host-network DaemonSet too
+	keepUntil time.Duration
+}
+
+// newRunID is a run's random id: 8 hex digits.
+func newRunID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// probeImage picks the probe image: the flag, else skein-probe beside the controller's image
+// (same registry, same tag), else the public image of this skeinctl's version.
+func probeImage(ctx context.Context, c client.Client, liqoNS, flag string) string {
+	if flag != "" {
+		return flag
+	}
+	var deps appsv1.DeploymentList
+	if err := c.List(ctx, &deps, client.InNamespace(liqoNS), componentLabels("controller")); err == nil {
+		for _, d := range deps.Items {
+			for _, ct := range d.Spec.Template.Spec.Containers {
+				if i := strings.LastIndex(ct.Image, "/skein-controller"); i >= 0 {
+					return ct.Image[:i] + "/skein-probe" + ct.Image[i+len("/skein-controller"):]
+				}
+			}
+		}
+	}
+	v := buildinfo.Get().Version
+	if v == "" || v == "dev" {
+		v = "latest"
+	}
+	return "ghcr.io/skein-net/skein-probe:" + v
+}
+
+// removeExpired deletes the namespaces of earlier runs that were never cleaned up (skeinctl
+// killed) and whose expiry has passed.
+func removeExpired(ctx context.Context, c client.Client) {
+	var nss corev1.NamespaceList
+	if err := c.List(ctx, &nss, client.HasLabels{probeRunLabel}); err != nil {
+		return
+	}
+	for i := range nss.Items {
+		ns := &nss.Items[i]
+		t, err := time.Parse(time.RFC3339, ns.Annotations[probeExpiresKey])
+		if err == nil && time.Now().After(t) && strings.HasPrefix(ns.Name, probeNSPrefix) && ns.DeletionTimestamp == nil {
+			_ = c.Delete(ctx, ns)
+		}
+	}
+}
+
+// deploy creates the namespace and the DaemonSets.
+func (p *probeRun) deploy(ctx context.Context, run string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.ns,
+		Labels: map[string]string{probeRunLabel: run, "app.kubernetes.io/managed-by": "skeinctl"},
+		Annotations: map[string]string{probeExpiresKey: time.Now().Add(p.keepUntil).UTC().Format(time.RFC3339),
+			"skein.io/purpose": "skeinctl test network / bench: probe pods, removed when the command ends"}}}
+	level := "baseline" // root with NET_RAW only (ICMP where ping_group_range does not allow it)
+	if p.host {
+		level = "privileged" // host network
+	}
+	for _, k := range []string{"enforce", "warn", "audit"} {
+		ns.Labels["pod-security.kubernetes.io/"+k] = level
+	}
+	if err := p.c.Create(ctx, ns); err != nil {
+		return fmt.Errorf("(%s) create namespace %s: %w", p.label, p.ns, err)
+	}
+	kinds := []string{"server"}
+	if p.host {
+		kinds = append(kinds, "host")
+	}
+	for _, kind := range kinds {
+		if err := p.c.Create(ctx, p.daemonSet(run, kind)); err != nil {
+			return fmt.Errorf("(%s) create DaemonSet %s/probe-%s: %w", p.label, p.ns, kind, err)
+		}
+	}
+	return nil
+}
+
+func (p *probeRun) daemonSet(run, kind string) *appsv1.DaemonSet {
+	labels := map[string]string{probeRunLabel: run, probeKindLabel: kind, "app.kubernetes.io/name": "skein-probe", "app.kubernetes.io/managed-by": "skeinctl"}
+	ct := corev1.Container{Name: probeContainer, Image: p.image, Args: []string{"serve"},
+		SecurityContext: &corev1.SecurityContext{
+			// ICMP echo needs an ICMP socket: unprivileged where the pod's
+			// net.ipv4.ping_group_range allows it (containerd sets it), else a raw one.
+			RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false), AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities:           &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_RAW"}},
+			ReadOnlyRootFilesystem: ptr.To(true),
+		},
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{}},
+		ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+			HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(7072)}}},
+	}
+	spec := corev1.PodSpec{
+		Containers:                    []corev1.Container{ct},
+		Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}}, // every node, as skein-agent
+		TerminationGracePeriodSeconds: ptr.To[int64](1),
+		AutomountServiceAccountToken:  ptr.To(false),
+		EnableServiceLinks:            ptr.To(false),
+	}
+	if kind == "host" {
+		// Only runs checks through exec; it serves nothing, so it takes no host port.
+		spec.HostNetwork = true
+		spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+		spec.Containers[0].Args = []string{"idle"}
+		spec.Containers[0].ReadinessProbe = nil
+	}
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe-" + kind, Namespace: p.ns, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}},
+	}
+}
+
+// probePod is one ready probe pod.
+type probePod struct {
+	Name, Node, IP string
+	Host           bool
+}
+
+// ready lists the ready probe pods, sorted by node, and how many the DaemonSets want.
+func (p *probeRun) ready(ctx context.Context) (pods []probePod, want int, err error) {
+	var dss appsv1.DaemonSetList
+	if err := p.c.List(ctx, &dss, client.InNamespace(p.ns)); err != nil {
+		return nil, 0, err
+	}
+	for _, d := range dss.Items {
+		want += int(d.Status.DesiredNumberScheduled)
+	}
+	var list corev1.PodList
+	if err := p.c.List(ctx, &list, client.InNamespace(p.ns)); err != nil {
+		return nil, want, err
+	}
+	for _, pod := range list.Items {
+		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || !podReady(&pod) {
+			continue
+		}
+		pods = append(pods, probePod{Name: pod.Name, Node: pod.Spec.NodeName, IP: pod.Status.PodIP, Host: pod.Spec.HostNetwork})
+	}
+	sort.Slice(pods, func(i, j int) bool {
+		if pods[i].Host != pods[j].Host {
+			return !pods[i].Host
+		}
+		return pods[i].Node < pods[j].Node
+	})
+	return pods, want, nil
+}
+
+// notReady says why the probe pods that are not ready are not: "node-b: ImagePullBackOff".
+func (p *probeRun) notReady(ctx context.Context) []string {
+	var list corev1.PodList
+	if err := p.c.List(ctx, &list, client.InNamespace(p.ns)); err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, pod := range list.Items {
+		if podReady(&pod) {
+			continue
+		}
+		why := string(pod.Status.Phase)
+		for _, cs := range pod.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil {
+				why = w.Reason
+				if w.Message != "" {
+					why += ": " + w.Message
+				}
+			}
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+				why = "not scheduled: " + c.Message
+			}
+		}
+		node := pod.Spec.NodeName
+		if node == "" {
+			node = pod.Name
+		}
+		out = append(out, printable(fmt.Sprintf("%s (%s): %s", node, pod.Labels[probeKindLabel], why)))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// remove deletes the namespace and waits until it is gone (at most wait; 0: do not wait).
+func (p *probeRun) remove(ctx context.Context, wait time.Duration) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.ns}}
+	if err := p.c.Delete(ctx, ns); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("(%s) delete namespace %s: %w", p.label, p.ns, err)
+	}
+	if wait <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		err := p.c.Get(ctx, client.ObjectKey{Name: p.ns}, &corev1.Namespace{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("(%s) namespace %s is still terminating after %s; it goes on its own", p.label, p.ns, wait)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// exec runs skein-probe with args in pod and returns its standard output; a failure carries
+// its standard error.
+func (p *probeRun) exec(ctx context.Context, pod string, args ...string) ([]byte, error) {
+	if p.cs == nil {
+		cs, err := kubernetes.NewForConfig(p.cfg)
+		if err != nil {
+			return nil, err
+		}
+		p.cs = cs
+	}
+	req := p.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: probeContainer, Command: append([]string{probeBinary}, args...), Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	// No overall client timeout on a stream: ctx bounds it.
+	cfg := rest.CopyConfig(p.cfg)
+	cfg.Timeout = 0
+	ws, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
+	if err != nil {
+		return nil, err
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
+	if err != nil {
+		return nil, err
+	}
+	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out, errb bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &limited{w: &out, n: 16 << 20}, Stderr: &limited{w: &errb, n: 64 << 10}})
+	if err != nil {
+		return out.Bytes(), fmt.Errorf("(%s) exec in %s/%s: %w: %s", p.label, p.ns, pod, err, printable(strings.TrimSpace(errb.String())))
+	}
+	return out.Bytes(), nil
+}
+
+// limited writes at most n bytes to w and drops the rest: a pod's output is not trusted to
+// be small.
+type limited struct {
+	w io.Writer
+	n int
+}
+
+func (l *limited) Write(b []byte) (int, error) {
+	k := min(len(b), l.n)
+	if k > 0 {
+		_, _ = l.w.Write(b[:k])
+		l.n -= k
+	}
+	return len(b), nil
+}
