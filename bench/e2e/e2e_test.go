@@ -138,7 +138,7 @@ func setupLab(t *testing.T, keepAlways bool, opts lab.Options) *env {
 func TestE2E(t *testing.T) {
 	e := setup(t, false)
 	defer func() { fmt.Printf("\n=== skein end-to-end report\n%s\n", e.report.String()) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 16*time.Minute)
 	defer cancel()
 	if !t.Run("install", func(t *testing.T) { e.t = t; e.install(ctx, 2) }) {
 		return
@@ -150,6 +150,7 @@ func TestE2E(t *testing.T) {
 	gens, since := e.gatewayGenerations(ctx), time.Now()
 	t.Run("matrix", func(t *testing.T) { e.t = t; e.matrix(ctx) })
 	t.Run("diagnose", func(t *testing.T) { e.t = t; e.diagnose(ctx) })
+	t.Run("test-network", func(t *testing.T) { e.t = t; e.testNetworkHealthy(ctx) })
 	t.Run("throughput", func(t *testing.T) { e.t = t; e.throughput(ctx, 3*time.Second) })
 	t.Run("metrics", func(t *testing.T) { e.t = t; e.metrics(ctx) })
 	t.Run("container-security", func(t *testing.T) { e.t = t; e.containerSecurity(ctx) })
@@ -159,6 +160,8 @@ func TestE2E(t *testing.T) {
 	t.Run("agent-restart", func(t *testing.T) { e.t = t; e.agentRestart(ctx) })
 	t.Run("failover", func(t *testing.T) { e.t = t; e.failover(ctx) })
 	t.Run("flat-generations", func(t *testing.T) { e.t = t; e.flatGenerations(ctx, gens, since) })
+	// After flat-generations: it scales a gateway and changes the agents' DaemonSet.
+	t.Run("test-network-fails", func(t *testing.T) { e.t = t; e.testNetworkFails(ctx) })
 	if t.Run("disconnect-reset", func(t *testing.T) { e.t = t; e.disconnectReset(ctx) }) {
 		t.Run("manual", func(t *testing.T) { e.t = t; e.manual(ctx) })
 	}

@@ -464,8 +464,11 @@ func (g *globals) testNetwork(ctx context.Context, o *testNetOpts) (*netReport, 
 				continue
 			}
 			targets = append(targets, dst)
-			a := views[s].of(netip.MustParseAddr(dst.IP))
-			addrs = append(addrs, a.String())
+			addr := "" // not in the pod CIDRs the peer published, or no Configuration
+			if a := views[s].of(netip.MustParseAddr(dst.IP)); a.IsValid() {
+				addr = a.String()
+			}
+			addrs = append(addrs, addr)
 		}
 		for _, src := range ready[s] {
 			jobs = append(jobs, job{s: s, d: d, src: src, targets: targets, addrs: addrs})
@@ -483,7 +486,7 @@ func (g *globals) testNetwork(ctx context.Context, o *testNetOpts) (*netReport, 
 			defer func() { <-sem; wg.Done() }()
 			var dial []string
 			for _, a := range j.addrs {
-				if a != "invalid IP" {
+				if a != "" {
 					dial = append(dial, a)
 				}
 			}
@@ -600,7 +603,7 @@ func evaluate(p *pairResult, srcView, dstView view, cells map[string]probe.Cell,
 	case !srcView.seen:
 		failAll(fmt.Sprintf("the %s cluster's Configuration of the %s cluster is not mapped yet (no status.remote)", p.From.Cluster, p.To.Cluster))
 		return
-	case p.Address == "invalid IP":
+	case p.Address == "":
 		failAll(fmt.Sprintf("pod IP %s is outside the pod CIDRs the %s cluster published", p.To.IP, p.To.Cluster))
 		return
 	case execErr != nil:
@@ -865,7 +868,7 @@ func podCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition
 // print writes the report as a table, the failures, the problems found and a summary.
 func (rep *netReport) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FROM\tTO\tTCP\tUDP\tICMP\tPATH-MTU\tLATENCY")
+	fmt.Fprintln(tw, "FROM\tTO\tSEEN AS\tTCP\tUDP\tICMP\tPATH-MTU\tLATENCY")
 	mark := func(r *probe.Result, failures []string, name string) string {
 		for _, f := range failures {
 			if strings.HasPrefix(f, name+":") {
@@ -887,7 +890,7 @@ func (rep *netReport) print(w io.Writer) {
 		if p.From.GatewayNode {
 			from += " (gw node)"
 		}
-		to := fmt.Sprintf("%s/%s %s", p.To.Cluster, p.To.Node, p.Address)
+		to := fmt.Sprintf("%s/%s %s", p.To.Cluster, p.To.Node, cmpOr(p.Address, "?"))
 		if p.To.GatewayNode {
 			to += " (gw node)"
 		}
@@ -898,26 +901,36 @@ func (rep *netReport) print(w io.Writer) {
 		case p.TCP != nil && p.TCP.OK:
 			lat = fmt.Sprintf("%.2f ms (tcp)", float64(p.TCP.RTTMicros)/1000)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", from, to, mark(p.TCP, p.Failures, "tcp"), mark(p.UDP, p.Failures, "udp"),
+		seen := "-"
+		if p.TCP != nil && p.TCP.Seen != "" {
+			seen = p.TCP.Seen
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", from, to, seen, mark(p.TCP, p.Failures, "tcp"), mark(p.UDP, p.Failures, "udp"),
 			mark(p.ICMP, p.Failures, "icmp"), mark(p.PMTU, p.Failures, "path-mtu"), lat)
 	}
 	tw.Flush()
-	failed := false
+	// One line per failed pair; -o json has every detail.
+	const maxLines = 30
+	lines := 0
 	for _, p := range rep.Pairs {
 		if len(p.Failures) == 0 {
 			continue
 		}
-		if !failed {
+		if lines == 0 {
 			fmt.Fprintln(w, "\nFailures:")
-			failed = true
+		}
+		lines++
+		if lines > maxLines {
+			continue
 		}
 		from := p.From.Cluster + "/" + p.From.Node
 		if p.From.HostNetwork {
 			from += " (host)"
 		}
-		for _, f := range p.Failures {
-			fmt.Fprintf(w, "  %s -> %s/%s %s: %s\n", from, p.To.Cluster, p.To.Node, p.Address, printable(f))
-		}
+		fmt.Fprintf(w, "  %s -> %s/%s %s: %s\n", from, p.To.Cluster, p.To.Node, cmpOr(p.Address, "?"), printable(joinFailures(p.Failures)))
+	}
+	if lines > maxLines {
+		fmt.Fprintf(w, "  ... and %d more pairs (-o json lists them all)\n", lines-maxLines)
 	}
 	if len(rep.Problems) > 0 {
 		fmt.Fprintln(w, "\nWhat is wrong:")
@@ -937,5 +950,24 @@ func (rep *netReport) print(w io.Writer) {
 	if !rep.OK {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(w, "\n%s: %d pairs, %d checks passed, %d failed (tunnel MTU %d, %s)\n", verdict, len(rep.Pairs), rep.Passed, rep.Failed, rep.MTU, rep.Duration)
+	fmt.Fprintf(w, "\n%s: %d pairs, %d checks passed, %d failed (tunnel MTU %d; checked in %s)\n", verdict, len(rep.Pairs), rep.Passed, rep.Failed, rep.MTU, rep.Duration)
+}
+
+// joinFailures writes a pair's failures on one line, a reason shared by several checks once:
+// "tcp, udp: timed out; icmp: no echo reply".
+func joinFailures(fs []string) string {
+	var order []string
+	checks := map[string][]string{}
+	for _, f := range fs {
+		check, why, _ := strings.Cut(f, ": ")
+		if _, ok := checks[why]; !ok {
+			order = append(order, why)
+		}
+		checks[why] = append(checks[why], check)
+	}
+	parts := make([]string, len(order))
+	for i, why := range order {
+		parts[i] = strings.Join(checks[why], ", ") + ": " + why
+	}
+	return strings.Join(parts, "; ")
 }
