@@ -12,6 +12,9 @@
 //	skein-probe rr [--count 2000] [--size 1] HOST:PORT
 //	skein-probe get [--timeout 5s] URL
 //	skein-probe check [--timeout 2s] [--pings 3] [--mtu 0] [--route] ADDR...
+//	skein-probe tput [--duration 10s] [--streams 1] [--reverse] HOST
+//	skein-probe rate [--duration 10s] [--size 64] HOST
+//	skein-probe latency [--duration 10s] [--size 1] [--count 100000] HOST
 //	skein-probe idle
 //
 // serve answers every TCP connection and UDP datagram with one line:
@@ -26,7 +29,9 @@
 // every connectivity check of control/probe against each address (a TCP and a UDP call to
 // its skein-probe server, ICMP echo, with --mtu the path MTU, with --route where this
 // namespace's kernel sends it) and prints one JSON document (probe.Report); skeinctl test
-// network runs it in its probe pods.
+// network runs it in its probe pods. tput, rate and latency measure TCP throughput, the UDP
+// packet rate (with loss) and request/response latency against serve's measurement ports and
+// print JSON (control/probe's Throughput, Rate, Latency); skeinctl bench runs them.
 package main
 
 import (
@@ -54,7 +59,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: skein-probe serve|call|stream|rr-serve|rr|get|check|idle|version ... (see go doc ./cmd/skein-probe)")
+		fmt.Fprintln(os.Stderr, "usage: skein-probe serve|call|stream|rr-serve|rr|get|check|tput|rate|latency|idle|version ... (see go doc ./cmd/skein-probe)")
 		os.Exit(2)
 	}
 	var err error
@@ -75,6 +80,8 @@ func main() {
 		err = get(os.Args[2:])
 	case "check":
 		err = check(os.Args[2:])
+	case "tput", "rate", "latency":
+		err = measure(os.Args[1], os.Args[2:])
 	case "idle":
 		// The container of a pod that only runs checks through exec (skeinctl test network's
 		// host-network probes): wait to be stopped.
@@ -82,7 +89,7 @@ func main() {
 		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 		<-sig
 	default:
-		err = fmt.Errorf("unknown command %q (serve, call, stream, rr-serve, rr, get, check, idle, version)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (serve, call, stream, rr-serve, rr, get, check, tput, rate, latency, idle, version)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "skein-probe %s: %v\n", os.Args[1], err)
@@ -95,6 +102,9 @@ func serve(args []string) error {
 	tcpAddr := fs.String("tcp", ":7070", "TCP address")
 	udpAddr := fs.String("udp", ":7071", "UDP address")
 	httpAddr := fs.String("http", ":7072", "HTTP address of /healthz")
+	echoAddr := fs.String("echo", ":7073", "TCP echo address (request/response latency; empty: none)")
+	tputAddr := fs.String("throughput", ":7074", "TCP throughput address (empty: none)")
+	rateAddr := fs.String("rate", ":7075", "UDP packet-rate address (empty: none)")
 	_ = fs.Parse(args)
 	host, _ := os.Hostname()
 	ln, err := net.Listen("tcp", *tcpAddr)
@@ -110,7 +120,36 @@ func serve(args []string) error {
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		fmt.Fprintln(os.Stderr, http.ListenAndServe(*httpAddr, mux))
 	}()
-	fmt.Fprintf(os.Stderr, "skein-probe: serving tcp %s udp %s http %s\n", *tcpAddr, *udpAddr, *httpAddr)
+	// The measurement servers of skeinctl bench.
+	for _, m := range []struct {
+		addr  string
+		serve func(string) error
+	}{
+		{*echoAddr, func(a string) error {
+			l, err := net.Listen("tcp", a)
+			return errors.Join(err, serveIf(l, probe.ServeEcho))
+		}},
+		{*tputAddr, func(a string) error {
+			l, err := net.Listen("tcp", a)
+			return errors.Join(err, serveIf(l, probe.ServeThroughput))
+		}},
+		{*rateAddr, func(a string) error {
+			pc, err := net.ListenPacket("udp", a)
+			if err != nil {
+				return err
+			}
+			go func() { _ = probe.ServeRate(pc) }()
+			return nil
+		}},
+	} {
+		if m.addr == "" {
+			continue
+		}
+		if err := m.serve(m.addr); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "skein-probe: serving tcp %s udp %s http %s echo %s throughput %s rate %s\n", *tcpAddr, *udpAddr, *httpAddr, *echoAddr, *tputAddr, *rateAddr)
 	return probe.Serve(host, ln, pc)
 }
 
@@ -232,26 +271,7 @@ func rrServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
-		}
-		go func() {
-			defer c.Close()
-			_ = c.(*net.TCPConn).SetNoDelay(true)
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := c.Read(buf)
-				if err != nil {
-					return
-				}
-				if _, err := c.Write(buf[:n]); err != nil {
-					return
-				}
-			}
-		}()
-	}
+	return probe.ServeEcho(ln)
 }
 
 func rr(args []string) error {
@@ -326,4 +346,48 @@ func check(args []string) error {
 	}
 	wg.Wait()
 	return json.NewEncoder(os.Stdout).Encode(rep)
+}
+
+// serveIf serves on l in the background when it was opened.
+func serveIf(l net.Listener, serve func(net.Listener) error) error {
+	if l != nil {
+		go func() { _ = serve(l) }()
+	}
+	return nil
+}
+
+// measure runs one of skeinctl bench's measurements against HOST and prints it as JSON.
+func measure(kind string, args []string) error {
+	fs := flag.NewFlagSet(kind, flag.ExitOnError)
+	duration := fs.Duration("duration", 10*time.Second, "how long to measure (at most 10m)")
+	streams := fs.Int("streams", 1, "tput: parallel TCP connections (1-128)")
+	reverse := fs.Bool("reverse", false, "tput: the server sends, this side receives")
+	size := fs.Int("size", 0, "rate: IPv4 packet size (37-9000, default 64); latency: request and response size (1-65536, default 1)")
+	count := fs.Int("count", 100000, "latency: at most this many round trips")
+	_ = fs.Parse(args)
+	if fs.NArg() != 1 {
+		return fmt.Errorf("usage: skein-probe %s [flags] HOST (flags first)", kind)
+	}
+	host, err := netip.ParseAddr(fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("HOST %q: %w", fs.Arg(0), err)
+	}
+	if *size == 0 {
+		*size = map[string]int{"rate": 64, "latency": 1, "tput": 1}[kind]
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var res any
+	switch kind {
+	case "tput":
+		res, err = probe.MeasureThroughput(ctx, netip.AddrPortFrom(host, probe.ThroughputPort), *streams, *reverse, *duration)
+	case "rate":
+		res, err = probe.MeasureRate(ctx, netip.AddrPortFrom(host, probe.RatePort), *size, *duration)
+	case "latency":
+		res, err = probe.MeasureLatency(ctx, netip.AddrPortFrom(host, probe.EchoPort), *size, *count, *duration)
+	}
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(res)
 }

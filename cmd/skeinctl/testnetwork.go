@@ -30,6 +30,7 @@ type testNetOpts struct {
 	hostNetwork  bool
 	mtu          int
 	checkTimeout time.Duration
+	cleanupWait  time.Duration // how long to wait for the namespaces to be gone
 }
 
 func testCmd(g *globals) *cobra.Command {
@@ -111,6 +112,7 @@ Exit status: 0 when every check passed, 1 otherwise.`,
 	f.BoolVar(&o.hostNetwork, "host-network", true, "also check from each node's host network (needs a privileged namespace)")
 	f.IntVar(&o.mtu, "mtu", 0, "the tunnel MTU the path-MTU check expects (0: the peering's gateways' spec.mtu)")
 	f.DurationVar(&o.checkTimeout, "check-timeout", 2*time.Second, "time allowed each check of one pair")
+	f.DurationVar(&o.cleanupWait, "cleanup-wait", time.Minute, "how long to wait for the probe namespaces to be gone at the end (0: delete them and return)")
 	return cmd
 }
 
@@ -397,7 +399,7 @@ func (g *globals) testNetwork(ctx context.Context, o *testNetOpts) (*netReport, 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := p.remove(clean, time.Minute); err != nil {
+				if err := p.remove(clean, o.cleanupWait); err != nil {
 					pr.step("%v", err)
 				}
 			}()

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/skein-net/skein/control/probe"
+	"github.com/skein-net/skein/internal/apitest"
+)
+
+func TestRemapAddr(t *testing.T) {
+	for _, tc := range []struct{ a, to, want string }{
+		{"10.244.1.5", "10.71.0.0/16", "10.71.1.5"},
+		{"10.244.1.5", "10.71.0.0/24", "10.71.0.5"},
+		{"10.244.1.5", "10.72.128.0/17", "10.72.129.5"},
+		{"10.244.1.5", "192.168.0.0/30", "192.168.0.1"},
+		{"fd00::1:5", "fd10::/64", "fd10::1:5"},
+	} {
+		if got := remapAddr(netip.MustParseAddr(tc.a), netip.MustParsePrefix(tc.to)); got.String() != tc.want {
+			t.Errorf("remapAddr(%s, %s) = %s, want %s", tc.a, tc.to, got, tc.want)
+		}
+	}
+	if got := remapAddr(netip.MustParseAddr("10.0.0.1"), netip.MustParsePrefix("fd00::/64")); got.IsValid() {
+		t.Errorf("mixed families remapped to %s", got)
+	}
+}
+
+// TestEvaluate: a pair passes only with every check OK and the far side seeing the remapped
+// source; each other case fails with a reason that says what was wrong.
+func TestEvaluate(t *testing.T) {
+	p := netip.MustParsePrefix
+	// How the local cluster sees the remote one, and the other way round.
+	localView := view{configured: true, seen: true, pods: []mapping{{p("10.244.0.0/16"), p("10.71.0.0/16")}},
+		external: mapping{p("10.70.0.0/16"), p("10.73.0.0/16")}}
+	remoteView := view{configured: true, seen: true, pods: []mapping{{p("10.244.0.0/16"), p("10.72.0.0/16")}},
+		external: mapping{p("10.70.0.0/16"), p("10.74.0.0/16")}}
+	ok := func(seen string) *probe.Result { return &probe.Result{OK: true, Seen: seen, RTTMicros: 300} }
+	cell := func(seen string) map[string]probe.Cell {
+		return map[string]probe.Cell{"10.71.2.7": {Target: "10.71.2.7", TCP: ok(seen), UDP: ok(seen), ICMP: ok(""), PMTU: ok("")}}
+	}
+	pair := func(host bool) *pairResult {
+		return &pairResult{From: endpointRef{Cluster: "local", IP: "10.244.1.5", HostNetwork: host},
+			To: endpointRef{Cluster: "remote", IP: "10.244.2.7"}, Address: "10.71.2.7"}
+	}
+	for _, tc := range []struct {
+		name     string
+		host     bool
+		src, dst view
+		cells    map[string]probe.Cell
+		execErr  error
+		address  string
+		want     []string // substrings of the failures, in order; none: the pair passes
+	}{
+		{name: "healthy", src: localView, dst: remoteView, cells: cell("10.72.1.5")},
+		{name: "host network in the remapped external CIDR", host: true, src: localView, dst: remoteView, cells: cell("10.74.0.9")},
+		{name: "not remapped", src: localView, dst: remoteView, cells: cell("10.244.1.5"),
+			want: []string{"tcp: the far side saw the call come from 10.244.1.5, want 10.72.1.5 (the source was not remapped)", "udp: "}},
+		{name: "masqueraded to a node", src: localView, dst: remoteView, cells: cell("192.168.10.20"),
+			want: []string{"tcp: the far side saw the call come from 192.168.10.20, want 10.72.1.5", "udp: "}},
+		{name: "host network outside the external CIDR", host: true, src: localView, dst: remoteView, cells: cell("10.72.1.5"),
+			want: []string{"want 10.74.0.0/16", "udp: "}},
+		{name: "no Configuration here", src: view{}, dst: remoteView, cells: cell("10.72.1.5"),
+			want: []string{"tcp: the local cluster has no Configuration of the remote cluster", "udp:", "icmp:", "path-mtu:"}},
+		{name: "not mapped yet", src: view{configured: true}, dst: remoteView,
+			want: []string{"tcp: the local cluster's Configuration of the remote cluster is not mapped yet", "udp:", "icmp:", "path-mtu:"}},
+		{name: "no Configuration there", src: localView, dst: view{}, cells: cell("10.72.1.5"),
+			want: []string{"tcp: the far side saw 10.72.1.5, but the remote cluster has no Configuration of the local cluster", "udp:"}},
+		{name: "exec failed", src: localView, dst: remoteView, execErr: errors.New("exec refused"),
+			want: []string{"tcp: exec refused", "udp: exec refused", "icmp: exec refused", "path-mtu: exec refused"}},
+		{name: "target outside the published CIDRs", src: localView, dst: remoteView, address: "-",
+			want: []string{"tcp: pod IP 10.244.2.7 is outside the pod CIDRs the remote cluster published", "udp:", "icmp:", "path-mtu:"}},
+		{name: "checks failed", src: localView, dst: remoteView, cells: map[string]probe.Cell{"10.71.2.7": {TCP: &probe.Result{Error: "timed out"},
+			UDP: ok("10.72.1.5"), ICMP: &probe.Result{Error: "no echo reply"}, PMTU: &probe.Result{Error: "black hole"}}},
+			want: []string{"tcp: timed out", "icmp: no echo reply", "path-mtu: black hole"}},
+		{name: "a probe that printed nothing for the target", src: localView, dst: remoteView, cells: map[string]probe.Cell{},
+			want: []string{"tcp: skein-probe check reported nothing for 10.71.2.7", "udp:", "icmp:", "path-mtu:"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pr := pair(tc.host)
+			if tc.address == "-" {
+				pr.Address = ""
+			}
+			evaluate(pr, tc.src, tc.dst, tc.cells, tc.execErr)
+			if len(tc.want) == 0 {
+				if !pr.OK || len(pr.Failures) > 0 {
+					t.Fatalf("want a pass, got %q", pr.Failures)
+				}
+				return
+			}
+			if pr.OK || len(pr.Failures) != len(tc.want) {
+				t.Fatalf("failures %q, want %d like %q", pr.Failures, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(pr.Failures[i], w) {
+					t.Errorf("failure %d: %q, want %q in it", i, pr.Failures[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestJoinFailures(t *testing.T) {
+	got := joinFailures([]string{"tcp: timed out", "udp: no answer: timed out", "icmp: no echo reply", "path-mtu: timed out"})
+	if want := "tcp, path-mtu: timed out; udp: no answer: timed out; icmp: no echo reply"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestTestNetworkCleansUp: against real API servers without nodes (no probe pod can start),
+// test network says why it cannot check, exits non-zero and removes its namespaces; bad flags
+// are refused before anything is created.
+func TestTestNetworkCleansUp(t *testing.T) {
+	const idA, idB = "ef7a1f41-c753-4a0e-83e5-bed013e7fe4f", "506f88d4-9918-4848-ab74-2a75ae32647f"
+	a, kcA := cluster(t, idA)
+	b, kcB := cluster(t, idB)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-o", "yaml"}, `--output "yaml": want table or json`},
+		{[]string{"--mtu", "100"}, "--mtu 100"},
+		{[]string{"--check-timeout", "1h"}, "--check-timeout 1h0m0s"},
+	} {
+		_, err := run(t, append([]string{"test", "network", "--kubeconfig", kcA, "--remote-kubeconfig", kcB}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := run(t, "test", "network", "--kubeconfig", kcA); err == nil || !strings.Contains(err.Error(), "--remote-kubeconfig is required") {
+		t.Errorf("without a remote: %v", err)
+	}
+	start := time.Now()
+	out, err := run(t, "test", "network", "--kubeconfig", kcA, "--remote-kubeconfig", kcB, "--timeout", "3s", "--cleanup-wait", "0", "--probe-image", "registry.invalid/skein-probe:x")
+	if err == nil || !strings.Contains(err.Error(), "no probe pod became ready within 3s") {
+		t.Fatalf("no nodes: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	for _, env := range []*apitest.Env{a, b} {
+		// The API server has no namespace controller to finish a deletion: the namespaces must
+		// at least be terminating.
+		var nss corev1.NamespaceList
+		apitest.Must(t, env.Client.List(ctx, &nss, client.HasLabels{probeRunLabel}))
+		if len(nss.Items) != 1 {
+			t.Fatalf("%d probe namespaces, want the one of the run", len(nss.Items))
+		}
+		ns := nss.Items[0]
+		if ns.DeletionTimestamp == nil {
+			t.Errorf("namespace %s is not being deleted", ns.Name)
+		}
+		if ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" || !strings.HasPrefix(ns.Name, probeNSPrefix) {
+			t.Errorf("namespace %s labels %v", ns.Name, ns.Labels)
+		}
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("took %s", d)
+	}
+}
