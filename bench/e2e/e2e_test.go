@@ -152,6 +152,7 @@ func TestE2E(t *testing.T) {
 	t.Run("diagnose", func(t *testing.T) { e.t = t; e.diagnose(ctx) })
 	t.Run("test-network", func(t *testing.T) { e.t = t; e.testNetworkHealthy(ctx) })
 	t.Run("throughput", func(t *testing.T) { e.t = t; e.throughput(ctx, 3*time.Second) })
+	t.Run("skeinctl-bench", func(t *testing.T) { e.t = t; e.skeinctlBench(ctx) })
 	t.Run("metrics", func(t *testing.T) { e.t = t; e.metrics(ctx) })
 	t.Run("container-security", func(t *testing.T) { e.t = t; e.containerSecurity(ctx) })
 	t.Run("logs-exec", func(t *testing.T) { e.t = t; e.logsExec(ctx) })
@@ -995,7 +996,8 @@ func (e *env) throughput(ctx context.Context, d time.Duration) {
 }
 
 // TestDemo is make demo: the lab, skein installed with Helm in both clusters, peered with
-// skeinctl, the connectivity matrix and a 10-second throughput test, and a summary. It runs
+// skeinctl, then skeinctl test network (the connectivity matrix) and skeinctl bench (the
+// throughput, packet rate and latency figures beside the same inside one cluster). It runs
 // only when SKEIN_DEMO is set (make demo sets it); KEEP=1 keeps the lab up afterwards.
 func TestDemo(t *testing.T) {
 	if os.Getenv("SKEIN_DEMO") == "" {
@@ -1010,10 +1012,13 @@ func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	e.install(ctx, 1)
-	e.probes(ctx)
 	e.connect(ctx)
-	e.matrix(ctx)
-	e.throughput(ctx, 10*time.Second)
+	// The user's own tools: the connectivity matrix and the throughput ladder.
+	remote := e.l.Clusters[1].Kubeconfig
+	e.reportf("skeinctl test network --remote-kubeconfig %s\n%s", remote, e.run(ctx, 0, "skeinctl", "test", "network", "--remote-kubeconfig", remote))
+	svg := filepath.Join(e.l.StateDir, "skeinctl-bench.svg")
+	e.reportf("skeinctl bench --remote-kubeconfig %s --duration 5s --svg %s\n%s", remote, svg,
+		e.run(ctx, 0, "skeinctl", "bench", "--remote-kubeconfig", remote, "--duration", "5s", "--svg", svg))
 }
 
 // saveLogs copies the lab's logs (the control planes' and every pod's) from stateDir to dir.
