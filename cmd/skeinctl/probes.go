@@ -102,9 +102,12 @@ func (p *probeRun) deploy(ctx context.Context, run string) error {
 		Labels: map[string]string{probeRunLabel: run, "app.kubernetes.io/managed-by": "skeinctl"},
 		Annotations: map[string]string{probeExpiresKey: time.Now().Add(p.keepUntil).UTC().Format(time.RFC3339),
 			"skein.io/purpose": "skeinctl test network / bench: probe pods, removed when the command ends"}}}
-	level := "baseline" // root with NET_RAW only (ICMP where ping_group_range does not allow it)
+	// The pod-network probes pass the restricted Pod Security level; the host-network ones
+	// need privileged (host network, and NET_RAW for ICMP where the node's ping_group_range
+	// does not allow unprivileged ICMP sockets).
+	level := "restricted"
 	if p.host {
-		level = "privileged" // host network
+		level = "privileged"
 	}
 	for _, k := range []string{"enforce", "warn", "audit"} {
 		ns.Labels["pod-security.kubernetes.io/"+k] = level
@@ -128,19 +131,22 @@ func (p *probeRun) daemonSet(run, kind string) *appsv1.DaemonSet {
 	labels := map[string]string{probeRunLabel: run, probeKindLabel: kind, "app.kubernetes.io/name": "skein-probe", "app.kubernetes.io/managed-by": "skeinctl"}
 	ct := corev1.Container{Name: probeContainer, Image: p.image, Args: []string{"serve"},
 		SecurityContext: &corev1.SecurityContext{
-			// ICMP echo needs an ICMP socket: unprivileged where the pod's
-			// net.ipv4.ping_group_range allows it (containerd sets it), else a raw one.
-			RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false), AllowPrivilegeEscalation: ptr.To(false),
-			Capabilities:           &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_RAW"}},
-			ReadOnlyRootFilesystem: ptr.To(true),
+			RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
-		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{}},
 		ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
 			HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(7072)}}},
 	}
 	spec := corev1.PodSpec{
-		Containers:                    []corev1.Container{ct},
-		Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}}, // every node, as skein-agent
+		Containers:  []corev1.Container{ct},
+		Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}, // every node, as skein-agent
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsUser: ptr.To[int64](65534), RunAsGroup: ptr.To[int64](65534),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			// ICMP echo without privilege: an unprivileged ICMP socket, which this (safe,
+			// per-pod) sysctl allows for every group.
+			Sysctls: []corev1.Sysctl{{Name: "net.ipv4.ping_group_range", Value: "0 2147483647"}},
+		},
 		TerminationGracePeriodSeconds: ptr.To[int64](1),
 		AutomountServiceAccountToken:  ptr.To(false),
 		EnableServiceLinks:            ptr.To(false),
@@ -151,6 +157,13 @@ func (p *probeRun) daemonSet(run, kind string) *appsv1.DaemonSet {
 		spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
 		spec.Containers[0].Args = []string{"idle"}
 		spec.Containers[0].ReadinessProbe = nil
+		// The node's ping_group_range is the node's: ICMP needs a raw socket (root, NET_RAW),
+		// and a pod sysctl cannot be set in the host's namespace.
+		spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+		spec.Containers[0].SecurityContext = &corev1.SecurityContext{
+			RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false), AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_RAW"}},
+		}
 	}
 	return &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "probe-" + kind, Namespace: p.ns, Labels: labels},
@@ -200,6 +213,18 @@ func (p *probeRun) notReady(ctx context.Context) []string {
 		return []string{err.Error()}
 	}
 	var out []string
+	// A DaemonSet that could not create its pods (admission refused them) has no pod to
+	// look at: its events say why.
+	var events corev1.EventList
+	if err := p.c.List(ctx, &events, client.InNamespace(p.ns)); err == nil {
+		seen := map[string]bool{}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "DaemonSet" && e.Reason == "FailedCreate" && !seen[e.InvolvedObject.Name] {
+				seen[e.InvolvedObject.Name] = true
+				out = append(out, printable(fmt.Sprintf("DaemonSet %s cannot create its pods: %s", e.InvolvedObject.Name, e.Message)))
+			}
+		}
+	}
 	for _, pod := range list.Items {
 		if podReady(&pod) {
 			continue

@@ -62,9 +62,10 @@ checks failed, where those nodes route the peer's addresses (table 18952). Every
 created is removed when it ends, also on failure and on Ctrl-C (--keep leaves it for
 debugging; a namespace left by a killed run is removed by the next run after an hour).
 
-The probes run as root with the NET_RAW capability only (for ICMP) and, on the host network,
-need a namespace that Pod Security admits as privileged: skeinctl labels its namespace so.
-Pass --host-network=false where that is not allowed.
+The pod-network probes run as nobody with no capability (Pod Security "restricted"; ICMP
+through the per-pod sysctl net.ipv4.ping_group_range). The host-network ones run as root with
+NET_RAW only (for ICMP) and need a namespace Pod Security admits as "privileged": skeinctl
+labels its namespace so. Pass --host-network=false where that is not allowed.
 
 Exit status: 0 when every check passed, 1 otherwise.`,
 		Example: `  skeinctl test network --remote-kubeconfig ~/.kube/cluster-b

@@ -154,7 +154,7 @@ func TestTestNetworkCleansUp(t *testing.T) {
 		if ns.DeletionTimestamp == nil {
 			t.Errorf("namespace %s is not being deleted", ns.Name)
 		}
-		if ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" || !strings.HasPrefix(ns.Name, probeNSPrefix) {
+		if ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" || !strings.HasPrefix(ns.Name, probeNSPrefix) { // host-network probes
 			t.Errorf("namespace %s labels %v", ns.Name, ns.Labels)
 		}
 	}
