@@ -152,7 +152,7 @@ func TestE2E(t *testing.T) {
 	t.Run("diagnose", func(t *testing.T) { e.t = t; e.diagnose(ctx) })
 	t.Run("test-network", func(t *testing.T) { e.t = t; e.testNetworkHealthy(ctx) })
 	t.Run("throughput", func(t *testing.T) { e.t = t; e.throughput(ctx, 3*time.Second) })
-	t.Run("skeinctl-bench", func(t *testing.T) { e.t = t; e.skeinctlBench(ctx) })
+	t.Run("skeinctl-bench", func(t *testing.T) { e.t = t; e.skeinctlBench(ctx); e.skeinctlBenchInterrupted(ctx) })
 	t.Run("metrics", func(t *testing.T) { e.t = t; e.metrics(ctx) })
 	t.Run("container-security", func(t *testing.T) { e.t = t; e.containerSecurity(ctx) })
 	t.Run("logs-exec", func(t *testing.T) { e.t = t; e.logsExec(ctx) })

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -133,3 +135,41 @@ func (e *env) skeinctlBench(ctx context.Context) {
 		e.t.Errorf("skein-probe's TCP throughput %.0f Mbit/s is not within 10%% of iperf3's %.0f Mbit/s between the same pods", pm, im)
 	}
 }
+
+// skeinctlBenchInterrupted: Ctrl-C in the middle of skeinctl bench (while it measures) leaves
+// no namespace behind in either cluster.
+func (e *env) skeinctlBenchInterrupted(ctx context.Context) {
+	cmd := e.l.Command(ctx, 0, "skeinctl", "bench", "--remote-kubeconfig", e.l.Clusters[1].Kubeconfig, "--duration", "20s")
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitFor(ctx, 2*time.Minute, "skeinctl bench measuring", func() bool { return strings.Contains(out.String(), "Measuring from") })
+	time.Sleep(2 * time.Second)
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := cmd.Wait(); err == nil {
+		e.t.Errorf("skeinctl bench interrupted exited 0:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "Removing namespace") {
+		e.t.Errorf("interrupted, skeinctl bench did not say it removes its namespaces:\n%s", out.String())
+	}
+	e.noProbeNamespaces(ctx, "after Ctrl-C in skeinctl bench")
+	e.reportf("skeinctl-bench: Ctrl-C while measuring: exit non-zero, namespaces gone %.1fs after the signal", time.Since(start).Seconds())
+}
+
+// syncBuffer is a bytes.Buffer a command writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

@@ -252,7 +252,7 @@ func (e *env) testNetworkFails(ctx context.Context) {
 
 	// Ctrl-C while the probes are deployed: the namespaces go before skeinctl exits.
 	cmd := e.l.Command(ctx, 0, "skeinctl", "test", "network", "--remote-kubeconfig", e.l.Clusters[1].Kubeconfig)
-	var out bytes.Buffer
+	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
