@@ -67,8 +67,8 @@ func (e *env) skeinctlBench(ctx context.Context) {
 			_ = e.c[i].Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rep.Namespace}})
 		}
 	}()
-	if len(rep.Figures) != 9 {
-		e.t.Errorf("%d figures, want 9 (TCP 1 and 4 streams both ways, UDP at two sizes, latency p50 and p99)", len(rep.Figures))
+	if len(rep.Figures) != 8 {
+		e.t.Errorf("%d figures, want 8 (TCP 1 and 4 streams both ways, UDP at two sizes, latency p50 and p99)", len(rep.Figures))
 	}
 	var table strings.Builder
 	for _, f := range rep.Figures {
@@ -98,7 +98,13 @@ func (e *env) skeinctlBench(ctx context.Context) {
 	cli, srv := pod(0, rep.Client.Pod), pod(1, rep.Server.Pod)
 	cliNS, srvNS := e.podNS(0, cli), e.podNS(1, srv)
 	var probeRuns, iperfRuns []float64
-	for round := range 3 {
+	median := func(xs []float64) float64 { s := slices.Clone(xs); slices.Sort(s); return s[len(s)/2] }
+	// Three interleaved rounds; three more when the medians differ by more than 10% (the
+	// lab's two cores make single runs vary by about 15%).
+	for round := range 6 {
+		if round == 3 && math.Abs(median(probeRuns)/median(iperfRuns)-1) <= 0.10 {
+			break
+		}
 		out, err := e.probeIn(ctx, 0, cli, "tput", "--duration", "4s", rep.ServerAddress)
 		var t struct {
 			BitsPerSecond float64 `json:"bitsPerSecond"`
@@ -127,10 +133,9 @@ func (e *env) skeinctlBench(ctx context.Context) {
 		}
 		iperfRuns = append(iperfRuns, res.End.SumReceived.BitsPerSecond/1e6)
 	}
-	median := func(xs []float64) float64 { s := slices.Clone(xs); slices.Sort(s); return s[len(s)/2] }
 	pm, im := median(probeRuns), median(iperfRuns)
-	e.reportf("skeinctl-bench: TCP 1 stream between the same pods, 3 interleaved 4 s runs: skein-probe %.0f Mbit/s (%.0f), iperf3 %.0f Mbit/s (%.0f); ratio %.2f",
-		pm, probeRuns, im, iperfRuns, pm/im)
+	e.reportf("skeinctl-bench: TCP 1 stream between the same pods, %d interleaved 4 s runs: skein-probe %.0f Mbit/s (%.0f), iperf3 %.0f Mbit/s (%.0f); ratio %.2f",
+		len(probeRuns), pm, probeRuns, im, iperfRuns, pm/im)
 	if math.Abs(pm/im-1) > 0.10 {
 		e.t.Errorf("skein-probe's TCP throughput %.0f Mbit/s is not within 10%% of iperf3's %.0f Mbit/s between the same pods", pm, im)
 	}
