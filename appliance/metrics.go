@@ -58,9 +58,8 @@ type collector struct {
 	g *Gateway
 
 	mu             sync.Mutex
-	lastHS         time.Time                       // the latest handshake seen
-	wgLast, wgBase [2]int64                        // WireGuard bytes: last read and sum before resets (tx, rx)
-	nat            [dataplane.NumDirections]uint64 // translated packets exported so far
+	lastHS         time.Time // the latest handshake seen
+	wgLast, wgBase [2]int64  // WireGuard bytes: last read and sum before resets (tx, rx)
 }
 
 // deprecated marks a metric kept one release for dashboards built on it (see docs/metrics.md).
@@ -81,7 +80,7 @@ var (
 	descDropped    = prometheus.NewDesc("skein_gateway_packets_dropped_total", "Dropped packets by direction and reason.", []string{"direction", "reason"}, nil)
 	descEvents     = prometheus.NewDesc("skein_gateway_packet_events_total", "Things done to packets on their way, by direction: nat_unmatched (no NAT pair), mss_clamped, tso_segmented, icmp_sent (time exceeded, fragmentation needed), icmp_rate_limited.", []string{"direction", "event"}, nil)
 	descBytes      = prometheus.NewDesc("skein_gateway_bytes_total", "Bytes of forwarded inner packets by direction.", []string{"direction"}, nil)
-	descNAT        = prometheus.NewDesc("skein_gateway_nat_translated_total", "Packets whose addresses were translated, by direction.", []string{"direction"}, nil)
+	descNAT        = prometheus.NewDesc("skein_gateway_nat_translated_total", "Packets whose addresses were translated (a remapped peer network, or this site's pods presented under another prefix), by direction; a TCP superpacket cut to the tunnel MTU counts as its segments, as in skein_gateway_packets_handled_total.", []string{"direction"}, nil)
 	descWGDrops    = prometheus.NewDesc("skein_gateway_wireguard_drops_total", "Packets wireguard-go dropped, by reason: disallowed_source (from the peer, with a source outside its allowed IPs), invalid_ip_version, invalid_mac1, invalid_handshake, invalid_cookie. (Packets that fail to decrypt are dropped without a report.)", []string{"reason"}, nil)
 	descWGBytes    = prometheus.NewDesc("skein_gateway_wireguard_bytes_total", "Bytes of WireGuard datagrams (encrypted, with WireGuard's overhead) by direction: to-tunnel sent to the peer, from-tunnel received from it.", []string{"direction"}, nil)
 	descRTTHist    = prometheus.NewDesc("skein_gateway_probe_round_trip_seconds", "Round-trip times of answered probes to the peer gateway through the tunnel.", nil, nil)
@@ -147,20 +146,17 @@ func (c *collector) collectPackets(ch chan<- prometheus.Metric) {
 			case k.IsDrop():
 				dropped += v
 				counter(descDropped, v, dir, labelValue(k))
+			case k == dataplane.NATTranslated:
+				// Counted where the translation happens, per packet as it leaves (a
+				// superpacket as its segments, like forwarded).
+				counter(descNAT, v, dir)
+				continue
 			default:
 				counter(descEvents, v, dir, labelValue(k))
 			}
 			counter(descOldPackets, v, dir, k.String())
 		}
 		counter(descHandled, dropped, dir, "dropped")
-		// Derived from two counters read one after the other, it could step back a little
-		// between scrapes; a counter must not.
-		passedUnmatched := counts[d][dataplane.NATUnmatched] - min(counts[d][dataplane.NATUnmatched], counts[d][dataplane.DropNATUnmatched])
-		c.mu.Lock()
-		c.nat[d] = max(c.nat[d], counts[d][dataplane.Forwarded]-min(counts[d][dataplane.Forwarded], passedUnmatched))
-		nat := c.nat[d]
-		c.mu.Unlock()
-		counter(descNAT, nat, dir)
 	}
 }
 

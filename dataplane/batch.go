@@ -47,16 +47,27 @@ func errFragNeeded(mtu int) icmpError {
 	return icmpError{typ: icmpDestUnreach, code: icmpFragNeeded, rest: uint32(mtu)}
 }
 
-// natVerdict counts a NAT result and says whether (and as what) to drop the packet.
-func (b *batch) natVerdict(r nat.Result) (Counter, bool) {
-	switch r {
-	case nat.NoMatch:
-		b.tl[NATUnmatched]++
-		return DropNATUnmatched, b.t.cfg.DropUnmatched
-	case nat.Truncated:
-		return DropNATTruncated, true
-	case nat.BadQuote:
-		return DropNATBadQuote, true
+// natVerdict counts what NAT did to a packet that leaves as n packets (the segments of a
+// superpacket, or 1) and says whether (and as what) to drop it. peer is the result of the
+// peer networks' map, own that of this site's (LocalNAT; nat.Matched when there is none).
+func (b *batch) natVerdict(peer, own nat.Result, n uint64) (Counter, bool) {
+	for _, r := range [2]nat.Result{peer, own} {
+		switch r {
+		case nat.Truncated:
+			return DropNATTruncated, true
+		case nat.BadQuote:
+			return DropNATBadQuote, true
+		}
+	}
+	if peer == nat.NoMatch || own == nat.NoMatch {
+		b.tl[NATUnmatched] += n
+		// A local address outside every LocalNAT pair must not reach the peer as it is.
+		if own == nat.NoMatch || b.t.cfg.DropUnmatched {
+			return DropNATUnmatched, true
+		}
+	}
+	if peer == nat.Rewritten || own == nat.Rewritten {
+		b.tl[NATTranslated] += n
 	}
 	return 0, false
 }

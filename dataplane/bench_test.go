@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/skein-net/skein/dataplane"
+	"github.com/skein-net/skein/dataplane/nat"
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/dataplane/packet"
 	pt "github.com/skein-net/skein/dataplane/packet/packettest"
@@ -30,13 +31,32 @@ func benchConfig() dataplane.Config {
 	return cfg
 }
 
+// benchLocalNAT is benchConfig with this site's pods also presented to the peer as
+// 10.99.0.0/16 (a standalone gateway's local remap): both addresses translated each way.
+func benchLocalNAT() dataplane.Config {
+	cfg := benchConfig()
+	cfg.LocalNAT = []nat.Pair{{From: pfx("10.244.0.0/16"), To: pfx("10.99.0.0/16")}}
+	return cfg
+}
+
+// pathCases are the configurations the path's allocation test and benchmarks run: the peer's
+// pods remapped, and that plus a local remap; dst is where a packet out of the tunnel goes.
+var pathCases = []struct {
+	name string
+	cfg  func() dataplane.Config
+	dst  string
+}{
+	{"remap", benchConfig, "10.244.1.5"},
+	{"remap+local", benchLocalNAT, "10.99.1.5"},
+}
+
 // toTunnelSetup builds a dataplane on a replayConn that delivers a batch of full-size VXLAN
 // datagrams, and wireguard-go-shaped buffers already holding their bodies.
-func toTunnelSetup(tb testing.TB) (*dataplane.Dataplane, [][]byte, []int) {
+func toTunnelSetup(tb testing.TB, cfg dataplane.Config) (*dataplane.Dataplane, [][]byte, []int) {
 	ip := fullSizeTCP("10.244.1.5", "10.71.2.7")
 	d := vxlanFrame(gwMAC, packet.EtherTypeIPv4, ip)
 	c := &replayConn{head: d[:overlay.HeaderLen], inner: ip[:restoreLen], n: len(d), addr: from1, batch: benchBatch}
-	dp, err := dataplane.New(benchConfig(), c)
+	dp, err := dataplane.New(cfg, c)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -48,9 +68,9 @@ func toTunnelSetup(tb testing.TB) (*dataplane.Dataplane, [][]byte, []int) {
 	return dp, bufs, make([]int, benchBatch)
 }
 
-func fromTunnelSetup(tb testing.TB) (*dataplane.Dataplane, [][]byte, []byte) {
-	ip := fullSizeTCP("10.244.2.7", "10.244.1.5")
-	dp, err := dataplane.New(benchConfig(), &replayConn{batch: benchBatch})
+func fromTunnelSetup(tb testing.TB, cfg dataplane.Config, dst string) (*dataplane.Dataplane, [][]byte, []byte) {
+	ip := fullSizeTCP("10.244.2.7", dst)
+	dp, err := dataplane.New(cfg, &replayConn{batch: benchBatch})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -62,31 +82,37 @@ func fromTunnelSetup(tb testing.TB) (*dataplane.Dataplane, [][]byte, []byte) {
 }
 
 func TestPathAllocs(t *testing.T) {
-	dp, bufs, sizes := toTunnelSetup(t)
-	if n := testing.AllocsPerRun(100, func() {
-		if k, err := dp.Read(bufs, sizes, offset); err != nil || k != benchBatch {
-			t.Fatalf("Read = %d, %v", k, err)
-		}
-	}); n != 0 {
-		t.Errorf("Read: %v allocations per batch of %d, want 0", n, benchBatch)
-	}
-	if c := dp.Counters(); c.Get(dataplane.ToTunnel, dataplane.Forwarded) == 0 || c.Drops(dataplane.ToTunnel) != 0 {
-		t.Fatalf("the batch was not forwarded: %v", c[dataplane.ToTunnel])
-	}
+	for _, pc := range pathCases {
+		t.Run(pc.name, func(t *testing.T) {
+			dp, bufs, sizes := toTunnelSetup(t, pc.cfg())
+			if n := testing.AllocsPerRun(100, func() {
+				if k, err := dp.Read(bufs, sizes, offset); err != nil || k != benchBatch {
+					t.Fatalf("Read = %d, %v", k, err)
+				}
+			}); n != 0 {
+				t.Errorf("Read: %v allocations per batch of %d, want 0", n, benchBatch)
+			}
+			if c := dp.Counters(); c.Get(dataplane.ToTunnel, dataplane.Forwarded) == 0 || c.Drops(dataplane.ToTunnel) != 0 ||
+				c.Get(dataplane.ToTunnel, dataplane.NATTranslated) != c.Get(dataplane.ToTunnel, dataplane.Forwarded) {
+				t.Fatalf("the batch was not forwarded and translated: %v", c[dataplane.ToTunnel])
+			}
 
-	dp2, wbufs, pristine := fromTunnelSetup(t)
-	if n := testing.AllocsPerRun(100, func() {
-		for _, b := range wbufs {
-			copy(b[offset:], pristine)
-		}
-		if _, err := dp2.Write(wbufs, offset); err != nil {
-			t.Fatal(err)
-		}
-	}); n != 0 {
-		t.Errorf("Write: %v allocations per batch of %d, want 0", n, benchBatch)
-	}
-	if c := dp2.Counters(); c.Get(dataplane.FromTunnel, dataplane.Forwarded) == 0 || c.Drops(dataplane.FromTunnel) != 0 {
-		t.Fatalf("the batch was not forwarded: %v", c[dataplane.FromTunnel])
+			dp2, wbufs, pristine := fromTunnelSetup(t, pc.cfg(), pc.dst)
+			if n := testing.AllocsPerRun(100, func() {
+				for _, b := range wbufs {
+					copy(b[offset:], pristine)
+				}
+				if _, err := dp2.Write(wbufs, offset); err != nil {
+					t.Fatal(err)
+				}
+			}); n != 0 {
+				t.Errorf("Write: %v allocations per batch of %d, want 0", n, benchBatch)
+			}
+			if c := dp2.Counters(); c.Get(dataplane.FromTunnel, dataplane.Forwarded) == 0 || c.Drops(dataplane.FromTunnel) != 0 ||
+				c.Get(dataplane.FromTunnel, dataplane.NATTranslated) != c.Get(dataplane.FromTunnel, dataplane.Forwarded) {
+				t.Fatalf("the batch was not forwarded and translated: %v", c[dataplane.FromTunnel])
+			}
+		})
 	}
 }
 
@@ -94,20 +120,24 @@ func TestPathAllocs(t *testing.T) {
 // decapsulation and VTEP checks, IPv4 validation, route lookup, TTL, NAT, MSS clamp check,
 // the packet left in place for wireguard-go. Reported per packet; the socket is not included.
 func BenchmarkPathToTunnel(b *testing.B) {
-	dp, bufs, sizes := toTunnelSetup(b)
-	b.ReportAllocs()
-	b.SetBytes(1400 * benchBatch)
-	n := 0
-	for b.Loop() {
-		k, err := dp.Read(bufs, sizes, offset)
-		if err != nil || k != benchBatch {
-			b.Fatalf("Read = %d, %v", k, err)
-		}
-		n += k
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/packet")
-	if c := dp.Counters(); c.Drops(dataplane.ToTunnel) != 0 {
-		b.Fatalf("drops: %v", c[dataplane.ToTunnel])
+	for _, pc := range pathCases {
+		b.Run(pc.name, func(b *testing.B) {
+			dp, bufs, sizes := toTunnelSetup(b, pc.cfg())
+			b.ReportAllocs()
+			b.SetBytes(1400 * benchBatch)
+			n := 0
+			for b.Loop() {
+				k, err := dp.Read(bufs, sizes, offset)
+				if err != nil || k != benchBatch {
+					b.Fatalf("Read = %d, %v", k, err)
+				}
+				n += k
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/packet")
+			if c := dp.Counters(); c.Drops(dataplane.ToTunnel) != 0 {
+				b.Fatalf("drops: %v", c[dataplane.ToTunnel])
+			}
+		})
 	}
 }
 
@@ -115,22 +145,26 @@ func BenchmarkPathToTunnel(b *testing.B) {
 // to the node, TTL, NAT, MSS clamp check, overlay header written for a gather send. Restoring
 // the rewritten header bytes (64 per packet) is included.
 func BenchmarkPathFromTunnel(b *testing.B) {
-	dp, bufs, pristine := fromTunnelSetup(b)
-	b.ReportAllocs()
-	b.SetBytes(1400 * benchBatch)
-	n := 0
-	for b.Loop() {
-		for _, buf := range bufs {
-			copy(buf[offset:], pristine)
-		}
-		if _, err := dp.Write(bufs, offset); err != nil {
-			b.Fatal(err)
-		}
-		n += len(bufs)
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/packet")
-	if c := dp.Counters(); c.Drops(dataplane.FromTunnel) != 0 {
-		b.Fatalf("drops: %v", c[dataplane.FromTunnel])
+	for _, pc := range pathCases {
+		b.Run(pc.name, func(b *testing.B) {
+			dp, bufs, pristine := fromTunnelSetup(b, pc.cfg(), pc.dst)
+			b.ReportAllocs()
+			b.SetBytes(1400 * benchBatch)
+			n := 0
+			for b.Loop() {
+				for _, buf := range bufs {
+					copy(buf[offset:], pristine)
+				}
+				if _, err := dp.Write(bufs, offset); err != nil {
+					b.Fatal(err)
+				}
+				n += len(bufs)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/packet")
+			if c := dp.Counters(); c.Drops(dataplane.FromTunnel) != 0 {
+				b.Fatalf("drops: %v", c[dataplane.FromTunnel])
+			}
+		})
 	}
 }
 

@@ -43,6 +43,13 @@ type Config struct {
 	// DropUnmatched drops packets whose translated address matches no NAT pair instead of
 	// passing them unchanged. Either way they are counted.
 	DropUnmatched bool
+	// LocalNAT presents this site's own networks to the peer under other prefixes: From is a
+	// local network as the nodes number it, To how the peer sees it. Into the tunnel sources
+	// are translated From -> To; out of it, destinations To -> From (and routed by the
+	// translated address). With LocalNAT set, a packet into the tunnel whose source matches no
+	// pair, or out of it to a local address not under a To prefix, is dropped: real local
+	// addresses never cross. Empty: the peer sees local addresses as they are.
+	LocalNAT []nat.Pair
 
 	// Nodes are this cluster's node VTEPs and what they host.
 	Nodes []Node
@@ -93,17 +100,20 @@ const (
 
 // tables is a Config compiled for the packet path; immutable once built.
 type tables struct {
-	cfg        Config
-	vtep       *overlay.VTEP
-	in, out    *nat.PrefixMap // in: dst From->To into the tunnel; out: src To->From out of it
-	routes     *route.Table
-	nodes      []nodeHop
-	tunnelMTU  int
-	overlayMTU int
-	mss        uint16 // MSS that fits both MTUs
-	overlayIP  [4]byte
-	tunnelIP   [4]byte
-	hasTunIP   bool
+	cfg     Config
+	vtep    *overlay.VTEP
+	in, out *nat.PrefixMap // in: dst From->To into the tunnel; out: src To->From out of it
+	// own, ownBack: this site's networks as presented to the peer (LocalNAT), src From->To
+	// into the tunnel and dst To->From out of it; nil without LocalNAT.
+	own, ownBack *nat.PrefixMap
+	routes       *route.Table
+	nodes        []nodeHop
+	tunnelMTU    int
+	overlayMTU   int
+	mss          uint16 // MSS that fits both MTUs
+	overlayIP    [4]byte
+	tunnelIP     [4]byte
+	hasTunIP     bool
 }
 
 type nodeHop struct {
@@ -189,6 +199,14 @@ func compile(cfg Config) (*tables, error) {
 		errs = append(errs, err)
 	} else {
 		t.in, t.out = in, in.Inverse()
+	}
+	if len(c.LocalNAT) > 0 {
+		own, err := nat.NewPrefixMap(c.LocalNAT...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("local NAT: %w", err))
+		} else {
+			t.own, t.ownBack = own, own.Inverse()
+		}
 	}
 	for _, p := range c.NAT {
 		if err := b.Add(p.From, hopTunnel); err != nil {

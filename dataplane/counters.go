@@ -28,8 +28,8 @@ func (d Direction) String() string {
 }
 
 // Counter names what a packet counter counts. Every packet a direction sees ends in exactly
-// one of Forwarded, Local, ARPReplied or a Drop counter; the rest (NATUnmatched, MSSClamped,
-// ICMPSent, ICMPRateLimited, Bytes) count events along the way.
+// one of Forwarded, Local, ARPReplied or a Drop counter; the rest (NATUnmatched, NATTranslated,
+// MSSClamped, Segmented, ICMPSent, ICMPRateLimited, Bytes) count events along the way.
 type Counter uint8
 
 const (
@@ -84,7 +84,11 @@ const (
 	DropSend
 
 	// NATUnmatched packets matched no NAT pair (passed, or dropped and also counted above).
+	// Like Forwarded, a superpacket counts as the segments it is cut into.
 	NATUnmatched
+	// NATTranslated packets had an address changed by NAT (a remapped peer network, or this
+	// site's own pods presented under another prefix); a superpacket counts as its segments.
+	NATTranslated
 	// MSSClamped SYNs had their MSS lowered.
 	MSSClamped
 	// Segmented TCP superpackets (from nodes with TSO) were cut to fit the tunnel MTU.
@@ -124,6 +128,7 @@ var counterNames = [NumCounters]string{
 	DropQueueFull:        "drop-queue-full",
 	DropSend:             "drop-send-failed",
 	NATUnmatched:         "nat-unmatched",
+	NATTranslated:        "nat-translated",
 	MSSClamped:           "mss-clamped",
 	Segmented:            "tso-segmented",
 	ICMPSent:             "icmp-sent",

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"os"
 
+	"github.com/skein-net/skein/dataplane/nat"
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/dataplane/packet"
 )
@@ -63,7 +64,17 @@ func (d *Dataplane) fromTunnel(b *batch, pkt []byte) (node nodeHop, ip packet.IP
 		b.tl[DropMalformedIP]++
 		return node, nil, false
 	}
-	hop, found := t.routes.Lookup4(ip.Dst())
+	// With LocalNAT the peer addresses local pods as this site presents them: route by the
+	// address the packet will have, and refuse local addresses the peer should not know.
+	dst, presented := ip.Dst(), false
+	if t.ownBack != nil {
+		dst, presented = t.ownBack.Map4(dst)
+	}
+	hop, found := t.routes.Lookup4(dst)
+	if found && hop >= hopNode && t.ownBack != nil && !presented {
+		b.tl[DropNoRoute]++
+		return node, nil, false
+	}
 	switch {
 	case !found:
 		b.tl[DropNoRoute]++
@@ -86,7 +97,11 @@ func (d *Dataplane) fromTunnel(b *batch, pkt []byte) (node nodeHop, ip packet.IP
 		return node, nil, false
 	}
 	ip.DecTTL()
-	if c, drop := b.natVerdict(t.out.RewriteSrc(ip)); drop {
+	peer, own := t.out.RewriteSrc(ip), nat.Matched
+	if t.ownBack != nil && peer != nat.Truncated && peer != nat.BadQuote {
+		own = t.ownBack.RewriteDst(ip)
+	}
+	if c, drop := b.natVerdict(peer, own, 1); drop {
 		b.tl[c]++
 		return node, nil, false
 	}

@@ -28,57 +28,70 @@ func FuzzPath(f *testing.F) {
 	f.Add(vxlanFrame(packet.Broadcast, packet.EtherTypeARP, make([]byte, 28)), []byte{0x45})
 	f.Add(vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, TTL: 1, Payload: make([]byte, 8)}.Build()), []byte{})
 
-	cfg := baseConfig()
-	cfg.ICMPRate, cfg.ICMPBurst = 1000000, 1000000
-	c := overlaytest.New(0)
-	dp, err := dataplane.New(cfg, c)
-	if err != nil {
-		f.Fatal(err)
+	// The same inputs through two gateways: the peer's pods remapped, and that plus this
+	// site's pods presented under another prefix (LocalNAT).
+	type path struct {
+		dp *dataplane.Dataplane
+		c  *overlaytest.Conn
 	}
-	dp.SetLocalHandler(&handler{})
+	var paths []path
+	for _, cfg := range []dataplane.Config{baseConfig(), localNATConfig()} {
+		cfg.ICMPRate, cfg.ICMPBurst = 1000000, 1000000
+		c := overlaytest.New(0)
+		dp, err := dataplane.New(cfg, c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		dp.SetLocalHandler(&handler{})
+		paths = append(paths, path{dp, c})
+	}
 	sentinel := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.9.9", Proto: 17, ID: 0x5e17, Payload: pt.UDP("10.244.1.5", "10.71.9.9", 9, 9, nil, false)}.Build()
-	bufs := make([][]byte, dp.BatchSize())
+	bufs := make([][]byte, paths[0].dp.BatchSize())
 	for i := range bufs {
 		bufs[i] = make([]byte, 65535)
 	}
 	sizes := make([]int, len(bufs))
 
-	f.Fuzz(func(t *testing.T, d, fromTunnel []byte) {
-		fixIPv4(d, overlay.HeaderLen)
-		fixIPv4(fromTunnel, 0)
-		before := dp.Counters()
-		c.Push(d, from1)
-		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, sentinel), from1)
-		for done := false; !done; {
-			n, err := dp.Read(bufs, sizes, offset)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range n {
-				p := bufs[i][offset : offset+sizes[i]]
-				if sizes[i] == 0 {
-					continue
+	f.Fuzz(func(t *testing.T, d0, fromTunnel0 []byte) {
+		for _, pa := range paths {
+			dp, c := pa.dp, pa.c
+			d, fromTunnel := bytes.Clone(d0), bytes.Clone(fromTunnel0)
+			fixIPv4(d, overlay.HeaderLen)
+			fixIPv4(fromTunnel, 0)
+			before := dp.Counters()
+			c.Push(d, from1)
+			c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, sentinel), from1)
+			for done := false; !done; {
+				n, err := dp.Read(bufs, sizes, offset)
+				if err != nil {
+					t.Fatal(err)
 				}
-				if bytes.Equal(p[4:6], sentinel[4:6]) && bytes.Equal(p[12:16], sentinel[12:16]) {
-					done = true
-				}
-				if prob := pt.Problem(p); prob != "" && pt.Problem(d[min(len(d), overlay.HeaderLen):]) == "" {
-					t.Fatalf("into the tunnel: %s", prob)
+				for i := range n {
+					p := bufs[i][offset : offset+sizes[i]]
+					if sizes[i] == 0 {
+						continue
+					}
+					if bytes.Equal(p[4:6], sentinel[4:6]) && bytes.Equal(p[16:20], []byte{10, 244, 9, 9}) {
+						done = true
+					}
+					if prob := pt.Problem(p); prob != "" && pt.Problem(d[min(len(d), overlay.HeaderLen):]) == "" {
+						t.Fatalf("into the tunnel: %s", prob)
+					}
 				}
 			}
-		}
-		write(t, dp, fromTunnel)
-		for _, s := range c.TakeSent() {
-			if _, err := packet.ParseVXLAN(s.B); err != nil {
-				t.Fatalf("sent a datagram that is not VXLAN: %v", err)
+			write(t, dp, fromTunnel)
+			for _, s := range c.TakeSent() {
+				if _, err := packet.ParseVXLAN(s.B); err != nil {
+					t.Fatalf("sent a datagram that is not VXLAN: %v", err)
+				}
 			}
-		}
-		after := dp.Counters()
-		if got := terminal(after, dataplane.ToTunnel) - terminal(before, dataplane.ToTunnel); got != 2 {
-			t.Fatalf("to the tunnel: 2 datagrams counted %d times: %v", got, after[dataplane.ToTunnel])
-		}
-		if got := terminal(after, dataplane.FromTunnel) - terminal(before, dataplane.FromTunnel); got != 1 {
-			t.Fatalf("from the tunnel: 1 packet counted %d times: %v", got, after[dataplane.FromTunnel])
+			after := dp.Counters()
+			if got := terminal(after, dataplane.ToTunnel) - terminal(before, dataplane.ToTunnel); got != 2 {
+				t.Fatalf("to the tunnel: 2 datagrams counted %d times: %v", got, after[dataplane.ToTunnel])
+			}
+			if got := terminal(after, dataplane.FromTunnel) - terminal(before, dataplane.FromTunnel); got != 1 {
+				t.Fatalf("from the tunnel: 1 packet counted %d times: %v", got, after[dataplane.FromTunnel])
+			}
 		}
 	})
 }

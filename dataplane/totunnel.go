@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/skein-net/skein/dataplane/nat"
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/dataplane/packet"
 )
@@ -242,8 +243,13 @@ func (d *Dataplane) forwardToTunnel(b *batch, inner []byte, slot int, sender uin
 		packet.CompleteTransportChecksum(ip)
 	}
 	ip.DecTTL()
-	if c, drop := b.natVerdict(t.in.RewriteDst(ip)); drop {
-		b.tl[c]++
+	n := uint64(max(1, sp.n))
+	peer, own := t.in.RewriteDst(ip), nat.Matched
+	if t.own != nil && peer != nat.Truncated && peer != nat.BadQuote {
+		own = t.own.RewriteSrc(ip)
+	}
+	if c, drop := b.natVerdict(peer, own, n); drop {
+		b.tl[c] += n
 		return 0, split{}
 	}
 	if sp.n > 0 {

@@ -129,6 +129,13 @@ func (m *PrefixMap) map4(a [4]byte) (out [4]byte, matched, changes bool) {
 	return a, false, false
 }
 
+// Map4 returns where m maps the IPv4 address a, and whether any pair matched; a nil map
+// matches nothing.
+func (m *PrefixMap) Map4(a [4]byte) ([4]byte, bool) {
+	out, ok, _ := m.map4(a)
+	return out, ok
+}
+
 // Map returns where m maps a, and whether any pair matched.
 func (m *PrefixMap) Map(a netip.Addr) (netip.Addr, bool) {
 	if !a.Is4() {
@@ -144,8 +151,8 @@ type Result uint8
 const (
 	// NoMatch: no pair matched any address the rewrite looks at; the packet is unchanged.
 	NoMatch Result = iota
-	// Rewritten: at least one address matched; the packet is translated (a pair that maps a
-	// prefix onto itself matches without changing anything).
+	// Rewritten: at least one address matched and at least one changed; the packet is
+	// translated.
 	Rewritten
 	// Truncated: an address matched but the transport header whose checksum must follow is cut
 	// short (a malformed packet or a tiny first fragment); the packet is unchanged and should be
@@ -154,6 +161,9 @@ const (
 	// BadQuote: the packet is an ICMP error whose quoted packet is malformed; the packet is
 	// unchanged and should be dropped.
 	BadQuote
+	// Matched: an address matched only pairs that map a prefix onto itself (a peer network
+	// that needs no remap); the packet is unchanged and passes.
+	Matched
 
 	// NumResults sizes counter arrays indexed by Result.
 	NumResults
@@ -169,6 +179,8 @@ func (r Result) String() string {
 		return "truncated"
 	case BadQuote:
 		return "bad-icmp-quote"
+	case Matched:
+		return "matched"
 	}
 	return fmt.Sprintf("Result(%d)", uint8(r))
 }
@@ -202,7 +214,7 @@ func (m *PrefixMap) rewrite(ip packet.IPv4, outer, quoted int) Result {
 		if outerChanges {
 			setAddr(ip, outer, newOuter)
 		}
-		return Rewritten
+		return changed(outerChanges)
 	}
 
 	l4 := ip.Payload()
@@ -220,7 +232,7 @@ func (m *PrefixMap) rewrite(ip packet.IPv4, outer, quoted int) Result {
 			binary.BigEndian.PutUint16(l4[packet.TCPChecksumOffset:], packet.ApplyDelta(c, d))
 			setAddrDelta(ip, outer, newOuter, d)
 		}
-		return Rewritten
+		return changed(outerChanges)
 	case packet.ProtoUDP:
 		if !outerMatched {
 			return NoMatch
@@ -238,7 +250,7 @@ func (m *PrefixMap) rewrite(ip packet.IPv4, outer, quoted int) Result {
 			}
 			setAddrDelta(ip, outer, newOuter, d)
 		}
-		return Rewritten
+		return changed(outerChanges)
 	case packet.ProtoICMP:
 		return m.rewriteICMP(ip, l4, outer, quoted, oldOuter, newOuter, outerMatched, outerChanges)
 	default:
@@ -249,8 +261,17 @@ func (m *PrefixMap) rewrite(ip packet.IPv4, outer, quoted int) Result {
 		if outerChanges {
 			setAddr(ip, outer, newOuter)
 		}
+		return changed(outerChanges)
+	}
+}
+
+// changed is the result of a rewrite in which a pair matched: Rewritten when an address
+// changed, Matched when only identity pairs matched.
+func changed(c bool) Result {
+	if c {
 		return Rewritten
 	}
+	return Matched
 }
 
 func (m *PrefixMap) rewriteICMP(ip packet.IPv4, l4 []byte, outer, quoted int, oldOuter, newOuter [4]byte, outerMatched, outerChanges bool) Result {
@@ -269,7 +290,7 @@ func (m *PrefixMap) rewriteICMP(ip packet.IPv4, l4 []byte, outer, quoted int, ol
 		if outerChanges {
 			setAddr(ip, outer, newOuter)
 		}
-		return Rewritten
+		return changed(outerChanges)
 	}
 
 	// An error quoting the packet it is about. That packet travelled the other way, so the
@@ -314,7 +335,7 @@ func (m *PrefixMap) rewriteICMP(ip packet.IPv4, l4 []byte, outer, quoted int, ol
 	if outerChanges {
 		setAddr(ip, outer, newOuter)
 	}
-	return Rewritten
+	return changed(outerChanges || quotedChanges)
 }
 
 // setAddr writes a at offset off of the IPv4 header and updates the header checksum.

@@ -240,7 +240,7 @@ func TestRewrite(t *testing.T) {
 		{name: "second pair", m: inbound, dir: dst, pkt: udpPkt("10.244.1.5", "10.72.9.200", payload, false),
 			want: nat.Rewritten, src: "10.244.1.5", dst: "10.70.9.200"},
 		{name: "identity pair matches, changes nothing", m: inbound, dir: dst, pkt: tcpPkt("10.244.1.5", "10.99.1.1", payload),
-			want: nat.Rewritten, src: "10.244.1.5", dst: "10.99.1.1"},
+			want: nat.Matched, src: "10.244.1.5", dst: "10.99.1.1"},
 		{name: "no match", m: inbound, dir: dst, pkt: tcpPkt("10.244.1.5", "10.73.2.7", payload),
 			want: nat.NoMatch, src: "10.244.1.5", dst: "10.73.2.7"},
 		{name: "no match: source side is not looked at by RewriteDst", m: inbound, dir: dst, pkt: tcpPkt("10.71.2.7", "10.1.1.1", payload),
