@@ -41,6 +41,8 @@ type File struct {
 
 	// Remote describes the peer cluster's CIDRs.
 	Remote RemoteConfig `json:"remote"`
+	// Local describes this site's own pods, and how the peer sees them.
+	Local LocalConfig `json:"local,omitempty"`
 	// Overlay is the gateway's side of the node overlay.
 	Overlay OverlayConfig `json:"overlay"`
 	// Nodes are this cluster's nodes: their VTEPs and pod CIDRs.
@@ -74,6 +76,19 @@ type RemoteConfig struct {
 	// RemappedPodCIDR and RemappedExternalCIDR: empty means no remap (NAT-less).
 	RemappedPodCIDR      string `json:"remappedPodCIDR,omitempty"`
 	RemappedExternalCIDR string `json:"remappedExternalCIDR,omitempty"`
+}
+
+// LocalConfig is this site's pod network as its nodes number it and, to join a peer that
+// uses the same addresses and does no NAT of its own (a stock WireGuard peer), the prefix it
+// is presented under to the peer.
+type LocalConfig struct {
+	// PodCIDR is this site's pod network: every node's podCIDRs lie inside it. Optional
+	// without remappedPodCIDR (it is then only checked against the nodes).
+	PodCIDR string `json:"podCIDR,omitempty"`
+	// RemappedPodCIDR is how the peer sees podCIDR (same length): the gateway translates
+	// sources into the tunnel and destinations out of it, ICMP quotes included, without
+	// state. Empty: the peer sees local pods under their own addresses.
+	RemappedPodCIDR string `json:"remappedPodCIDR,omitempty"`
 }
 
 // OverlayConfig is the gateway's VTEP.
@@ -223,6 +238,25 @@ func (c *File) Resolve() (*config.Gateway, error) {
 			}
 		}
 		s.Remote = append(s.Remote, rm)
+	}
+
+	switch l := c.Local; {
+	case l.PodCIDR == "" && l.RemappedPodCIDR != "":
+		bad("local.remappedPodCIDR", "set without local.podCIDR (this site's pod network as its nodes number it)")
+	case l.PodCIDR != "":
+		loc := config.Local{Field: "local.podCIDR", PresentedField: "local.remappedPodCIDR"}
+		var perr error
+		if loc.Real, perr = netip.ParsePrefix(l.PodCIDR); perr != nil || loc.Real.Masked() != loc.Real || !loc.Real.Addr().Is4() {
+			bad("local.podCIDR", "%q is not an IPv4 CIDR without host bits", l.PodCIDR)
+			break
+		}
+		if l.RemappedPodCIDR != "" {
+			if loc.Presented, perr = netip.ParsePrefix(l.RemappedPodCIDR); perr != nil {
+				bad("local.remappedPodCIDR", "%q is not an IPv4 CIDR without host bits", l.RemappedPodCIDR)
+				break
+			}
+		}
+		s.Local = append(s.Local, loc)
 	}
 
 	o := &s.Overlay

@@ -126,6 +126,11 @@ func TestResolveErrors(t *testing.T) {
 		{"podCIDRs: [10.244.1.0/24]", "podCIDRs: [10.244.1.0/33]", "nodes[0].podCIDRs[0]"},
 		{"mtu: 1340", "mtu: 100", "tunnel MTU 100"},
 		{"mtu: 1340", "mtu: 1340\nwindow: -1", "window: -1: want 1-16384 packets"},
+		{"mtu: 1340", "mtu: 1340\nlocal:\n  remappedPodCIDR: 10.99.0.0/16", "local.remappedPodCIDR: set without local.podCIDR"},
+		{"mtu: 1340", "mtu: 1340\nlocal:\n  podCIDR: 10.244.0/16", `local.podCIDR: "10.244.0/16" is not an IPv4 CIDR`},
+		{"mtu: 1340", "mtu: 1340\nlocal:\n  podCIDR: 10.244.0.0/16\n  remappedPodCIDR: x", `local.remappedPodCIDR: "x" is not an IPv4 CIDR`},
+		{"mtu: 1340", "mtu: 1340\nlocal:\n  podCIDR: 10.244.0.0/16\n  remappedPodCIDR: 10.71.0.0/16", "local.remappedPodCIDR: 10.71.0.0/16 overlaps remote.remappedPodCIDR"},
+		{"mtu: 1340", "mtu: 1340\nlocal:\n  podCIDR: 10.245.0.0/16\n  remappedPodCIDR: 10.99.0.0/16", "nodes[0].podCIDRs[0]: 10.244.1.0/24 is outside local.podCIDR 10.245.0.0/16"},
 	}
 	for _, tc := range cases {
 		if !strings.Contains(goodServer, tc.from) {

@@ -65,6 +65,10 @@ type Spec struct {
 
 	// Remote are the peer cluster's networks.
 	Remote []Remote
+	// Local are this site's own networks, and how the peer sees them when they are presented
+	// under another prefix (standalone: local.podCIDR and local.remappedPodCIDR). Empty: the
+	// peer sees local addresses as they are and nothing checks the nodes' pod CIDRs.
+	Local []Local
 	// Overlay is the gateway's side of the node overlay.
 	Overlay Overlay
 	// Nodes are this cluster's node VTEPs and what they host.
@@ -99,6 +103,15 @@ type Remote struct {
 	Real, Seen netip.Prefix
 }
 
+// Local is one of this site's networks: Real as its nodes number it, Presented as the peer
+// sees it (zero or equal to Real: as it is). Every node's pod CIDRs must lie in a Local's Real
+// when any Local is given.
+type Local struct {
+	// Field and PresentedField name the inputs in errors (such as "local.podCIDR").
+	Field, PresentedField string
+	Real, Presented       netip.Prefix
+}
+
 // Overlay is the gateway's VTEP.
 type Overlay struct {
 	// Kind is the encapsulation (0: VXLAN); Port its UDP port, the gateway's and the nodes'
@@ -128,6 +141,7 @@ func Build(s Spec) (*Gateway, error) {
 	b.tunnel()
 	b.remote()
 	b.overlay()
+	b.local()
 	b.crossCheck()
 	b.prober()
 	if len(b.errs) == 0 {
@@ -360,6 +374,86 @@ func (b *builder) overlay() {
 		}
 	}
 	b.dp.Nodes = b.s.Nodes
+}
+
+// local: this site's networks, and the prefixes they are presented under to the peer
+// (translated by the dataplane: sources into the tunnel, destinations out of it).
+func (b *builder) local() {
+	if len(b.s.Local) == 0 {
+		return
+	}
+	tp := b.s.TunnelCIDR
+	if !tp.IsValid() {
+		tp = netip.MustParsePrefix(DefaultTunnelCIDR)
+	}
+	var reals []netip.Prefix
+	for _, l := range b.s.Local {
+		if !l.Real.IsValid() || !l.Real.Addr().Is4() || l.Real.Masked() != l.Real {
+			b.bad(l.Field, "%s is not an IPv4 CIDR without host bits", l.Real)
+			continue
+		}
+		reals = append(reals, l.Real)
+		p := l.Presented
+		if !p.IsValid() || p == l.Real {
+			continue
+		}
+		if !p.Addr().Is4() || p.Masked() != p {
+			b.bad(l.PresentedField, "%s is not an IPv4 CIDR without host bits", p)
+			continue
+		}
+		if p.Bits() != l.Real.Bits() {
+			b.bad(l.PresentedField, "%s must have the length of %s (/%d): each address is moved into it one for one", p, l.Real, l.Real.Bits())
+			continue
+		}
+		if why := forbidden(p); why != "" {
+			b.bad(l.PresentedField, "%s", why)
+			continue
+		}
+		if p.Overlaps(tp) {
+			b.bad(l.PresentedField, "%v overlaps tunnelCIDR %v", p, tp)
+			continue
+		}
+		clash := false
+		for _, r := range b.s.Remote {
+			for _, q := range []netip.Prefix{r.Real, r.Seen} {
+				if q.IsValid() && q.Overlaps(p) && !clash {
+					clash = true
+					b.bad(l.PresentedField, "%v overlaps %s %v: the peer could not tell its own addresses from this site's; pick a prefix free on both sides", p, r.Field, q)
+				}
+			}
+		}
+		if o := b.s.Overlay; !clash && (p.Contains(o.IP) || p.Contains(o.Listen)) {
+			b.bad(l.PresentedField, "%v holds the gateway's overlay or underlay address", p)
+			continue
+		}
+		if !clash {
+			b.dp.LocalNAT = append(b.dp.LocalNAT, nat.Pair{From: l.Real, To: p})
+		}
+	}
+	for i := range reals {
+		for j := range i {
+			if reals[i].Overlaps(reals[j]) {
+				b.bad(b.s.Local[i].Field, "%v overlaps %v", reals[i], reals[j])
+			}
+		}
+	}
+	if len(reals) == 0 {
+		return
+	}
+	// With the local networks named, every node's pods must be in one: with a remap, pods
+	// outside would never reach the peer (the dataplane lets no untranslated local address
+	// cross), and without one the peer would not route to them.
+	for i, n := range b.s.Nodes {
+	cidrs:
+		for j, pc := range n.PodCIDRs {
+			for _, r := range reals {
+				if r.Contains(pc.Addr()) && r.Bits() <= pc.Bits() {
+					continue cidrs
+				}
+			}
+			b.bad(fmt.Sprintf("nodes[%d].podCIDRs[%d]", i, j), "%v is outside %s %v: list every local pod network there (its pods would not reach the peer)", pc, b.s.Local[0].Field, reals[0])
+		}
+	}
 }
 
 // crossCheck: the tunnel's network, the peer's networks as routed here, the overlay's

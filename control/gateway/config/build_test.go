@@ -121,6 +121,24 @@ func TestBuildRefuses(t *testing.T) {
 		{func(s *config.Spec) {
 			s.Server, s.ListenPort, s.PeerEndpoint = false, 0, netip.MustParseAddrPort("192.0.2.1:0")
 		}, "endpoint: 192.0.2.1:0"},
+		// This site's pods presented to the peer under another prefix.
+		{func(s *config.Spec) { s.Local = []config.Local{local("10.244.0.0/16", "10.99.0.0/24")} }, "local.remappedPodCIDR: 10.99.0.0/24 must have the length of 10.244.0.0/16"},
+		{func(s *config.Spec) {
+			s.Local = []config.Local{local("10.244.0.0/16", "10.244.0.0/16"), local("10.244.1.0/24", "")}
+		}, "local.podCIDR: 10.244.1.0/24 overlaps 10.244.0.0/16"},
+		{func(s *config.Spec) { s.Local = []config.Local{local("10.244.0.0/16", "10.71.0.0/16")} }, "local.remappedPodCIDR: 10.71.0.0/16 overlaps pod 10.71.0.0/16: the peer could not tell"},
+		{func(s *config.Spec) { s.Local = []config.Local{local("10.1.0.0/16", "10.244.0.0/16")} }, "local.remappedPodCIDR: 10.244.0.0/16 overlaps pod 10.244.0.0/16"},
+		{func(s *config.Spec) { s.Local = []config.Local{local("10.244.0.0/16", "169.254.0.0/16")} }, "local.remappedPodCIDR: 169.254.0.0/16 overlaps 169.254.0.0/16"},
+		{func(s *config.Spec) { s.Local = []config.Local{local("10.244.0.0/16", "192.168.0.0/16")} }, "local.remappedPodCIDR: 192.168.0.0/16 holds the gateway's overlay or underlay address"},
+		{func(s *config.Spec) { s.Local = []config.Local{local("10.244.0.0/16", "0.0.0.0/0")} }, "local.remappedPodCIDR: 0.0.0.0/0 must have the length"},
+		{func(s *config.Spec) {
+			s.Local = []config.Local{local("10.244.0.0/16", "10.99.0.0/16")}
+			s.Nodes = []dataplane.Node{{Name: "a", VTEP: netip.MustParseAddr("192.168.77.5"), MAC: [6]byte{2, 0, 0, 0, 0, 1}, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.245.1.0/24")}}}
+		}, "nodes[0].podCIDRs[0]: 10.245.1.0/24 is outside local.podCIDR 10.244.0.0/16"},
+		{func(s *config.Spec) {
+			s.Local = []config.Local{local("10.244.1.0/24", "")}
+			s.Nodes = []dataplane.Node{{Name: "a", VTEP: netip.MustParseAddr("192.168.77.5"), MAC: [6]byte{2, 0, 0, 0, 0, 1}, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}}
+		}, "nodes[0].podCIDRs[0]: 10.244.0.0/16 is outside local.podCIDR 10.244.1.0/24"},
 	}
 	for _, tc := range cases {
 		s := spec(true)
@@ -128,6 +146,35 @@ func TestBuildRefuses(t *testing.T) {
 		_, err := config.Build(s)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("got %v, want an error containing %q", err, tc.want)
+		}
+	}
+}
+
+func local(real, presented string) config.Local {
+	l := config.Local{Field: "local.podCIDR", PresentedField: "local.remappedPodCIDR", Real: netip.MustParsePrefix(real)}
+	if presented != "" {
+		l.Presented = netip.MustParsePrefix(presented)
+	}
+	return l
+}
+
+// TestBuildLocal: this site's pods presented to the peer under another prefix become the
+// dataplane's LocalNAT; presented as they are, or only named, they add no translation.
+func TestBuildLocal(t *testing.T) {
+	s := spec(true)
+	s.Nodes = []dataplane.Node{{Name: "a", VTEP: netip.MustParseAddr("192.168.77.5"), MAC: [6]byte{2, 0, 0, 0, 0, 1}, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}}}
+	s.Local = []config.Local{local("10.244.0.0/16", "10.99.0.0/16")}
+	g, err := config.Build(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := g.Dataplane.LocalNAT; len(l) != 1 || l[0].From.String() != "10.244.0.0/16" || l[0].To.String() != "10.99.0.0/16" {
+		t.Errorf("LocalNAT %v, want 10.244.0.0/16->10.99.0.0/16", l)
+	}
+	for _, same := range []string{"", "10.244.0.0/16"} {
+		s.Local = []config.Local{local("10.244.0.0/16", same)}
+		if g, err = config.Build(s); err != nil || len(g.Dataplane.LocalNAT) != 0 {
+			t.Errorf("presented as %q: LocalNAT %v, %v; want none", same, g.Dataplane.LocalNAT, err)
 		}
 	}
 }
