@@ -6,10 +6,9 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"strings"
 	"syscall"
 	"time"
-
-	"sigs.k8s.io/yaml"
 
 	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/dataplane"
@@ -166,11 +165,14 @@ func LoadFile(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	var c File
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+	c, err := decodeFile(b)
+	if err != nil {
+		if strings.Contains(err.Error(), "\n") {
+			return nil, fmt.Errorf("config %s:\n  %w", path, err)
+		}
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	return &c, nil
+	return c, nil
 }
 
 // Resolve validates c (naming every bad field) and resolves it with config.Build. The private

@@ -144,8 +144,46 @@ func TestResolveErrors(t *testing.T) {
 			t.Errorf("%q -> %q: %v, want an error containing %q", tc.from, tc.to, err, tc.want)
 		}
 	}
-	if _, err := gateway.LoadFile(writeConfig(t, goodServer+"unknownField: 1\n")); err == nil || !strings.Contains(err.Error(), "unknownField") {
+	if _, err := gateway.LoadFile(writeConfig(t, goodServer+"unknownField: 1\n")); err == nil || !strings.Contains(err.Error(), "unknownField: unknown field (known here: role, listenPort,") {
 		t.Errorf("unknown field: %v", err)
+	}
+}
+
+// TestMisspeltKeys: a key the file does not take is named at its path with the key it most
+// likely meant; a value of the wrong type names its field and the type wanted.
+func TestMisspeltKeys(t *testing.T) {
+	cases := []struct {
+		from, to string
+		want     []string
+	}{
+		{"  podCIDR: 10.244.0.0/16", "  podCidr: 10.244.0.0/16", []string{"remote.podCidr: unknown field; did you mean podCIDR?"}},
+		{"  remappedPodCIDR: 10.71.0.0/16", "  remapedPodCIDR: 10.71.0.0/16", []string{"remote.remapedPodCIDR: unknown field; did you mean remappedPodCIDR?"}},
+		{"  vtep: 192.168.77.1", "  vtpe: 192.168.77.1", []string{"nodes[0].vtpe: unknown field; did you mean vtep?"}},
+		{"listenPort: 51820", "listenport: 51820\npeerPublickey: x", []string{"listenport: unknown field; did you mean listenPort?", "peerPublickey: unknown field; did you mean peerPublicKey?"}},
+		{"mtu: 1340", "mtu: 1340\ntunnelCidr: 169.254.100.0/30\nkeepalive: 5", []string{"tunnelCidr: unknown field; did you mean tunnelCIDR?", "keepalive: unknown field (known here: role,"}},
+		{"mtu: 1340", "mtu: 1340\nlocal:\n  remappedPodCidr: 10.99.0.0/16", []string{"local.remappedPodCidr: unknown field; did you mean remappedPodCIDR?"}},
+		{"mtu: 1340", "mtu: big", []string{"mtu: want a whole number, not a string"}},
+		{"listenPort: 51820", "listenPort: 70000", []string{"listenPort: want a whole number from 0 to 65535, not 70000"}},
+		{"podCIDRs: [10.244.1.0/24]", "podCIDRs: 10.244.1.0/24", []string{"nodes[0].podCIDRs: want a list, not a string"}},
+		{"mtu: 1340", "mtu: 1340\nmtu: 1400", []string{`key "mtu" already set`}},
+	}
+	for _, tc := range cases {
+		if !strings.Contains(goodServer, tc.from) {
+			t.Fatalf("test case edits %q, which the config does not have", tc.from)
+		}
+		_, err := gateway.LoadFile(writeConfig(t, strings.Replace(goodServer, tc.from, tc.to, 1)))
+		if err == nil {
+			t.Errorf("%q: loaded", tc.to)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: %v\nwant it to say %q", tc.to, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "JSON") {
+			t.Errorf("%q: %v\nspeaks of JSON in a YAML file", tc.to, err)
+		}
 	}
 }
 
