@@ -15,65 +15,78 @@ import (
 	"github.com/skein-net/skein/dataplane/overlay"
 )
 
-// File is the standalone gateway's configuration file (YAML).
+// File is the standalone gateway's configuration file (YAML). The comments on its fields are
+// the reference users read: docs/standalone.md and docs/gateway-config.schema.json are
+// generated from them (TestConfigReference), with the defaults Build applies. Write them for
+// users, and leave the defaults to the generated reference.
 type File struct {
-	// Role is "server" (listens, the remote cluster's side in `network connect`) or "client"
-	// (dials the server's endpoint).
+	// Role is server (waits for the peer on listenPort; the remote cluster's side in
+	// `network connect`) or client (dials the server's endpoint).
 	Role string `json:"role"`
-	// ListenPort is the WireGuard UDP port: required for a server, optional for a client
-	// (0 picks a free port).
+	// ListenPort is the WireGuard UDP port. Required for a server. A client without it
+	// binds a random free port (the server learns it from the handshake).
 	ListenPort uint16 `json:"listenPort,omitempty"`
-	// Endpoint is the server's address:port; required for a client.
+	// Endpoint is the server's address:port, such as 198.51.100.2:51820. Required for a
+	// client; not allowed for a server.
 	Endpoint string `json:"endpoint,omitempty"`
-	// PrivateKeyFile holds this gateway's WireGuard private key in base64 (`wg genkey`).
+	// PrivateKeyFile is a file holding this gateway's WireGuard private key in base64, as
+	// `wg genkey` prints it. The gateway must be able to read it; group and others must not
+	// be able to write it.
 	PrivateKeyFile string `json:"privateKeyFile"`
-	// PeerPublicKey is the peer gateway's WireGuard public key in base64 (`wg pubkey`).
+	// PeerPublicKey is the peer's WireGuard public key in base64, as `wg pubkey` prints it.
 	PeerPublicKey string `json:"peerPublicKey"`
-	// MTU of the tunnel (inner packets); the same on both sides. Default 1340.
+	// MTU is the largest packet inside the tunnel; set the same on both sides (a stock peer:
+	// the MTU of its WireGuard interface). TCP SYNs are clamped to fit it.
 	MTU int `json:"mtu,omitempty"`
-	// TunnelCIDR is the /30 inside the tunnel shared by both gateways: the server takes the
-	// first host, the client the second. Default 169.254.100.0/30.
+	// TunnelCIDR is a small network inside the tunnel shared by the two gateways: the server
+	// owns its first address, the client the second, and each probes the other there. A stock
+	// peer must own the other address on its WireGuard interface and allow this gateway's.
 	TunnelCIDR string `json:"tunnelCIDR,omitempty"`
-	// KeepaliveSeconds is WireGuard's persistent keepalive towards the peer (0: off; default
-	// 25 on a client, so NATs between keep the path open).
+	// KeepaliveSeconds is WireGuard's persistent keepalive towards the peer, so that NATs
+	// between the two keep the path open (0: off).
 	KeepaliveSeconds *int `json:"keepaliveSeconds,omitempty"`
 
-	// Remote describes the peer cluster's CIDRs.
+	// Remote is the peer's networks.
 	Remote RemoteConfig `json:"remote"`
-	// Local describes this site's own pods, and how the peer sees them.
+	// Local is this site's own pod network, and how the peer sees it.
 	Local LocalConfig `json:"local,omitempty"`
-	// Overlay is the gateway's side of the node overlay.
+	// Overlay is the gateway's side of the overlay to this site's nodes.
 	Overlay OverlayConfig `json:"overlay"`
-	// Nodes are this cluster's nodes: their VTEPs and pod CIDRs.
+	// Nodes are this site's nodes: where their overlay devices are and which pods they host.
 	Nodes []NodeConfig `json:"nodes"`
 
-	// Probe tunes the connection prober.
+	// Probe tunes the probes to the peer's tunnel address.
 	Probe ProbeConfig `json:"probe,omitempty"`
-	// HTTPListen is where /healthz, /readyz and /metrics are served. Default 127.0.0.1:9471;
-	// "off" disables them.
+	// HTTPListen is the TCP address of /healthz, /readyz and /metrics; off disables them.
 	HTTPListen string `json:"httpListen,omitempty"`
-	// Pprof serves Go's profiler under /debug/pprof on the HTTP listener (off by default;
-	// only enable it on a listener nobody untrusted reaches).
+	// Pprof serves Go's profiler under /debug/pprof on httpListen. Enable it only on an
+	// address nobody untrusted reaches.
 	Pprof bool `json:"pprof,omitempty"`
-	// MemoryLimitMiB is a soft limit for the Go heap (GOMEMLIMIT): above it the garbage
-	// collector works harder to give memory back. Default 100; 0 keeps the default, -1 removes
-	// the limit.
+	// MemoryLimitMiB is a soft limit of the Go heap in MiB (GOMEMLIMIT): above it the garbage
+	// collector works harder to give memory back. -1 removes the limit.
 	MemoryLimitMiB int `json:"memoryLimitMiB,omitempty"`
-	// GCPercent is the garbage collector's GOGC (default 400): with the memory limit as the
-	// ceiling, collecting less often costs less CPU under load. -1 leaves GC to the limit alone.
+	// GCPercent is the garbage collector's GOGC: with the memory limit as the ceiling,
+	// collecting less often costs less CPU under load. -1 leaves collection to the limit alone.
 	GCPercent int `json:"gcPercent,omitempty"`
-	// Window is the most packets wireguard-go may hold in each direction (default 512). Each
-	// holds a 64 KiB buffer: more absorbs longer bursts, fewer bounds memory.
+	// Window is the most packets wireguard-go may hold in each direction. Each holds a 64 KiB
+	// buffer: more absorbs longer bursts, fewer bounds memory.
 	Window int `json:"window,omitempty"`
 }
 
-// RemoteConfig is the peer cluster's networks as it numbers them, and as this cluster sees them
-// when they clash with local ones (the Configuration's status.remote.cidr).
+// RemoteConfig is the peer's networks as the peer numbers them, and as this site sees them
+// when they clash with local ones.
 type RemoteConfig struct {
-	PodCIDR      string `json:"podCIDR"`
+	// PodCIDR is the peer's pod network (a stock peer: the network behind it) as the peer
+	// numbers it. WireGuard accepts packets from the peer only from its networks.
+	PodCIDR string `json:"podCIDR"`
+	// ExternalCIDR is a second network of the peer (its nodes' host-network addresses as it
+	// presents them), as the peer numbers it.
 	ExternalCIDR string `json:"externalCIDR,omitempty"`
-	// RemappedPodCIDR and RemappedExternalCIDR: empty means no remap (NAT-less).
-	RemappedPodCIDR      string `json:"remappedPodCIDR,omitempty"`
+	// RemappedPodCIDR is how this site's pods see podCIDR (same length), when it clashes
+	// with a local network: the gateway translates destinations into the tunnel and sources
+	// out of it. Empty: the peer's addresses as they are (no NAT).
+	RemappedPodCIDR string `json:"remappedPodCIDR,omitempty"`
+	// RemappedExternalCIDR is how this site sees externalCIDR (same length).
 	RemappedExternalCIDR string `json:"remappedExternalCIDR,omitempty"`
 }
 
@@ -81,49 +94,61 @@ type RemoteConfig struct {
 // uses the same addresses and does no NAT of its own (a stock WireGuard peer), the prefix it
 // is presented under to the peer.
 type LocalConfig struct {
-	// PodCIDR is this site's pod network: every node's podCIDRs lie inside it. Optional
-	// without remappedPodCIDR (it is then only checked against the nodes).
+	// PodCIDR is this site's pod network: every node's podCIDRs lie inside it. Needed for
+	// remappedPodCIDR; alone it is only checked against the nodes.
 	PodCIDR string `json:"podCIDR,omitempty"`
 	// RemappedPodCIDR is how the peer sees podCIDR (same length): the gateway translates
 	// sources into the tunnel and destinations out of it, ICMP quotes included, without
-	// state. Empty: the peer sees local pods under their own addresses.
+	// state, and lets no real local address cross. Empty: the peer sees local pods under
+	// their own addresses.
 	RemappedPodCIDR string `json:"remappedPodCIDR,omitempty"`
 }
 
 // OverlayConfig is the gateway's VTEP.
 type OverlayConfig struct {
-	// Kind is vxlan (default) or geneve.
+	// Kind is the nodes' overlay encapsulation: vxlan or geneve.
 	Kind string `json:"kind,omitempty"`
-	// Port is the overlay UDP port, the gateway's and the nodes' (default 4789, or 6081).
+	// Port is the overlay's UDP port, the gateway's and the nodes' (the dstport of their
+	// overlay devices).
 	Port uint16 `json:"port,omitempty"`
-	// VNI of the overlay (default 18952, the number of table 18952).
+	// VNI is the overlay's network identifier, the same as the nodes' overlay devices'.
 	VNI *uint32 `json:"vni,omitempty"`
-	// Listen is the gateway's underlay address, where nodes send overlay frames.
+	// Listen is the gateway's IPv4 address towards the nodes (where they send overlay
+	// packets; not 0.0.0.0).
 	Listen string `json:"listen"`
-	// IP is the gateway's overlay address (nodes route remote CIDRs via it).
+	// IP is the gateway's IPv4 address on the overlay: the nodes route the peer's networks
+	// via it.
 	IP string `json:"ip"`
-	// MAC is the gateway's overlay MAC; default derived from IP (stable across restarts).
+	// MAC is the gateway's overlay MAC, which the nodes' neighbour entries point at.
 	MAC string `json:"mac,omitempty"`
-	// MTU of the nodes' overlay devices (inner packets). Default 1450.
+	// MTU is the MTU of the nodes' overlay devices: the largest packet the gateway sends to a
+	// node.
 	MTU int `json:"mtu,omitempty"`
-	// CompleteChecksums recomputes inner TCP/UDP checksums of everything the nodes send, so
-	// their overlay devices may keep TX checksum offload (and TSO, much faster) on. Default
-	// true; false saves about 90 ns per packet where every node has TX offload off.
+	// CompleteChecksums recomputes the inner TCP/UDP checksums of what the nodes send, so
+	// their overlay devices may keep TX checksum offload (and TSO, much faster) on; false
+	// saves about 90 ns a packet where every node has TX offload off.
 	CompleteChecksums *bool `json:"completeChecksums,omitempty"`
 }
 
 // NodeConfig is one node's VTEP.
 type NodeConfig struct {
-	Name     string   `json:"name"`
-	VTEP     string   `json:"vtep"`
-	MAC      string   `json:"mac"`
+	// Name names the node in logs and errors.
+	Name string `json:"name,omitempty"`
+	// VTEP is the node's IPv4 address towards the gateway, where its overlay device listens.
+	VTEP string `json:"vtep"`
+	// MAC is the MAC address of the node's overlay device (ip link show liqo.vxlan).
+	MAC string `json:"mac"`
+	// PodCIDRs are the networks of the pods on this node: packets to them go to this node,
+	// and this node may send from them only.
 	PodCIDRs []string `json:"podCIDRs"`
 }
 
 // ProbeConfig tunes the prober.
 type ProbeConfig struct {
-	Interval  string `json:"interval,omitempty"`  // default 2s
-	FailAfter int    `json:"failAfter,omitempty"` // default 5
+	// Interval is the time between two probes, as a Go duration (2s, 500ms).
+	Interval string `json:"interval,omitempty"`
+	// FailAfter is how many probes lost in a row make the connection Error.
+	FailAfter int `json:"failAfter,omitempty"`
 }
 
 // Bounds on what the gateway reads from files: a config file and a key file are small.

@@ -43,6 +43,52 @@ func Check(tb testing.TB, name, got string) {
 	}
 }
 
+// CheckFile is Check for a file kept elsewhere than testdata (a generated reference in docs/,
+// say): it fails tb unless the file at path holds got; with -update it writes got there first.
+func CheckFile(tb testing.TB, path, got string) {
+	tb.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatalf("%v (go test -run '%s' -update writes it)", err, tb.Name())
+	}
+	if got != string(want) {
+		tb.Errorf("%s differs from what the test generated (go test -run '%s' -update writes it):\n%s", path, tb.Name(), Diff(string(want), got))
+	}
+}
+
+// CheckSection is CheckFile for the part of a hand-written file between the line begin and
+// the line end (markers such as HTML comments in Markdown): that part must be got; with
+// -update it is replaced, and the rest of the file is left as it is.
+func CheckSection(tb testing.TB, path, begin, end, got string) {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	text := string(b)
+	i := strings.Index(text, begin+"\n")
+	j := strings.Index(text, "\n"+end)
+	if i < 0 || j < i {
+		tb.Fatalf("%s has no section between the lines %q and %q", path, begin, end)
+	}
+	start, stop := i+len(begin)+1, j+1
+	if *update {
+		text = text[:start] + got + text[stop:]
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		stop = start + len(got)
+	}
+	if want := text[start:stop]; got != want {
+		tb.Errorf("%s, between %q and %q, differs from what the test generated (go test -run '%s' -update rewrites it):\n%s", path, begin, end, tb.Name(), Diff(want, got))
+	}
+}
+
 // Diff shows two texts line by line: the lines both have in common at the start and the end
 // are left out, the rest of the golden text is marked "-" and what the test produced "+".
 func Diff(want, got string) string {

@@ -61,3 +61,41 @@ func TestCheck(t *testing.T) {
 		t.Error("different output passed")
 	}
 }
+
+func TestCheckSection(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "doc.md")
+	doc := "# Title\n<!-- begin -->\nold\n<!-- end -->\ntail\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check := func(got string) (r *recorder) {
+		r = &recorder{TB: t}
+		defer func() { _ = recover() }()
+		CheckSection(r, path, "<!-- begin -->", "<!-- end -->", got)
+		return r
+	}
+	if r := check("old\n"); r.failed {
+		t.Errorf("the same section failed: %q", r.msg)
+	}
+	if r := check("new\n"); !r.failed {
+		t.Error("a different section passed")
+	}
+	*update = true
+	r := check("new\nlines\n")
+	*update = false
+	if r.failed {
+		t.Errorf("-update failed: %q", r.msg)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "# Title\n<!-- begin -->\nnew\nlines\n<!-- end -->\ntail\n" {
+		t.Errorf("-update wrote %q", b)
+	}
+	if r := check("new\nlines\n"); r.failed {
+		t.Errorf("after -update: %q", r.msg)
+	}
+	if err := os.WriteFile(path, []byte("no markers\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := check("x\n"); !r.failed {
+		t.Error("a file without the markers passed")
+	}
+}
