@@ -36,12 +36,18 @@ without the kernel WireGuard module, a TUN device or any privilege.
 Usage:
   skein-gateway --config FILE                        standalone, from a YAML file
   skein-gateway --check --config FILE                validate the file, print the public key
+  skein-gateway --print-peer-config --config FILE    print the wg and ip commands a stock
+                                                     WireGuard peer runs to join this gateway
   skein-gateway --mode server|client --gateway-name NAME [--gateway-namespace NS] [flags]
                                                      in-cluster, from the API
 
 Standalone mode needs two UDP ports (WireGuard, and the overlay where the nodes' liqo.vxlan
 devices send traffic for the peer cluster) and, unless httpListen is off, a TCP port for
-/healthz, /readyz and /metrics. See README.md for a complete two-host example.
+/healthz, /readyz and /metrics. Inside the tunnel the server owns 169.254.100.1 and the client
+169.254.100.2 (tunnelCIDR); each probes the other there, so a stock WireGuard peer must hold its
+address and allow this gateway's (--print-peer-config prints how). docs/standalone.md has two
+complete examples (two skein sites; a stock peer on the same subnet) and every config key, with
+its default; docs/gateway-config.schema.json is the same as a JSON Schema for editors.
 
 In-cluster mode reads its GatewayServer or GatewayClient, the Configuration and PublicKey
 labelled with the remote cluster id, its key Secret and the InternalNodes, starts once they are
@@ -60,6 +66,7 @@ func main() {
 	}
 	configPath := fs.String("config", "", "standalone: path of the gateway's YAML config file")
 	check := fs.Bool("check", false, "standalone: validate the config file, print the public key, and exit")
+	printPeer := fs.Bool("print-peer-config", false, "standalone: validate the config file, print the commands (wg, ip) a Linux host with stock WireGuard runs to be this gateway's peer, and exit")
 	logLevel := fs.String("log-level", "info", logging.LevelUsage)
 	logFormat := fs.String("log-format", logging.FormatText, logging.FormatUsage)
 
@@ -107,11 +114,15 @@ func main() {
 	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
 	klog.SetSlogLogger(log)
 	bi := buildinfo.Get()
-	log.Info("starting", "version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion)
+	if !*check && !*printPeer {
+		log.Info("starting", "version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
 	switch {
+	case (*check || *printPeer) && *configPath == "":
+		fail(2, "--check and --print-peer-config need --config FILE")
 	case *configPath != "" && *mode != "":
 		fail(2, "--config (standalone) and --mode (in-cluster) exclude each other")
 	case *configPath != "":
@@ -125,6 +136,10 @@ func main() {
 		}
 		if *check {
 			fmt.Printf("config ok; public key %s\n", plan.PrivateKey.Public())
+			return
+		}
+		if *printPeer {
+			fmt.Print(cfg.StockPeerScript(plan))
 			return
 		}
 		gw, err := appliance.Start(plan, log)

@@ -12,6 +12,7 @@ import (
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/dataplane/nat"
+	"github.com/skein-net/skein/internal/golden"
 )
 
 const (
@@ -230,5 +231,23 @@ func TestFileBounds(t *testing.T) {
 		if ok != (err == nil) || (!ok && !strings.Contains(err.Error(), "writable by group or others")) {
 			t.Errorf("key file mode %04o: %v", mode, err)
 		}
+	}
+}
+
+// TestStockPeerScript: the commands a stock WireGuard peer runs, for a server gateway whose
+// pods keep their addresses and for a client presenting them under another prefix.
+func TestStockPeerScript(t *testing.T) {
+	client := strings.NewReplacer("role: server", "role: client", "listenPort: 51820", "endpoint: 192.0.2.10:51999",
+		"mtu: 1340", "mtu: 1280\nlocal:\n  podCIDR: 10.244.0.0/16\n  remappedPodCIDR: 10.99.0.0/16").Replace(goodServer)
+	for _, tc := range []struct{ name, yaml string }{{"stock-peer-of-server", goodServer}, {"stock-peer-of-client", client}} {
+		c, err := gateway.LoadFile(writeConfig(t, tc.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := c.Resolve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		golden.Check(t, tc.name, c.StockPeerScript(g))
 	}
 }
