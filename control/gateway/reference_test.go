@@ -11,9 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"sigs.k8s.io/yaml"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gateway/config"
@@ -390,6 +394,76 @@ func TestReferenceDefaults(t *testing.T) {
 		// constants the reference shows.
 		if g.Window != 0 || g.Dataplane.OverlayMTU != 0 {
 			t.Errorf("%s: window %d and overlay MTU %d, want 0 (the dataplane's defaults, %s and %s)", role, g.Window, g.Dataplane.OverlayMTU, d["window"].text, d["overlay.mtu"].text)
+		}
+	}
+}
+
+// TestSchemaValidates: the published schema accepts the doc's examples and refuses what the
+// gateway refuses for the file's shape (an unknown key, a role, a bound, a key the role needs).
+func TestSchemaValidates(t *testing.T) {
+	b, err := os.ReadFile(schemaPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdoc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("gateway-config.schema.json", sdoc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("gateway-config.schema.json")
+	if err != nil {
+		t.Fatalf("the schema does not compile: %v", err)
+	}
+	validate := func(y string) error {
+		j, err := yaml.YAMLToJSON([]byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(j))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sch.Validate(inst)
+	}
+
+	doc, err := os.ReadFile(standaloneDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := regexp.MustCompile(`(?s)cat > \S+\.yaml <<EOF\n(.*?)\nEOF`).FindAllStringSubmatch(string(doc), -1)
+	if len(files) < 3 {
+		t.Fatalf("found %d config files in %s, want the examples' 3", len(files), standaloneDoc)
+	}
+	key := regexp.MustCompile(`\$\(cat [^)]*\)`)
+	var server string
+	for _, f := range files {
+		y := key.ReplaceAllString(f[1], "HzH1bbs1WBq8nWS8qDXzDIVBOtKkVDjQbc8v4d1O9Dw=")
+		if err := validate(y); err != nil {
+			t.Errorf("the schema refuses a config of the doc:\n%s\n%v", y, err)
+		}
+		if strings.HasPrefix(y, "role: server") && server == "" {
+			server = y
+		}
+	}
+	for _, bad := range []struct{ from, to string }{
+		{"  podCIDR: 10.244.0.0/16", "  podCidr: 10.244.0.0/16"},
+		{"role: server", "role: router"},
+		{"listenPort: 51820", "listenPort: 70000"},
+		{"listenPort: 51820", "mtu: 100"},
+		{"listenPort: 51820", "endpoint: 192.0.2.1:51820"},
+		{"role: server\nlistenPort: 51820", "role: client"},
+		{"overlay:", "local:\n  remappedPodCIDR: 10.99.0.0/16\noverlay:"},
+		{"nodes:\n", "nodes: []\nx:\n"},
+		{"  ip: 10.80.0.1", "  ip: [10.80.0.1]"},
+	} {
+		if !strings.Contains(server, bad.from) {
+			t.Fatalf("test case edits %q, which the doc's server config does not have", bad.from)
+		}
+		if err := validate(strings.Replace(server, bad.from, bad.to, 1)); err == nil {
+			t.Errorf("the schema accepts %q instead of %q", bad.to, bad.from)
 		}
 	}
 }
