@@ -266,24 +266,37 @@ func (b *builder) tunnel() {
 	}
 }
 
+// isCIDR4 reports whether p is an IPv4 network without host bits.
+func isCIDR4(p netip.Prefix) bool { return p.IsValid() && p.Addr().Is4() && p.Masked() == p }
+
+// mapping checks a network and the prefix it is mapped onto (zero: itself): IPv4 networks
+// without host bits, of one length, so that each address moves one for one. It names a problem
+// by field (the network) or mappedField, and returns the prefix mapped onto.
+func (b *builder) mapping(field, mappedField string, real, mapped netip.Prefix) (netip.Prefix, bool) {
+	if !isCIDR4(real) {
+		b.bad(field, "%s is not an IPv4 CIDR without host bits", real)
+		return mapped, false
+	}
+	if !mapped.IsValid() {
+		return real, true
+	}
+	if !isCIDR4(mapped) {
+		b.bad(mappedField, "%s is not an IPv4 CIDR without host bits", mapped)
+		return mapped, false
+	}
+	if mapped.Bits() != real.Bits() {
+		b.bad(mappedField, "%s must have the length of %s (/%d): want two CIDRs of the same length, each address moved one for one", mapped, real, real.Bits())
+		return mapped, false
+	}
+	return mapped, true
+}
+
 // remote: the peer's networks, routed into the tunnel as this cluster sees them, translated
 // when remapped, and accepted from the peer under their real addresses.
 func (b *builder) remote() {
 	for _, r := range b.s.Remote {
-		if !r.Real.IsValid() || !r.Real.Addr().Is4() || r.Real.Masked() != r.Real {
-			b.bad(r.Field, "%s is not an IPv4 CIDR without host bits", r.Real)
-			continue
-		}
-		seen := r.Seen
-		if !seen.IsValid() {
-			seen = r.Real
-		}
-		if !seen.Addr().Is4() || seen.Masked() != seen {
-			b.bad(r.Field, "%s is not an IPv4 CIDR without host bits", seen)
-			continue
-		}
-		if seen.Bits() != r.Real.Bits() {
-			b.bad(r.Field, "%s must have the length of %s (/%d): want two CIDRs of the same length", seen, r.Real, r.Real.Bits())
+		seen, ok := b.mapping(r.Field, r.Field, r.Real, r.Seen)
+		if !ok {
 			continue
 		}
 		if why := forbidden(r.Real, seen); why != "" {
@@ -388,21 +401,13 @@ func (b *builder) local() {
 	}
 	var reals []netip.Prefix
 	for _, l := range b.s.Local {
-		if !l.Real.IsValid() || !l.Real.Addr().Is4() || l.Real.Masked() != l.Real {
+		if !isCIDR4(l.Real) {
 			b.bad(l.Field, "%s is not an IPv4 CIDR without host bits", l.Real)
 			continue
 		}
 		reals = append(reals, l.Real)
-		p := l.Presented
-		if !p.IsValid() || p == l.Real {
-			continue
-		}
-		if !p.Addr().Is4() || p.Masked() != p {
-			b.bad(l.PresentedField, "%s is not an IPv4 CIDR without host bits", p)
-			continue
-		}
-		if p.Bits() != l.Real.Bits() {
-			b.bad(l.PresentedField, "%s must have the length of %s (/%d): each address is moved into it one for one", p, l.Real, l.Real.Bits())
+		p, ok := b.mapping(l.Field, l.PresentedField, l.Real, l.Presented)
+		if !ok || p == l.Real {
 			continue
 		}
 		if why := forbidden(p); why != "" {
