@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -244,13 +245,14 @@ func (g *Gateway) reconnect(why string) {
 			}
 		}
 		timeout := min(max(3*g.prober.Status().RTT, 250*time.Millisecond), 2*time.Second)
+		var src, dst netip.Addr
 		for attempt := 1; ctx.Err() == nil; attempt++ {
 			if !g.resets.take(ctx) {
 				break
 			}
 			g.applyMu.Lock()
 			err := g.wg.IpcSet(g.plan.PeerResetUAPI())
-			src, dst := g.plan.TunnelIP, g.plan.PeerTunnelIP
+			src, dst = g.plan.TunnelIP, g.plan.PeerTunnelIP
 			g.applyMu.Unlock()
 			if err != nil {
 				g.log.Error("reconnect: reset the peer", "err", err)
@@ -268,7 +270,14 @@ func (g *Gateway) reconnect(why string) {
 			}
 		}
 		if ctx.Err() != nil && time.Since(start) >= reconnectFor {
-			g.log.Warn("reconnect: the peer gateway does not answer yet; wireguard-go's timers carry on", "why", why, "for", reconnectFor)
+			if hs := g.lastHandshake(); hs.After(start) && dst.IsValid() {
+				// WireGuard works, the probes do not: most likely a peer that is not skein
+				// without the tunnel address.
+				g.log.Warn("reconnect: the peer completes WireGuard handshakes but does not answer probes to its tunnel address; a peer that is not skein must hold that address on its WireGuard interface and allow this gateway's in its allowed-ips (skein-gateway --print-peer-config prints how)",
+					"peerTunnelIP", dst, "tunnelIP", src, "lastHandshake", hs.Format(time.RFC3339), "why", why)
+			} else {
+				g.log.Warn("reconnect: the peer gateway does not answer yet; wireguard-go's timers carry on", "why", why, "for", reconnectFor)
+			}
 		}
 	}()
 }

@@ -48,8 +48,9 @@ func errFragNeeded(mtu int) icmpError {
 }
 
 // natVerdict counts what NAT did to a packet that leaves as n packets (the segments of a
-// superpacket, or 1) and says whether (and as what) to drop it. peer is the result of the
-// peer networks' map, own that of this site's (LocalNAT; nat.Matched when there is none).
+// superpacket, or 1) and says whether (and as what) to drop it; a dropped packet counts once,
+// as it came (like every other drop). peer is the result of the peer networks' map, own that
+// of this site's (LocalNAT; nat.Matched when there is none).
 func (b *batch) natVerdict(peer, own nat.Result, n uint64) (Counter, bool) {
 	for _, r := range [2]nat.Result{peer, own} {
 		switch r {
@@ -60,11 +61,12 @@ func (b *batch) natVerdict(peer, own nat.Result, n uint64) (Counter, bool) {
 		}
 	}
 	if peer == nat.NoMatch || own == nat.NoMatch {
-		b.tl[NATUnmatched] += n
 		// A local address outside every LocalNAT pair must not reach the peer as it is.
 		if own == nat.NoMatch || b.t.cfg.DropUnmatched {
+			b.tl[NATUnmatched]++
 			return DropNATUnmatched, true
 		}
+		b.tl[NATUnmatched] += n
 	}
 	if peer == nat.Rewritten || own == nat.Rewritten {
 		b.tl[NATTranslated] += n

@@ -52,7 +52,8 @@ const (
 	DropARP
 	// DropLinkLocalSource: an inner packet from the overlay claims a link-local source
 	// (169.254.0.0/16, where the tunnel's own addresses are): no pod or node sends one
-	// through the overlay, so it is spoofed (a forged goodbye, say).
+	// through the overlay, so it is spoofed (a forged goodbye, say). From the tunnel: a
+	// packet from the peer's tunnel address for a node (nothing routes the answer back).
 	DropLinkLocalSource
 	// DropSpoofedSource: an inner packet from the overlay, for the tunnel, whose source is
 	// not an address of the node that sent it (its pod CIDRs, its pods, its external address).
@@ -61,7 +62,9 @@ const (
 	// DropMalformedIP: the inner packet is not a valid IPv4 packet (bad header, checksum,
 	// lengths) or is IPv6, which is not forwarded yet.
 	DropMalformedIP
-	// DropNoRoute: no route for the destination on the far side.
+	// DropNoRoute: no route for the destination on the far side. From the tunnel also: a
+	// local address the peer is not given (a real one under LocalNAT, the gateway's overlay
+	// address, the tunnel address from anything but the peer gateway's).
 	DropNoRoute
 	// DropLoop: the destination routes back the way the packet came.
 	DropLoop

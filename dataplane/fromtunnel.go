@@ -75,15 +75,30 @@ func (d *Dataplane) fromTunnel(b *batch, pkt []byte) (node nodeHop, ip packet.IP
 		b.tl[DropNoRoute]++
 		return node, nil, false
 	}
+	src := ip.Src()
+	linkLocal := src[0] == 169 && src[1] == 254
 	switch {
 	case !found:
 		b.tl[DropNoRoute]++
 		return node, nil, false
 	case hop == hopLocal:
+		// From the tunnel, only the peer gateway speaks to this one: from its tunnel address
+		// (link-local) to this gateway's. Anything else (a host behind the peer, or the
+		// gateway's overlay address) would be answered by the netstack towards the raw
+		// source, which may be a local pod's address when the two sites overlap.
+		if !linkLocal || !t.hasTunIP || ip.Dst() != t.tunnelIP {
+			b.tl[DropNoRoute]++
+			return node, nil, false
+		}
 		d.deliverLocal(b, ip)
 		return node, nil, false
 	case hop == hopTunnel:
 		b.tl[DropLoop]++
+		return node, nil, false
+	case linkLocal:
+		// The peer's tunnel address (a stock peer pinging from its WireGuard interface, say)
+		// has no route back from the nodes.
+		b.tl[DropLinkLocalSource]++
 		return node, nil, false
 	}
 	if ip.TTL() <= 1 {

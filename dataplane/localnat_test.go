@@ -225,3 +225,69 @@ func TestNATTranslatedCounts(t *testing.T) {
 		})
 	}
 }
+
+// TestFromTunnelToTheGateway: from the tunnel only the peer gateway reaches this gateway's own
+// addresses, from its tunnel address to this one's (the probes); a host behind the peer, which
+// may carry a local pod's address when the sites overlap, would have the netstack answer a
+// local pod. And the peer's tunnel address reaches no node, which could not answer it.
+func TestFromTunnelToTheGateway(t *testing.T) {
+	for _, cfg := range []dataplane.Config{baseConfig(), localNATConfig()} {
+		dp, c := newDP(t, cfg)
+		h := &handler{}
+		dp.SetLocalHandler(h)
+		icmp := func(src, dst string) []byte {
+			return pt.IPv4{Src: src, Dst: dst, Proto: 1, TTL: 64, Payload: pt.ICMP(8, 0, [4]byte{0, 7, 0, 1}, nil)}.Build()
+		}
+		podDst := "10.244.1.5"
+		if cfg.LocalNAT != nil {
+			podDst = "10.99.1.5"
+		}
+		write(t, dp,
+			icmp("10.244.1.5", "169.254.100.1"),    // a host behind the peer, numbered like a local pod
+			icmp("10.244.1.5", "10.80.0.1"),        // ... to the gateway's overlay address
+			icmp("169.254.100.2", "10.80.0.1"),     // the peer gateway to the overlay address
+			icmp("169.254.100.2", podDst),          // the peer gateway (or a stock peer host) to a pod
+			icmp("169.254.100.2", "169.254.100.1"), // the probe: delivered
+		)
+		if sent := c.TakeSent(); len(sent) != 0 {
+			t.Errorf("LocalNAT %v: %d packets reached a node", cfg.LocalNAT != nil, len(sent))
+		}
+		h.mu.Lock()
+		got := len(h.got)
+		h.mu.Unlock()
+		cn := dp.Counters()
+		if got != 1 || cn.Get(dataplane.FromTunnel, dataplane.Local) != 1 ||
+			cn.Get(dataplane.FromTunnel, dataplane.DropNoRoute) != 3 || cn.Get(dataplane.FromTunnel, dataplane.DropLinkLocalSource) != 1 {
+			t.Errorf("LocalNAT %v: %d delivered to the netstack (want the probe alone); counters %v", cfg.LocalNAT != nil, got, cn[dataplane.FromTunnel])
+		}
+	}
+}
+
+// TestLocalNATOuterSource: under LocalNAT a packet into the tunnel crosses only when its own
+// source is presented; an ICMP error from outside every pair whose quote matches one does not.
+// A dropped superpacket counts once, as it came.
+func TestLocalNATOuterSource(t *testing.T) {
+	cfg := localNATConfig()
+	cfg.Nodes[0].PodCIDRs = append(cfg.Nodes[0].PodCIDRs, pfx("10.250.0.0/24"))
+	dp, c := newDP(t, cfg)
+	quoted := pt.IPv4{Src: "10.71.2.7", Dst: "10.244.1.5", Proto: 17, TTL: 62, Payload: pt.UDP("10.71.2.7", "10.244.1.5", 53, 5000, []byte("r"), true)}.Build()
+	errOut := pt.IPv4{Src: "10.250.0.9", Dst: "10.71.2.7", Proto: 1, TTL: 64, Payload: pt.ICMP(3, 3, [4]byte{}, quoted)}.Build()
+	stray := superpacket(make([]byte, 30000))
+	copy(stray[12:16], []byte{10, 250, 0, 9})
+	packet.IPv4(stray).ComputeChecksum()
+	good := pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, Payload: pt.UDP("10.244.1.5", "10.71.2.7", 1, 2, nil, false)}.Build()
+	for _, p := range [][]byte{errOut, stray, good} {
+		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, p), from1)
+	}
+	pkts := readPackets(t, dp)
+	if len(pkts) != 1 {
+		t.Fatalf("%d packets into the tunnel, want only the one from 10.244.1.5", len(pkts))
+	}
+	if s, _ := addrs(pkts[0]); s != "10.99.1.5" {
+		t.Errorf("source %s, want 10.99.1.5", s)
+	}
+	cn := dp.Counters()
+	if d := cn.Get(dataplane.ToTunnel, dataplane.DropNATUnmatched); d != 2 {
+		t.Errorf("%d NAT-unmatched drops, want 2 (the error and the superpacket, once each); counters %v", d, cn[dataplane.ToTunnel])
+	}
+}

@@ -243,13 +243,18 @@ func (d *Dataplane) forwardToTunnel(b *batch, inner []byte, slot int, sender uin
 		packet.CompleteTransportChecksum(ip)
 	}
 	ip.DecTTL()
-	n := uint64(max(1, sp.n))
 	peer, own := t.in.RewriteDst(ip), nat.Matched
 	if t.own != nil && peer != nat.Truncated && peer != nat.BadQuote {
-		own = t.own.RewriteSrc(ip)
+		// The source itself must be presented: an ICMP error whose quote alone matches a
+		// pair would otherwise cross with its real source.
+		if _, ok := t.own.Map4(ip.Src()); ok {
+			own = t.own.RewriteSrc(ip)
+		} else {
+			own = nat.NoMatch
+		}
 	}
-	if c, drop := b.natVerdict(peer, own, n); drop {
-		b.tl[c] += n
+	if c, drop := b.natVerdict(peer, own, uint64(max(1, sp.n))); drop {
+		b.tl[c]++
 		return 0, split{}
 	}
 	if sp.n > 0 {

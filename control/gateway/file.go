@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"strings"
@@ -224,7 +225,9 @@ func (c *File) Resolve() (*config.Gateway, error) {
 	if s.PrivateKey, err = readKey(c.PrivateKeyFile); err != nil {
 		bad("privateKeyFile", "%v", err)
 	}
-	if s.PeerPublicKey, err = config.ParseKey(c.PeerPublicKey); err != nil {
+	if c.PeerPublicKey == "" {
+		bad("peerPublicKey", "required: the peer's public key (wg pubkey < its private key)")
+	} else if s.PeerPublicKey, err = config.ParseKey(c.PeerPublicKey); err != nil {
 		bad("peerPublicKey", "%v", err)
 	}
 	if c.Endpoint != "" {
@@ -343,11 +346,14 @@ func readKey(path string) (config.Key, error) {
 		return config.Key{}, errors.New("required: a file holding the private key (wg genkey > FILE)")
 	}
 	b, perm, err := readBounded(path, maxKeyFile)
+	if errors.Is(err, fs.ErrPermission) {
+		return config.Key{}, fmt.Errorf("%w: the gateway runs as uid %d; chown the key file to that user (and keep it chmod 600)", err, os.Getuid())
+	}
 	if err != nil {
 		return config.Key{}, err
 	}
 	if perm&0o022 != 0 {
-		return config.Key{}, fmt.Errorf("%s is writable by group or others (mode %04o): whoever can write it can replace the gateway's identity; chmod 600 it (or 644 when the gateway runs as another user)", path, perm)
+		return config.Key{}, fmt.Errorf("%s is writable by group or others (mode %04o): whoever can write it can replace the gateway's identity; chmod 600 it and chown it to the user the gateway runs as", path, perm)
 	}
 	k, err := config.ParseKey(string(b))
 	if err != nil {

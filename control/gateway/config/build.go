@@ -499,7 +499,7 @@ func (b *builder) crossCheck() {
 		for i, n := range b.s.Nodes {
 			for _, pc := range n.PodCIDRs {
 				if seen.Overlaps(pc) {
-					b.bad(r.Field, "%v overlaps nodes[%d]'s pod CIDR %v: remap the peer's network (remote.remapped...) so that local pods keep their addresses", seen, i, pc)
+					b.bad(r.Field, "%v overlaps nodes[%d]'s pod CIDR %v: remap the peer's network (in a file: remote.remappedPodCIDR or remote.remappedExternalCIDR) so that local pods keep their addresses", seen, i, pc)
 				}
 			}
 		}
