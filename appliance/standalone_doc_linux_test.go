@@ -410,6 +410,7 @@ skein-gateway --print-peer-config --config /etc/skein/a.yaml > /etc/skein/peer.s
 <!-- on: s -->
 `+"```sh"+`
 cat /etc/wireguard/peer.sh
+sysctl -w net.ipv4.ip_forward=1
 sed -e 's|PEER_PRIVATE_KEY_FILE|/etc/wireguard/s.key|; s|GATEWAY_ADDRESS|198.51.100.1|; s|wg[0]|wg0|g' /etc/wireguard/peer.sh | bash -euo pipefail
 `+"```"+`
 `))

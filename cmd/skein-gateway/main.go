@@ -139,7 +139,11 @@ func main() {
 			return
 		}
 		if *printPeer {
-			fmt.Print(cfg.StockPeerScript(plan))
+			script, err := cfg.StockPeerScript(plan)
+			if err != nil {
+				fail(1, "%s: %v", *configPath, err)
+			}
+			fmt.Print(script)
 			return
 		}
 		gw, err := appliance.Start(plan, log)

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -167,6 +168,7 @@ func TestMisspeltKeys(t *testing.T) {
 		{"listenPort: 51820", "listenPort: 70000", []string{"listenPort: want a whole number from 0 to 65535, not 70000"}},
 		{"podCIDRs: [10.244.1.0/24]", "podCIDRs: 10.244.1.0/24", []string{"nodes[0].podCIDRs: want a list, not a string"}},
 		{"mtu: 1340", "mtu: 1340\nmtu: 1400", []string{`key "mtu" already set`}},
+		{"mtu: 1340", "mtu: 1340\n---\nrole: client\n", []string{"more than one YAML document"}},
 	}
 	for _, tc := range cases {
 		if !strings.Contains(goodServer, tc.from) {
@@ -234,20 +236,56 @@ func TestFileBounds(t *testing.T) {
 	}
 }
 
-// TestStockPeerScript: the commands a stock WireGuard peer runs, for a server gateway whose
-// pods keep their addresses and for a client presenting them under another prefix.
+// TestManyUnknownKeys: a file of many unknown keys gets a bounded error.
+func TestManyUnknownKeys(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(goodServer)
+	for i := range 5000 {
+		fmt.Fprintf(&b, "unknown%d: 1\n", i)
+	}
+	_, err := gateway.LoadFile(writeConfig(t, b.String()))
+	if err == nil || !strings.Contains(err.Error(), "... and 4980 more") || len(err.Error()) > 8000 {
+		t.Errorf("error of %d bytes: %.300v", len(fmt.Sprint(err)), err)
+	}
+}
+
+// TestStockPeerScript: the script a stock WireGuard peer runs, for a server gateway whose
+// pods keep their addresses and for a client presenting them under another prefix; and the
+// networks no stock peer can route to the gateway refused.
 func TestStockPeerScript(t *testing.T) {
+	stockRemote := strings.Replace(goodServer, "  podCIDR: 10.244.0.0/16\n  remappedPodCIDR: 10.71.0.0/16\n  externalCIDR: 10.70.0.0/16\n", "  podCIDR: 192.168.50.0/24\n", 1)
 	client := strings.NewReplacer("role: server", "role: client", "listenPort: 51820", "endpoint: 192.0.2.10:51999",
 		"mtu: 1340", "mtu: 1280\nlocal:\n  podCIDR: 10.244.0.0/16\n  remappedPodCIDR: 10.99.0.0/16").Replace(goodServer)
-	for _, tc := range []struct{ name, yaml string }{{"stock-peer-of-server", goodServer}, {"stock-peer-of-client", client}} {
-		c, err := gateway.LoadFile(writeConfig(t, tc.yaml))
+	script := func(y string) (string, error) {
+		c, err := gateway.LoadFile(writeConfig(t, y))
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 		g, err := c.Resolve()
 		if err != nil {
+			return "", err
+		}
+		return c.StockPeerScript(g)
+	}
+	for _, tc := range []struct{ name, yaml string }{{"stock-peer-of-server", stockRemote}, {"stock-peer-of-client", client}} {
+		s, err := script(tc.yaml)
+		if err != nil {
 			t.Fatal(err)
 		}
-		golden.Check(t, tc.name, c.StockPeerScript(g))
+		golden.Check(t, tc.name, s)
+	}
+	for _, bad := range []struct{ name, yaml, want string }{
+		{"the sites overlap and this one is not presented under another prefix", goodServer,
+			"this site's pods, 10.244.1.0/24 to the peer, overlap the peer's own network 10.244.0.0/16"},
+		{"a default route as the local pod network", strings.Replace(stockRemote, "mtu: 1340", "mtu: 1340\nlocal:\n  podCIDR: 0.0.0.0/0", 1),
+			"local.podCIDR: 0.0.0.0/0 is a default route"},
+		{"half the Internet on a node", strings.Replace(stockRemote, "podCIDRs: [10.244.1.0/24]", "podCIDRs: [10.244.1.0/24, 64.0.0.0/2]", 1),
+			"64.0.0.0/2 is wider than a /8"},
+		{"the peer's endpoint inside the pods' network", strings.Replace(client, "192.0.2.10:51999", "10.99.7.7:51999", 1),
+			"holds the peer's own endpoint 10.99.7.7"},
+	} {
+		if _, err := script(bad.yaml); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want an error containing %q", bad.name, err, bad.want)
+		}
 	}
 }

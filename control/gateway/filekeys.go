@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"sort"
 	"strings"
 
+	goyaml "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 )
 
@@ -188,6 +190,9 @@ func editDistance(a, b string) int {
 // fault by its path in the file: an unknown key with the key it most likely meant, a value of
 // the wrong type with the type wanted.
 func decodeFile(b []byte) (*File, error) {
+	if err := oneDocument(b); err != nil {
+		return nil, err
+	}
 	j, err := yaml.YAMLToJSONStrict(b)
 	if err != nil {
 		return nil, errors.New(strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "))
@@ -197,6 +202,9 @@ func decodeFile(b []byte) (*File, error) {
 		return nil, err
 	}
 	if problems := unknownKeys(doc, reflect.TypeOf(File{}), ""); len(problems) > 0 {
+		if len(problems) > maxProblems {
+			problems = append(problems[:maxProblems], fmt.Sprintf("... and %d more", len(problems)-maxProblems))
+		}
 		return nil, errors.New(strings.Join(problems, "\n  "))
 	}
 	if _, ok := doc.(map[string]any); !ok && doc != nil {
@@ -213,6 +221,29 @@ func decodeFile(b []byte) (*File, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// maxProblems bounds how many unknown keys and wrong types one error names (a file of a
+// million unknown keys is not worth a million lines).
+const maxProblems = 20
+
+// oneDocument refuses a file of several YAML documents: the decoder reads the first alone,
+// and a second one (role: client after ---) would be ignored without a word.
+func oneDocument(b []byte) error {
+	dec := goyaml.NewDecoder(bytes.NewReader(b))
+	for n := 0; ; n++ {
+		var node goyaml.Node
+		err := dec.Decode(&node)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return nil // a syntax error: the strict decoder reports it with its line
+		}
+		if n == 1 {
+			return fmt.Errorf("the file has more than one YAML document (a line \"---\" after the first): a gateway reads one; keep one")
+		}
+	}
 }
 
 // typeWanted says what a value of Go type t looks like in YAML.

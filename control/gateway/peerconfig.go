@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gateway/config"
 )
 
@@ -41,12 +42,38 @@ func (c *File) PresentedNetworks(g *config.Gateway) []netip.Prefix {
 	return slices.Compact(out)
 }
 
-// StockPeerScript is the shell commands a Linux host with stock WireGuard (the kernel's, or
+// StockPeerScript is a shell script a Linux host with stock WireGuard (the kernel's, or
 // wireguard-go, driven by wg from wireguard-tools) runs to be this gateway's peer: its
 // interface, its end of the tunnel network, what it accepts from this gateway and routes to
-// it. Placeholders (the constants above) stand for what only the peer knows.
-func (c *File) StockPeerScript(g *config.Gateway) string {
+// it. Placeholders (the constants above) stand for what only the peer knows. It refuses
+// networks a stock peer cannot route to this gateway: one that is the peer's own (the sites
+// overlap and local.remappedPodCIDR is not set), one that holds the peer's endpoint, a
+// default route or a reserved range.
+func (c *File) StockPeerScript(g *config.Gateway) (string, error) {
 	presented := c.PresentedNetworks(g)
+	var problems []string
+	for _, p := range presented {
+		switch {
+		case !p.Addr().Is4():
+			problems = append(problems, fmt.Sprintf("%v: a stock peer is given this site's IPv4 networks only", p))
+		case p.Bits() < 8:
+			problems = append(problems, fmt.Sprintf("%v is wider than a /8: routing it into the tunnel would take the peer's other traffic with it", p))
+		case g.PeerEndpoint.IsValid() && p.Contains(g.PeerEndpoint.Addr()):
+			problems = append(problems, fmt.Sprintf("%v holds the peer's own endpoint %v: the tunnel would route into itself", p, g.PeerEndpoint.Addr()))
+		}
+		if f, ok := netv1alpha1.ForbiddenRange(p); ok {
+			problems = append(problems, fmt.Sprintf("%v overlaps %s (%s)", p, f.Prefix, f.Why))
+		}
+		for _, r := range g.AllowedIPs {
+			if r.Overlaps(p) && r.Addr() != g.PeerTunnelIP {
+				problems = append(problems, fmt.Sprintf("this site's pods, %v to the peer, overlap the peer's own network %v: a stock peer, which does no NAT, cannot route to them; set local.podCIDR and local.remappedPodCIDR to a prefix free on both sides (docs/standalone.md, example 2)", p, r))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return "", fmt.Errorf("no stock peer can be set up for this gateway:\n  %s", strings.Join(problems, "\n  "))
+	}
+
 	allowed := []string{netip.PrefixFrom(g.TunnelIP, 32).String()}
 	for _, p := range presented {
 		allowed = append(allowed, p.String())
@@ -59,18 +86,21 @@ func (c *File) StockPeerScript(g *config.Gateway) string {
 	}
 	wg := PeerInterfacePlaceholder
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Commands for a Linux host with stock WireGuard to be the peer of this skein gateway\n")
-	fmt.Fprintf(&b, "# (%s, public key %s).\n", c.Role, g.PrivateKey.Public())
+	fmt.Fprintf(&b, "#!/bin/sh\n")
+	fmt.Fprintf(&b, "# A Linux host with stock WireGuard runs this (as root, sh -eu FILE) to be the peer of the\n")
+	fmt.Fprintf(&b, "# skein gateway %s (%s).\n", g.PrivateKey.Public(), c.Role)
 	fmt.Fprintf(&b, "# Replace %s with the file holding the peer's private key (wg genkey), whose\n", PeerKeyPlaceholder)
-	fmt.Fprintf(&b, "# public key must be this gateway's peerPublicKey (%s).\n", g.PeerPublicKey)
+	fmt.Fprintf(&b, "# public key must be the gateway's peerPublicKey (%s).\n", g.PeerPublicKey)
 	if c.Role == "server" {
-		fmt.Fprintf(&b, "# Replace %s with the address the peer reaches this gateway at.\n", GatewayAddressPlaceholder)
+		fmt.Fprintf(&b, "# Replace %s with the address the peer reaches the gateway at.\n", GatewayAddressPlaceholder)
 	}
-	fmt.Fprintf(&b, "# The peer sees this site's pods as %s.\n", joinPrefixes(presented))
+	fmt.Fprintf(&b, "# The peer sees the gateway's site as %s. Another interface name than %s is fine.\n", joinPrefixes(presented), wg)
+	fmt.Fprintf(&b, "set -eu\n")
+	fmt.Fprintf(&b, "if ip link show %s >/dev/null 2>&1; then echo \"%s exists: pick another name\" >&2; exit 1; fi\n", wg, wg)
 	fmt.Fprintf(&b, "ip link add %s type wireguard || wireguard-go %s\n", wg, wg)
 	fmt.Fprintf(&b, "wg set %s private-key %s", wg, PeerKeyPlaceholder)
 	if c.Role == "client" {
-		// This gateway dials the peer: the peer listens on the port of the gateway's endpoint.
+		// The gateway dials the peer: the peer listens on the port of the gateway's endpoint.
 		fmt.Fprintf(&b, " listen-port %d", g.PeerEndpoint.Port())
 	}
 	fmt.Fprintf(&b, " \\\n    peer %s", g.PrivateKey.Public())
@@ -83,9 +113,9 @@ func (c *File) StockPeerScript(g *config.Gateway) string {
 	for _, p := range presented {
 		fmt.Fprintf(&b, "ip route add %s dev %s\n", p, wg)
 	}
-	fmt.Fprintf(&b, "# Where hosts behind the peer use it as their router towards these networks:\n")
-	fmt.Fprintf(&b, "sysctl -w net.ipv4.ip_forward=1\n")
-	return b.String()
+	fmt.Fprintf(&b, "# When hosts behind the peer reach the gateway's site through it, the peer forwards:\n")
+	fmt.Fprintf(&b, "# sysctl -w net.ipv4.ip_forward=1\n")
+	return b.String(), nil
 }
 
 func joinPrefixes(ps []netip.Prefix) string {

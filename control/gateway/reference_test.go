@@ -264,7 +264,7 @@ func buildSchema(fields []refField) ([]byte, error) {
 	}
 	root := schemaOf(reflect.TypeOf(File{}), "", byPath, referenceDefaults(), referenceLimits())
 	root["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-	root["$id"] = "https://github.com/skein-net/skein/blob/main/docs/gateway-config.schema.json"
+	root["$id"] = "https://raw.githubusercontent.com/skein-net/skein/main/docs/gateway-config.schema.json"
 	root["title"] = "skein-gateway standalone configuration (skein-gateway --config FILE)"
 	root["description"] = "Generated from control/gateway/file.go by TestConfigReference; docs/standalone.md has the same as a table."
 	root["allOf"] = []any{

@@ -405,6 +405,10 @@ func (b *builder) local() {
 			b.bad(l.Field, "%s is not an IPv4 CIDR without host bits", l.Real)
 			continue
 		}
+		if why := forbidden(l.Real); why != "" {
+			b.bad(l.Field, "%s", why)
+			continue
+		}
 		reals = append(reals, l.Real)
 		p, ok := b.mapping(l.Field, l.PresentedField, l.Real, l.Presented)
 		if !ok || p == l.Real {
