@@ -63,7 +63,7 @@ soak: k8s-binaries ## Soak in the lab (root): DURATION (default 30m) of traffic 
 	SKEIN_SOAK=$(DURATION) SKEIN_FAILED_LOGS=/var/tmp/skein-soak-failed go test -count=1 -v -timeout 13h -run '^TestSoak$$' ./bench/e2e/
 
 .PHONY: demo
-demo: k8s-binaries ## The demo: lab up, skein via Helm, clusters peered with skeinctl, skeinctl test network (the matrix), skeinctl bench (5 s per figure, chart in the lab state dir), summary (KEEP=1 keeps the lab).
+demo: k8s-binaries ## The demo: lab up, skein via Helm, clusters peered with skeinctl, skeinctl test network (the matrix), skeinctl bench (5 s per figure, chart in bin/demo-skeinctl-bench.svg), summary (KEEP=1 keeps the lab).
 	SKEIN_DEMO=1 go test -count=1 -v -timeout 20m -run '^TestDemo$$' ./bench/e2e/
 
 .PHONY: bench

@@ -1016,9 +1016,16 @@ func TestDemo(t *testing.T) {
 	// The user's own tools: the connectivity matrix and the throughput ladder.
 	remote := e.l.Clusters[1].Kubeconfig
 	e.reportf("skeinctl test network --remote-kubeconfig %s\n%s", remote, e.run(ctx, 0, "skeinctl", "test", "network", "--remote-kubeconfig", remote))
-	svg := filepath.Join(e.l.StateDir, "skeinctl-bench.svg")
-	e.reportf("skeinctl bench --remote-kubeconfig %s --duration 5s --svg %s\n%s", remote, svg,
-		e.run(ctx, 0, "skeinctl", "bench", "--remote-kubeconfig", remote, "--duration", "5s", "--svg", svg))
+	// The chart outlives the lab (its state directory goes with it): bin/, beside the binaries.
+	svg, err := filepath.Abs(filepath.Join("..", "..", "bin", "demo-skeinctl-bench.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(svg), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.reportf("skeinctl bench --remote-kubeconfig %s --duration 5s --svg %s\n%s\nchart: %s", remote, svg,
+		e.run(ctx, 0, "skeinctl", "bench", "--remote-kubeconfig", remote, "--duration", "5s", "--svg", svg), svg)
 }
 
 // saveLogs copies the lab's logs (the control planes' and every pod's) from stateDir to dir.

@@ -57,13 +57,33 @@ import (
 	"github.com/skein-net/skein/control/probe"
 )
 
+// usage is what skein-probe --help prints; each command's --help lists its flags.
+const usage = `skein-probe is skein's network probe (the skein-probe image that skeinctl test network and
+skeinctl bench run in their pods).
+
+  skein-probe serve [--tcp :7070] [--udp :7071] [--http :7072]   answer each caller with the source it saw
+                                                                (and serve tput, rate, latency on 7073-7075)
+  skein-probe call [--timeout 2s] tcp|udp HOST:PORT             one call; prints what the server saw
+  skein-probe check [--timeout 2s] [--pings 3] [--mtu 0] [--route] ADDR...
+                                                                every check of skeinctl test network, as JSON
+  skein-probe tput [--duration 10s] [--streams 1] [--reverse] HOST   TCP throughput, as JSON
+  skein-probe rate [--duration 10s] [--size 64] HOST            UDP packet rate and loss, as JSON
+  skein-probe latency [--duration 10s] [--size 1] HOST          request/response latency, as JSON
+  skein-probe stream | rr-serve | rr | get | idle | version     used by skein's own tests
+
+In a pod kept by skeinctl test network --keep:
+  kubectl -n NAMESPACE exec POD -- skein-probe check --mtu 1340 --route 10.71.2.7
+`
+
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: skein-probe serve|call|stream|rr-serve|rr|get|check|tput|rate|latency|idle|version ... (see go doc ./cmd/skein-probe)")
+		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
+	case "help", "-h", "--help", "-help":
+		fmt.Print(usage)
 	case "version", "--version", "-version":
 		fmt.Printf("skein-probe %s\n", buildinfo.Get())
 	case "serve":

@@ -167,7 +167,11 @@ func (g *globals) restConfig(t target) (*rest.Config, error) {
 		if t.context != "" {
 			where += fmt.Sprintf(", context %q", t.context)
 		}
-		return nil, fmt.Errorf("reading %s: %w (pass --kubeconfig, or set KUBECONFIG)", where, err)
+		hint := "pass --kubeconfig, or set KUBECONFIG"
+		if t != g.local() {
+			hint = "check --remote-kubeconfig and --remote-context: the peer cluster's"
+		}
+		return nil, fmt.Errorf("reading %s: %w (%s)", where, err, hint)
 	}
 	cfg.Timeout = g.timeout
 	return cfg, nil

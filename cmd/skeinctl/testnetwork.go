@@ -389,7 +389,7 @@ func (g *globals) testNetwork(ctx context.Context, o *testNetOpts) (*netReport, 
 	// From here on, whatever happens (an error, Ctrl-C), the namespaces go.
 	defer func() {
 		if o.keep {
-			pr.step("Keeping namespace %s in both clusters (--keep): kubectl delete namespace %s", rep.Namespace, rep.Namespace)
+			pr.step("Keeping namespace %s in both clusters (--keep): kubectl delete namespace %s, in each cluster, removes it", rep.Namespace, rep.Namespace)
 			return
 		}
 		pr.step("Removing namespace %s in both clusters", rep.Namespace)
