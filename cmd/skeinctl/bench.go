@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"math"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,29 +78,28 @@ it). The measurements load the clusters' networks: run it when that is acceptabl
 					return fmt.Errorf("--streams %d: want 1-128", n)
 				}
 			}
-			var svg *os.File
 			if o.svg != "" {
-				f, err := os.Create(o.svg)
-				if err != nil {
-					return fmt.Errorf("--svg: %w", err)
+				// Checked before anything is measured; written only when something was.
+				if st, err := os.Stat(o.svg); err == nil && !st.Mode().IsRegular() {
+					return fmt.Errorf("--svg %s: not a regular file", o.svg)
 				}
-				defer f.Close()
-				svg = f
+				if st, err := os.Stat(filepath.Dir(o.svg)); err != nil || !st.IsDir() {
+					return fmt.Errorf("--svg %s: no directory %s to write it in", o.svg, filepath.Dir(o.svg))
+				}
 			}
 			rep, err := g.bench(c.Context(), o)
-			if rep == nil && svg != nil {
-				svg.Close()
-				_ = os.Remove(o.svg) // nothing measured: no empty chart left behind
-			}
 			if rep != nil {
 				if o.output == "json" {
-					b, _ := json.MarshalIndent(rep, "", "  ")
+					b, merr := json.MarshalIndent(rep, "", "  ")
+					if merr != nil {
+						return fmt.Errorf("-o json: %w", merr)
+					}
 					fmt.Fprintln(g.out, string(b))
 				} else {
 					rep.print(g.out)
 				}
-				if svg != nil {
-					if _, werr := io.WriteString(svg, rep.SVG()); werr != nil {
+				if o.svg != "" {
+					if werr := writeFileAtomic(o.svg, []byte(rep.SVG())); werr != nil {
 						return fmt.Errorf("--svg: %w", werr)
 					}
 				}
@@ -195,6 +196,9 @@ func (g *globals) bench(ctx context.Context, o *benchOpts) (*benchReport, error)
 		Duration: o.duration.String(), Started: start.UTC()}
 	run := newRunID()
 	runs := map[*side]*probeRun{}
+	// Another run removes probe namespaces past their expiry: this one's outlives every
+	// measurement it makes (2 x (2 x stream counts + 3) of --duration), with an hour to spare.
+	keep := time.Hour + 2*time.Duration(2*(2*len(o.streams)+3))*o.duration
 	for _, s := range []*side{l, r} {
 		t := g.local()
 		if s == r {
@@ -205,7 +209,7 @@ func (g *globals) bench(ctx context.Context, o *benchOpts) (*benchReport, error)
 			return nil, err
 		}
 		removeExpired(setup, s.c)
-		runs[s] = &probeRun{label: s.label, c: s.c, cfg: cfg, ns: probeNSPrefix + run, image: probeImage(setup, s.c, s.liqo, o.image), keepUntil: time.Hour}
+		runs[s] = &probeRun{label: s.label, c: s.c, cfg: cfg, ns: probeNSPrefix + run, image: probeImage(setup, s.c, s.liqo, o.image), keepUntil: keep}
 	}
 	rep.Local.ProbeImage, rep.Remote.ProbeImage = runs[l].image, runs[r].image
 	rep.Namespace = probeNSPrefix + run
@@ -390,7 +394,10 @@ func (g *globals) bench(ctx context.Context, o *benchOpts) (*benchReport, error)
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						cpu, rss, err := scrape(ctx, x.s, x.pod, x.url)
+						// A probe that stops answering must not hold the run for ever.
+						sctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+						cpu, rss, err := scrape(sctx, x.s, x.pod, x.url)
+						cancel()
 						into[k] = sample{cpu, rss}
 						if err != nil {
 							errs[k] = err
@@ -496,6 +503,9 @@ func parseProcessMetrics(text string) (cpu, rss float64, err error) {
 			continue
 		}
 		v, perr := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if perr == nil && (math.IsNaN(v) || math.IsInf(v, 0) || v < 0) {
+			perr = fmt.Errorf("%s is %v: want a finite, non-negative number", name, v)
+		}
 		switch name {
 		case "process_cpu_seconds_total":
 			cpu, haveCPU = v, perr == nil
@@ -635,4 +645,35 @@ func (rep *benchReport) SVG() string {
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// scrapeTimeout bounds one read of a gateway's /metrics through a probe pod.
+const scrapeTimeout = 30 * time.Second
+
+// writeFileAtomic writes b to path through a temporary file in the same directory renamed over
+// it, so that path is either what it was or the whole new content.
+func writeFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return nil
 }

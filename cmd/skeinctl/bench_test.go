@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +20,8 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--streams", "0"}, "--streams 0: want 1-128"},
 		{[]string{"--streams", "1,2,3,4,5,6,7,8,9"}, "want 1 to 8 stream counts"},
 		{[]string{"-o", "yaml"}, `--output "yaml"`},
-		{[]string{"--svg", "/nonexistent/dir/x.svg"}, "--svg: open /nonexistent/dir/x.svg"},
+		{[]string{"--svg", "/nonexistent/dir/x.svg"}, "--svg /nonexistent/dir/x.svg: no directory /nonexistent/dir"},
+		{[]string{"--svg", "/dev/null"}, "--svg /dev/null: not a regular file"},
 		{nil, "--remote-kubeconfig is required"},
 	} {
 		_, err := run(t, append([]string{"bench", "--kubeconfig", "/nonexistent"}, tc.args...)...)
@@ -45,6 +48,36 @@ go_goroutines 12
 	}
 	if _, _, err := parseProcessMetrics("process_cpu_seconds_total x\nprocess_resident_memory_bytes 1\n"); err == nil {
 		t.Error("a value that is no number parsed")
+	}
+	// A peer's /metrics may say anything: what JSON cannot carry, or no CPU time can be, is refused.
+	for _, v := range []string{"NaN", "+Inf", "-Inf", "-1"} {
+		if _, _, err := parseProcessMetrics("process_cpu_seconds_total " + v + "\nprocess_resident_memory_bytes 1\n"); err == nil {
+			t.Errorf("process_cpu_seconds_total %s parsed", v)
+		}
+	}
+}
+
+// TestBenchSVGLeftAlone: a run that measures nothing leaves the --svg file as it was (it
+// truncated it, then removed it); a written chart replaces the file whole.
+func TestBenchSVGLeftAlone(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "chart.svg")
+	if err := os.WriteFile(path, []byte("the user's own"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "bench", "--kubeconfig", "/nonexistent", "--remote-kubeconfig", "/nonexistent", "--svg", path); err == nil {
+		t.Fatal("bench without clusters succeeded")
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "the user's own" {
+		t.Errorf("--svg file after a failed run: %q, %v", b, err)
+	}
+	if err := writeFileAtomic(path, []byte("<svg/>")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "<svg/>" {
+		t.Errorf("after writeFileAtomic: %q", b)
+	}
+	if m, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".chart.svg.*")); len(m) != 0 {
+		t.Errorf("temporary files left: %v", m)
 	}
 }
 

@@ -7,14 +7,17 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net/netip"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -44,6 +47,8 @@ type probeRun struct {
 	c         client.Client
 	cfg       *rest.Config
 	cs        kubernetes.Interface
+	csOnce    sync.Once
+	csErr     error
 	ns        string
 	image     string
 	host      bool // the host-network DaemonSet too
@@ -184,7 +189,14 @@ func (p *probeRun) ready(ctx context.Context) (pods []probePod, want int, err er
 	if err := p.c.List(ctx, &dss, client.InNamespace(p.ns)); err != nil {
 		return nil, 0, err
 	}
+	// Only the DaemonSets this run made, and only their pods: anyone else who can create
+	// pods in the namespace (it admits privileged pods for the host probes) is not trusted.
+	ours := map[types.UID]bool{}
 	for _, d := range dss.Items {
+		if !strings.HasPrefix(d.Name, "probe-") || d.Labels[probeRunLabel] == "" {
+			continue
+		}
+		ours[d.UID] = true
 		want += int(d.Status.DesiredNumberScheduled)
 	}
 	var list corev1.PodList
@@ -192,7 +204,15 @@ func (p *probeRun) ready(ctx context.Context) (pods []probePod, want int, err er
 		return nil, want, err
 	}
 	for _, pod := range list.Items {
-		if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" || !podReady(&pod) {
+		if pod.DeletionTimestamp != nil || !podReady(&pod) {
+			continue
+		}
+		if owner := metav1.GetControllerOf(&pod); owner == nil || !ours[owner.UID] {
+			continue
+		}
+		// A pod IP that is not an IPv4 address (an API server that does not validate it) is
+		// no probe to check against.
+		if a, err := netip.ParseAddr(pod.Status.PodIP); err != nil || !a.Is4() {
 			continue
 		}
 		pods = append(pods, probePod{Name: pod.Name, Node: pod.Spec.NodeName, IP: pod.Status.PodIP, Host: pod.Spec.HostNetwork})
@@ -280,12 +300,9 @@ func (p *probeRun) remove(ctx context.Context, wait time.Duration) error {
 // exec runs skein-probe with args in pod and returns its standard output; a failure carries
 // its standard error.
 func (p *probeRun) exec(ctx context.Context, pod string, args ...string) ([]byte, error) {
-	if p.cs == nil {
-		cs, err := kubernetes.NewForConfig(p.cfg)
-		if err != nil {
-			return nil, err
-		}
-		p.cs = cs
+	p.csOnce.Do(func() { p.cs, p.csErr = kubernetes.NewForConfig(p.cfg) })
+	if p.csErr != nil {
+		return nil, p.csErr
 	}
 	req := p.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.ns).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Container: probeContainer, Command: append([]string{probeBinary}, args...), Stdout: true, Stderr: true}, scheme.ParameterCodec)

@@ -908,7 +908,9 @@ func (rep *netReport) print(w io.Writer) {
 		if p.TCP != nil && p.TCP.Seen != "" {
 			seen = p.TCP.Seen
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", from, to, seen, mark(p.TCP, p.Failures, "tcp"), mark(p.UDP, p.Failures, "udp"),
+		// Node names, addresses and what the far probe says it saw come from the clusters
+		// and the probes, which a peer controls: escaped before they reach a terminal.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(from), printable(to), printable(seen), mark(p.TCP, p.Failures, "tcp"), mark(p.UDP, p.Failures, "udp"),
 			mark(p.ICMP, p.Failures, "icmp"), mark(p.PMTU, p.Failures, "path-mtu"), lat)
 	}
 	tw.Flush()
@@ -930,7 +932,7 @@ func (rep *netReport) print(w io.Writer) {
 		if p.From.HostNetwork {
 			from += " (host)"
 		}
-		fmt.Fprintf(w, "  %s -> %s/%s %s: %s\n", from, p.To.Cluster, p.To.Node, cmpOr(p.Address, "?"), printable(joinFailures(p.Failures)))
+		fmt.Fprintf(w, "  %s: %s\n", printable(fmt.Sprintf("%s -> %s/%s %s", from, p.To.Cluster, p.To.Node, cmpOr(p.Address, "?"))), printable(joinFailures(p.Failures)))
 	}
 	if lines > maxLines {
 		fmt.Fprintf(w, "  ... and %d more pairs (-o json lists them all)\n", lines-maxLines)
@@ -943,9 +945,9 @@ func (rep *netReport) print(w io.Writer) {
 			if f.Subject != "" {
 				subject += " " + f.Subject
 			}
-			fmt.Fprintf(w, "  PROBLEM %s: %s\n", subject, f.Detail)
+			fmt.Fprintf(w, "  PROBLEM %s: %s\n", printable(subject), printable(f.Detail))
 			if f.Hint != "" {
-				fmt.Fprintf(w, "          -> %s\n", f.Hint)
+				fmt.Fprintf(w, "          -> %s\n", printable(f.Hint))
 			}
 		}
 	}

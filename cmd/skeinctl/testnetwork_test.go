@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skein-net/skein/control/probe"
@@ -160,5 +162,61 @@ func TestTestNetworkCleansUp(t *testing.T) {
 	}
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("took %s", d)
+	}
+}
+
+// TestPrintEscapes: what the clusters and the probes say (node names, the source a probe saw,
+// findings) reaches the terminal escaped: a peer cannot retitle it or hide lines.
+func TestPrintEscapes(t *testing.T) {
+	esc := "\x1b]0;PWNED\a"
+	rep := &netReport{MTU: 1340, Pairs: []pairResult{{
+		From:    endpointRef{Cluster: "local", Node: "a1" + esc, IP: "10.244.1.5"},
+		To:      endpointRef{Cluster: "remote", Node: "b1" + esc},
+		Address: "10.71.2.7", TCP: &probe.Result{OK: true, Seen: "10.72.1.5" + esc},
+		Failures: []string{"udp: " + esc},
+	}}, Problems: []finding{{Level: levelProblem, Check: "route", Subject: "(remote) b1" + esc, Detail: "leaves through " + esc, Hint: esc}}}
+	var b strings.Builder
+	rep.print(&b)
+	if strings.ContainsAny(b.String(), "\x1b\a") {
+		t.Errorf("control characters reached the output:\n%q", b.String())
+	}
+	if !strings.Contains(b.String(), `\x1b]0;PWNED\a`) {
+		t.Errorf("the escaped text is missing:\n%s", b.String())
+	}
+}
+
+// TestReadyTrustsOnlyItsOwnPods: the probe namespace admits privileged pods; a pod someone
+// else put there, labelled like a probe, is not one.
+func TestReadyTrustsOnlyItsOwnPods(t *testing.T) {
+	env := apitest.Start(t)
+	ctx := context.Background()
+	ns := probeNSPrefix + "0badc0de"
+	apitest.Must(t, env.EnsureNamespace(ctx, ns))
+	labels := map[string]string{probeRunLabel: "0badc0de", probeKindLabel: "pod"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "probe-pod", Namespace: ns, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "x"}}}}}}
+	apitest.Must(t, env.Client.Create(ctx, ds))
+	mkPod := func(name, ip string, owned bool) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+			Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "probe", Image: "x"}}}}
+		if owned {
+			pod.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(ds, appsv1.SchemeGroupVersion.WithKind("DaemonSet"))}
+		}
+		apitest.Must(t, env.Client.Create(ctx, pod))
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		apitest.Must(t, env.Client.Status().Update(ctx, pod))
+	}
+	mkPod("ours", "10.244.1.5", true)
+	mkPod("planted", "10.244.1.6", false)
+	pr := &probeRun{label: "local", c: env.Client, cfg: env.Config, ns: ns}
+	pods, _, err := pr.ready(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 1 || pods[0].Name != "ours" {
+		t.Errorf("ready pods %+v, want only the DaemonSet's", pods)
 	}
 }
