@@ -29,18 +29,8 @@ func Check(tb testing.TB, name, got string) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			tb.Fatal(err)
 		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			tb.Fatal(err)
-		}
 	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		tb.Fatalf("%v (go test -run '%s' -update creates it)", err, tb.Name())
-	}
-	if got != string(want) {
-		tb.Errorf("%s differs from what the test produced (if the change is meant, go test -run '%s' -update):\n%s",
-			path, tb.Name(), Diff(string(want), got))
-	}
+	CheckFile(tb, path, got)
 }
 
 // CheckFile is Check for a file kept elsewhere than testdata (a generated reference in docs/,
@@ -54,10 +44,11 @@ func CheckFile(tb testing.TB, path, got string) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		tb.Fatalf("%v (go test -run '%s' -update writes it)", err, tb.Name())
+		tb.Fatalf("%v (go test -run '%s' -update creates it)", err, tb.Name())
 	}
 	if got != string(want) {
-		tb.Errorf("%s differs from what the test generated (go test -run '%s' -update writes it):\n%s", path, tb.Name(), Diff(string(want), got))
+		tb.Errorf("%s differs from what the test produced (if the change is meant, go test -run '%s' -update):\n%s",
+			path, tb.Name(), Diff(string(want), got))
 	}
 }
 
