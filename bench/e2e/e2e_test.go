@@ -42,7 +42,8 @@ type env struct {
 	bin    string
 	helm   string
 	prefix string
-	c      [2]client.Client
+	c      []client.Client // one per cluster
+	ids    []string        // each cluster's id (cluster ids are read once, after install)
 	report strings.Builder
 	// installSets are helm --set values install adds.
 	installSets []string
@@ -121,8 +122,9 @@ func setupLab(t *testing.T, keepAlways bool, opts lab.Options) *env {
 			}
 		})
 	}
-	e.reportf("lab: 2 clusters x 2 nodes up in %.1fs", l.Ready.Sub(l.Started).Seconds())
-	for i := range 2 {
+	e.reportf("lab: %d clusters x 2 nodes up in %.1fs", len(l.Clusters), l.Ready.Sub(l.Started).Seconds())
+	e.c = make([]client.Client, len(l.Clusters))
+	for i := range l.Clusters {
 		cfg, err := l.RESTConfig(i)
 		if err != nil {
 			t.Fatal(err)
@@ -334,7 +336,7 @@ func (e *env) install(ctx context.Context, gatewayReplicas int) {
 	for _, s := range e.installSets {
 		imageArgs = append(imageArgs, "--set", s)
 	}
-	for i := range 2 {
+	for i := range e.c {
 		start := time.Now()
 		e.run(ctx, i, slices.Concat([]string{e.helm, "install", "skein", chart, "--namespace", "liqo", "--create-namespace",
 			"--set", fmt.Sprintf("gateway.replicas=%d", gatewayReplicas), "--set-json", "ipam.podCIDR=[" + strings.Join(cidrs, ",") + "]",
@@ -383,7 +385,7 @@ func podReady(p *corev1.Pod) bool {
 // probes runs a skein-probe server on every node of both clusters (a DaemonSet).
 func (e *env) probes(ctx context.Context) {
 	labels := map[string]string{"app": "probe"}
-	for i := range 2 {
+	for i := range e.c {
 		ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"},
 			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
@@ -395,7 +397,7 @@ func (e *env) probes(ctx context.Context) {
 			e.t.Fatal(err)
 		}
 	}
-	for i := range 2 {
+	for i := range e.c {
 		e.waitFor(ctx, time.Minute, fmt.Sprintf("probe pods of cluster %d Ready", i), func() bool {
 			return len(e.probePods(ctx, i)) == 2
 		})
@@ -482,15 +484,47 @@ func (v view) of(a netip.Addr) netip.Addr {
 	return netip.Addr{} // not in any published CIDR: unreachable, and the test says so
 }
 
-// peerView is how cluster i sees its peer: its pods (every pod CIDR) and its external CIDR
-// as remapped here.
+// peerView is how cluster i sees its only peer: its pods (every pod CIDR) and its external
+// CIDR as remapped here.
 func (e *env) peerView(ctx context.Context, i int) (pods view, external netip.Prefix) {
 	e.t.Helper()
 	var confs netv1alpha1.ConfigurationList
 	if err := e.c[i].List(ctx, &confs); err != nil || len(confs.Items) != 1 {
 		e.t.Fatalf("cluster %d: want one Configuration, got %d (%v)", i, len(confs.Items), err)
 	}
-	cf := confs.Items[0]
+	return e.configurationView(i, &confs.Items[0])
+}
+
+// viewOf is how cluster at sees cluster of (one of its peers), found by the peer's cluster id.
+func (e *env) viewOf(ctx context.Context, at, of int) (pods view, external netip.Prefix) {
+	e.t.Helper()
+	var confs netv1alpha1.ConfigurationList
+	if err := e.c[at].List(ctx, &confs, client.MatchingLabels{"liqo.io/remote-cluster-id": e.clusterID(ctx, of)}); err != nil || len(confs.Items) != 1 {
+		e.t.Fatalf("cluster %d: want one Configuration for cluster %d, got %d (%v)", at, of, len(confs.Items), err)
+	}
+	return e.configurationView(at, &confs.Items[0])
+}
+
+// clusterID is cluster i's id (skein-controller writes it when the chart is installed).
+func (e *env) clusterID(ctx context.Context, i int) string {
+	e.t.Helper()
+	if e.ids == nil {
+		e.ids = make([]string, len(e.c))
+	}
+	if e.ids[i] == "" {
+		var cm corev1.ConfigMap
+		if err := e.c[i].Get(ctx, client.ObjectKey{Namespace: "liqo", Name: "liqo-clusterid-configmap"}, &cm); err != nil || cm.Data["CLUSTER_ID"] == "" {
+			e.t.Fatalf("cluster %d: no cluster id: %v", i, err)
+		}
+		e.ids[i] = cm.Data["CLUSTER_ID"]
+	}
+	return e.ids[i]
+}
+
+// configurationView reads a Configuration of cluster i: the peer's pod CIDRs and how they
+// and its external CIDR are seen here.
+func (e *env) configurationView(i int, cf *netv1alpha1.Configuration) (pods view, external netip.Prefix) {
+	e.t.Helper()
 	if cf.Status.Remote == nil {
 		e.t.Fatalf("cluster %d: Configuration %s has no status.remote", i, cf.Name)
 	}
@@ -597,9 +631,18 @@ func (e *env) gatewayNode(ctx context.Context, i int) string {
 	return gw.Spec.NodeName
 }
 
+// gatewayNodeFor is the node of cluster at's active gateway towards cluster of.
+func (e *env) gatewayNodeFor(ctx context.Context, at, of int) string {
+	gw := e.activeGatewayFor(ctx, at, of)
+	return gw.Spec.NodeName
+}
+
 // matrix: pod to pod across the clusters, both ways, from the gateway's node and the other, TCP,
 // UDP and ICMP; the far side sees the remapped source. Then host network to a remote pod.
-func (e *env) matrix(ctx context.Context) {
+func (e *env) matrix(ctx context.Context) { e.matrixPairs(ctx, [][2]int{{0, 1}, {1, 0}}) }
+
+// matrixPairs runs the matrix from cluster s to cluster d for each ordered pair {s, d}.
+func (e *env) matrixPairs(ctx context.Context, pairs [][2]int) {
 	var failed, passed int
 	// record counts and reports one cell of the matrix.
 	record := func(line string, err error, out, seen string) {
@@ -612,11 +655,11 @@ func (e *env) matrix(ctx context.Context) {
 		passed++
 		e.reportf("%s ok (seen as %s)", line, seen)
 	}
-	for _, dir := range [][2]int{{0, 1}, {1, 0}} {
+	for _, dir := range pairs {
 		s, d := dir[0], dir[1]
-		seenAs, srcExternalAtD := e.peerView(ctx, d) // how d sees s's pods and nodes
-		dstAs, _ := e.peerView(ctx, s)               // how s sees d's pods
-		gw := e.gatewayNode(ctx, s)
+		seenAs, srcExternalAtD := e.viewOf(ctx, d, s) // how d sees s's pods and nodes
+		dstAs, _ := e.viewOf(ctx, s, d)               // how s sees d's pods
+		gw := e.gatewayNodeFor(ctx, s, d)
 		for _, src := range e.probePods(ctx, s) {
 			where := "other node"
 			if src.Spec.NodeName == gw {

@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 )
 
 // What only the real node stack can show: the gateway as the container runtime runs it, kubectl
@@ -25,6 +27,21 @@ func (e *env) activeGateway(ctx context.Context, i int) corev1.Pod {
 	var pods corev1.PodList
 	if err := e.c[i].List(ctx, &pods, client.MatchingLabels{"networking.liqo.io/active": "true"}); err != nil || len(pods.Items) != 1 {
 		e.t.Fatalf("cluster %d: want one active gateway pod, got %d (%v)", i, len(pods.Items), err)
+	}
+	return pods.Items[0]
+}
+
+// activeGatewayFor is cluster at's active gateway towards cluster of (in the tenant
+// namespace of the peering, where its Configuration is).
+func (e *env) activeGatewayFor(ctx context.Context, at, of int) corev1.Pod {
+	e.t.Helper()
+	var confs netv1alpha1.ConfigurationList
+	if err := e.c[at].List(ctx, &confs, client.MatchingLabels{"liqo.io/remote-cluster-id": e.clusterID(ctx, of)}); err != nil || len(confs.Items) != 1 {
+		e.t.Fatalf("cluster %d: want one Configuration for cluster %d, got %d (%v)", at, of, len(confs.Items), err)
+	}
+	var pods corev1.PodList
+	if err := e.c[at].List(ctx, &pods, client.InNamespace(confs.Items[0].Namespace), client.MatchingLabels{"networking.liqo.io/active": "true"}); err != nil || len(pods.Items) != 1 {
+		e.t.Fatalf("cluster %d: want one active gateway pod in %s, got %d (%v)", at, confs.Items[0].Namespace, len(pods.Items), err)
 	}
 	return pods.Items[0]
 }

@@ -274,7 +274,19 @@ loop:
 			break loop
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Replies to the last datagrams still count: wait 200 ms for them.
+	drain := time.After(200 * time.Millisecond)
+wait:
+	for {
+		select {
+		case t := <-replies:
+			got++
+			gap = max(gap, t.Sub(last))
+			last = t
+		case <-drain:
+			break wait
+		}
+	}
 	if g := time.Since(last) - 200*time.Millisecond; *report > 0 && g > *report {
 		fmt.Printf("gap-ms %d ending-at-ms %d\n", g.Milliseconds(), time.Since(start).Milliseconds()-200)
 	}

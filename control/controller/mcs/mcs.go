@@ -1,0 +1,431 @@
+// Package mcs computes what one cluster holds for a service exported through the Kubernetes
+// Multi-Cluster Services API (multicluster.x-k8s.io/v1alpha1): given every cluster's export of
+// one namespace/name (its ServiceExport, Service and EndpointSlices) and how this cluster sees
+// each exporter's pods, it returns the ServiceImport, the derived ClusterIP Service and the
+// EndpointSlices (addresses translated into this cluster's view), and the conflicts of each
+// export. It is pure: no API calls, no clock; the reconciler (serviceimport.go in the parent
+// package) reads the inputs and writes the outputs.
+//
+// Everything from a peer is untrusted: endpoints outside the peer's published pod CIDRs are
+// dropped (they could point anywhere in this cluster), node names and target references are
+// not copied (a peer's node name may be one of ours), and counts are capped by Limits.
+package mcs
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+)
+
+// ManagedBy is the endpointslice.kubernetes.io/managed-by value of the slices skein writes.
+const ManagedBy = "skein"
+
+// Labels skein puts on what it derives.
+const (
+	// ImportLabel, on the derived Service and its slices, names the ServiceImport.
+	ImportLabel = mcsv1a1.LabelServiceName
+	// SourceClusterLabel, on a slice, is the cluster its endpoints live in.
+	SourceClusterLabel = mcsv1a1.LabelSourceCluster
+)
+
+// DefaultMaxEndpointsPerSlice is what kube-controller-manager puts in one slice by default.
+const DefaultMaxEndpointsPerSlice = 100
+
+// AddressMap is how this cluster reaches one exporter's pods: each of the exporter's pod CIDRs
+// (Real) and the prefix it is seen as here (Seen; equal when not remapped).
+type AddressMap []Mapping
+
+// Mapping is one pod CIDR of a cluster and how it is seen here.
+type Mapping struct{ Real, Seen netip.Prefix }
+
+// Identity maps the given CIDRs to themselves (this cluster's own exports).
+func Identity(cidrs ...netip.Prefix) AddressMap {
+	m := make(AddressMap, len(cidrs))
+	for i, c := range cidrs {
+		m[i] = Mapping{c, c}
+	}
+	return m
+}
+
+// Translate returns the address a is reached at from here, false when a is in none of the
+// exporter's published pod CIDRs (or the families differ).
+func (m AddressMap) Translate(a netip.Addr) (netip.Addr, bool) {
+	a = a.Unmap()
+	for _, p := range m {
+		if !p.Real.Contains(a) || p.Real.Bits() != p.Seen.Bits() || p.Real.Addr().BitLen() != p.Seen.Addr().BitLen() {
+			continue
+		}
+		x, s := a.AsSlice(), p.Seen.Masked().Addr().AsSlice()
+		for i := range x {
+			n := p.Seen.Bits() - 8*i
+			var keep byte
+			switch {
+			case n >= 8:
+				keep = 0xff
+			case n > 0:
+				keep = ^byte(0xff >> n)
+			}
+			x[i] = s[i]&keep | x[i]&^keep
+		}
+		out, _ := netip.AddrFromSlice(x)
+		return out, true
+	}
+	return netip.Addr{}, false
+}
+
+// Source is one cluster's export of the service.
+type Source struct {
+	ClusterID string
+	Export    *mcsv1a1.ServiceExport
+	// Service is the exported Service; nil when the cluster exports a name it has no Service
+	// of (the export is then invalid and contributes nothing).
+	Service *corev1.Service
+	// Slices are the cluster's EndpointSlices of the Service.
+	Slices []discoveryv1.EndpointSlice
+	// Map translates the cluster's pod addresses into this cluster's view; nil contributes no
+	// endpoint (a peering whose Configuration has no status yet).
+	Map AddressMap
+}
+
+// Limits cap what one import may hold.
+type Limits struct {
+	// MaxEndpointsPerSlice (default DefaultMaxEndpointsPerSlice).
+	MaxEndpointsPerSlice int
+	// MaxEndpointsPerSource drops a source's endpoints beyond this (0: 10,000).
+	MaxEndpointsPerSource int
+}
+
+// Conflict is why an export's property lost to an older export's.
+type Conflict struct {
+	Reason  mcsv1a1.ServiceExportConditionReason
+	Message string
+}
+
+// SourceResult is what became of one source.
+type SourceResult struct {
+	ClusterID string
+	// Invalid is set when the export contributes nothing (no Service, ExternalName).
+	Invalid *Conflict
+	// Conflicts are the properties where an older export won.
+	Conflicts []Conflict
+	// Endpoints is how many of its endpoints were imported; Dropped how many were not (outside
+	// its published pod CIDRs, no address, over the limit), with why in DropReasons.
+	Endpoints, Dropped int
+	DropReasons        []string
+}
+
+// Import is what this cluster holds for one exported namespace/name. ServiceImport, Service
+// and Slices are nil/empty when no valid source remains (the reconciler deletes them).
+type Import struct {
+	ServiceImport *mcsv1a1.ServiceImport
+	Service       *corev1.Service
+	Slices        []*discoveryv1.EndpointSlice
+	Sources       []SourceResult
+}
+
+// DerivedServiceName is the name of the Service derived from ServiceImport name: a hash, so
+// it never takes the name of a Service of this cluster.
+func DerivedServiceName(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return "derived-" + hex.EncodeToString(sum[:])[:10]
+}
+
+// clusterHash shortens a cluster id for object names.
+func clusterHash(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])[:8]
+}
+
+// Build computes the import of namespace/name from its sources (any order). The oldest valid
+// export (creation time, then cluster id) decides the type, session affinity and each named
+// port; a later export that differs gets a Conflict and still contributes its endpoints,
+// except on a type conflict (its endpoints would answer the wrong kind of service).
+func Build(namespace, name string, sources []Source, lim Limits) Import {
+	if lim.MaxEndpointsPerSlice <= 0 {
+		lim.MaxEndpointsPerSlice = DefaultMaxEndpointsPerSlice
+	}
+	if lim.MaxEndpointsPerSource <= 0 {
+		lim.MaxEndpointsPerSource = 10000
+	}
+	srcs := slices.Clone(sources)
+	slices.SortFunc(srcs, func(a, b Source) int {
+		if c := exportTime(a).Compare(exportTime(b).Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ClusterID, b.ClusterID)
+	})
+	var out Import
+	var valid []int
+	for i, s := range srcs {
+		r := SourceResult{ClusterID: s.ClusterID}
+		switch {
+		case s.Service == nil:
+			r.Invalid = &Conflict{mcsv1a1.ServiceExportReasonNoService, fmt.Sprintf("cluster %s has no Service %s/%s", s.ClusterID, namespace, name)}
+		case s.Service.Spec.Type == corev1.ServiceTypeExternalName:
+			r.Invalid = &Conflict{mcsv1a1.ServiceExportReasonInvalidServiceType, "an ExternalName Service cannot be exported"}
+		default:
+			valid = append(valid, i)
+		}
+		out.Sources = append(out.Sources, r)
+	}
+	if len(valid) == 0 {
+		return out
+	}
+	winner := srcs[valid[0]].Service
+	typ := importType(winner)
+	imp := &mcsv1a1.ServiceImport{
+		TypeMeta:   metav1.TypeMeta{APIVersion: mcsv1a1.GroupVersion.String(), Kind: mcsv1a1.ServiceImportKindName},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: mcsv1a1.ServiceImportSpec{Type: typ, SessionAffinity: winner.Spec.SessionAffinity,
+			SessionAffinityConfig: winner.Spec.SessionAffinityConfig.DeepCopy(), IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}},
+	}
+	if imp.Spec.SessionAffinity == "" {
+		imp.Spec.SessionAffinity = corev1.ServiceAffinityNone
+	}
+	// Ports: the union by name; the oldest export's definition of a name wins.
+	type portDef struct {
+		p     corev1.ServicePort
+		owner string
+	}
+	ports := map[string]portDef{}
+	var order []string
+	for _, i := range valid {
+		s := srcs[i]
+		r := &out.Sources[i]
+		if got := importType(s.Service); got != typ {
+			r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonTypeConflict,
+				fmt.Sprintf("exported as %s, but the oldest export (cluster %s) is %s", got, srcs[valid[0]].ClusterID, typ)})
+			continue
+		}
+		if s.Service.Spec.SessionAffinity != winner.Spec.SessionAffinity && !(s.Service.Spec.SessionAffinity == "" || winner.Spec.SessionAffinity == "") {
+			r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonSessionAffinityConflict,
+				fmt.Sprintf("session affinity %s, but the oldest export (cluster %s) has %s", s.Service.Spec.SessionAffinity, srcs[valid[0]].ClusterID, winner.Spec.SessionAffinity)})
+		}
+		for _, p := range s.Service.Spec.Ports {
+			proto := cmp.Or(p.Protocol, corev1.ProtocolTCP)
+			d, ok := ports[p.Name]
+			if !ok {
+				ports[p.Name] = portDef{corev1.ServicePort{Name: p.Name, Protocol: proto, Port: p.Port, AppProtocol: p.AppProtocol}, s.ClusterID}
+				order = append(order, p.Name)
+				continue
+			}
+			if d.p.Port != p.Port || d.p.Protocol != proto {
+				r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonPortConflict,
+					fmt.Sprintf("port %q is %d/%s, but the oldest export defining it (cluster %s) has %d/%s", p.Name, p.Port, proto, d.owner, d.p.Port, d.p.Protocol)})
+			}
+		}
+	}
+	slices.Sort(order)
+	for _, n := range order {
+		imp.Spec.Ports = append(imp.Spec.Ports, mcsv1a1.ServicePort{Name: n, Protocol: ports[n].p.Protocol, Port: ports[n].p.Port, AppProtocol: ports[n].p.AppProtocol})
+	}
+	derived := DerivedServiceName(name)
+	svc := &corev1.Service{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: derived,
+			Labels: map[string]string{ImportLabel: name}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, SessionAffinity: imp.Spec.SessionAffinity,
+			SessionAffinityConfig: imp.Spec.SessionAffinityConfig.DeepCopy()},
+	}
+	if typ == mcsv1a1.Headless {
+		svc.Spec.ClusterIP = corev1.ClusterIPNone
+	}
+	for _, n := range order {
+		svc.Spec.Ports = append(svc.Spec.Ports, ports[n].p)
+	}
+	var clusters []string
+	for _, i := range valid {
+		s := srcs[i]
+		r := &out.Sources[i]
+		clusters = append(clusters, s.ClusterID)
+		if slices.ContainsFunc(r.Conflicts, func(c Conflict) bool { return c.Reason == mcsv1a1.ServiceExportReasonTypeConflict }) {
+			continue
+		}
+		// Ports this source may serve: the ones whose definition it agrees with.
+		agreed := map[string]bool{}
+		for _, p := range s.Service.Spec.Ports {
+			if d := ports[p.Name]; d.p.Port == p.Port && d.p.Protocol == cmp.Or(p.Protocol, corev1.ProtocolTCP) {
+				agreed[p.Name] = true
+			}
+		}
+		out.Slices = append(out.Slices, sourceSlices(namespace, name, derived, s, agreed, lim, r)...)
+	}
+	slices.Sort(clusters)
+	for _, c := range clusters {
+		imp.Status.Clusters = append(imp.Status.Clusters, mcsv1a1.ClusterStatus{Cluster: c})
+	}
+	out.ServiceImport, out.Service = imp, svc
+	return out
+}
+
+func exportTime(s Source) metav1.Time {
+	if s.Export == nil {
+		return metav1.Time{}
+	}
+	return s.Export.CreationTimestamp
+}
+
+func importType(s *corev1.Service) mcsv1a1.ServiceImportType {
+	if s.Spec.ClusterIP == corev1.ClusterIPNone {
+		return mcsv1a1.Headless
+	}
+	return mcsv1a1.ClusterSetIP
+}
+
+// endpoint is one imported endpoint with the ports it serves.
+type endpoint struct {
+	ep    discoveryv1.Endpoint
+	ports []discoveryv1.EndpointPort
+	key   string // the port set, for grouping
+}
+
+// sourceSlices translates one source's slices: endpoints grouped by port set, sorted by
+// address, chunked by lim.MaxEndpointsPerSlice, each chunk a slice named after the derived
+// Service, the source cluster and the chunk's index.
+func sourceSlices(namespace, name, derived string, s Source, agreed map[string]bool, lim Limits, r *SourceResult) []*discoveryv1.EndpointSlice {
+	if s.Map == nil {
+		if n := countEndpoints(s.Slices); n > 0 {
+			r.Dropped += n
+			r.DropReasons = append(r.DropReasons, fmt.Sprintf("%d endpoint(s): no address map for cluster %s yet (its Configuration has no status)", n, s.ClusterID))
+		}
+		return nil
+	}
+	seen := map[netip.Addr]bool{}
+	var eps []endpoint
+	outside := 0
+	for _, sl := range s.Slices {
+		if sl.AddressType != discoveryv1.AddressTypeIPv4 {
+			r.Dropped += len(sl.Endpoints)
+			if len(sl.Endpoints) > 0 {
+				r.DropReasons = append(r.DropReasons, fmt.Sprintf("%d %s endpoint(s): only IPv4 is imported", len(sl.Endpoints), sl.AddressType))
+			}
+			continue
+		}
+		var ports []discoveryv1.EndpointPort
+		for _, p := range sl.Ports {
+			if p.Name != nil && agreed[*p.Name] || p.Name == nil && agreed[""] {
+				ports = append(ports, *p.DeepCopy())
+			}
+		}
+		slices.SortFunc(ports, func(a, b discoveryv1.EndpointPort) int { return strings.Compare(deref(a.Name), deref(b.Name)) })
+		key := portKey(ports)
+		for _, e := range sl.Endpoints {
+			if len(e.Addresses) == 0 {
+				r.Dropped++
+				continue
+			}
+			a, err := netip.ParseAddr(e.Addresses[0])
+			if err != nil {
+				r.Dropped++
+				continue
+			}
+			t, ok := s.Map.Translate(a)
+			if !ok {
+				outside++
+				continue
+			}
+			if seen[t] {
+				continue // the same endpoint in two slices (during a slice update)
+			}
+			seen[t] = true
+			ep := discoveryv1.Endpoint{Addresses: []string{t.String()}, Hostname: e.Hostname,
+				Conditions: discoveryv1.EndpointConditions{Ready: boolCopy(e.Conditions.Ready), Serving: boolCopy(e.Conditions.Serving), Terminating: boolCopy(e.Conditions.Terminating)}}
+			eps = append(eps, endpoint{ep: ep, ports: ports, key: key})
+		}
+	}
+	if outside > 0 {
+		r.Dropped += outside
+		r.DropReasons = append(r.DropReasons, fmt.Sprintf("%d endpoint(s) outside cluster %s's published pod CIDRs (host-network or foreign addresses are not reachable through the fabric)", outside, s.ClusterID))
+	}
+	slices.SortFunc(eps, func(a, b endpoint) int {
+		if c := strings.Compare(a.key, b.key); c != 0 {
+			return c
+		}
+		return netip.MustParseAddr(a.ep.Addresses[0]).Compare(netip.MustParseAddr(b.ep.Addresses[0]))
+	})
+	if len(eps) > lim.MaxEndpointsPerSource {
+		r.Dropped += len(eps) - lim.MaxEndpointsPerSource
+		r.DropReasons = append(r.DropReasons, fmt.Sprintf("%d endpoint(s) over the limit of %d per cluster", len(eps)-lim.MaxEndpointsPerSource, lim.MaxEndpointsPerSource))
+		eps = eps[:lim.MaxEndpointsPerSource]
+	}
+	r.Endpoints = len(eps)
+	var out []*discoveryv1.EndpointSlice
+	for start := 0; start < len(eps); {
+		end := start + 1
+		for end < len(eps) && end-start < lim.MaxEndpointsPerSlice && eps[end].key == eps[start].key {
+			end++
+		}
+		sl := &discoveryv1.EndpointSlice{
+			TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprintf("%s-%s-%d", derived, clusterHash(s.ClusterID), len(out)),
+				Labels: map[string]string{
+					discoveryv1.LabelServiceName: derived,
+					discoveryv1.LabelManagedBy:   ManagedBy,
+					ImportLabel:                  name,
+					SourceClusterLabel:           s.ClusterID,
+				}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       eps[start].ports,
+		}
+		for _, e := range eps[start:end] {
+			sl.Endpoints = append(sl.Endpoints, e.ep)
+		}
+		out = append(out, sl)
+		start = end
+	}
+	return out
+}
+
+func countEndpoints(sls []discoveryv1.EndpointSlice) int {
+	n := 0
+	for _, s := range sls {
+		n += len(s.Endpoints)
+	}
+	return n
+}
+
+func portKey(ps []discoveryv1.EndpointPort) string {
+	var b strings.Builder
+	for _, p := range ps {
+		fmt.Fprintf(&b, "%s/%s/%d,", deref(p.Name), derefProto(p.Protocol), derefInt(p.Port))
+	}
+	return b.String()
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func derefProto(p *corev1.Protocol) corev1.Protocol {
+	if p == nil {
+		return corev1.ProtocolTCP
+	}
+	return *p
+}
+
+func derefInt(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func boolCopy(b *bool) *bool {
+	if b == nil {
+		return nil
+	}
+	v := *b
+	return &v
+}

@@ -1,0 +1,243 @@
+package mcs
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+)
+
+var t0 = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+
+func export(age time.Duration) *mcsv1a1.ServiceExport {
+	return &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", CreationTimestamp: metav1.NewTime(t0.Add(-age))}}
+}
+
+func service(ports ...corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", Ports: ports}}
+}
+
+func httpPort(port int32) corev1.ServicePort {
+	return corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: port}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// slice is an EndpointSlice of addresses, all ready but the ones prefixed with "!".
+func slice(addrs ...string) discoveryv1.EndpointSlice {
+	s := discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{{Name: ptr("http"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr[int32](8080)}}}
+	for _, a := range addrs {
+		ready := !strings.HasPrefix(a, "!")
+		a = strings.TrimPrefix(a, "!")
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, NodeName: ptr("node-1"),
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: "p"},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr(ready), Serving: ptr(ready), Terminating: ptr(false)}})
+	}
+	return s
+}
+
+func mapping(real, seen string) AddressMap {
+	return AddressMap{{netip.MustParsePrefix(real), netip.MustParsePrefix(seen)}}
+}
+
+// addresses lists the endpoints of the import's slices per source cluster, "!" before the
+// ones not ready.
+func addresses(imp Import) map[string][]string {
+	out := map[string][]string{}
+	for _, s := range imp.Slices {
+		for _, e := range s.Endpoints {
+			a := e.Addresses[0]
+			if !*e.Conditions.Ready {
+				a = "!" + a
+			}
+			out[s.Labels[SourceClusterLabel]] = append(out[s.Labels[SourceClusterLabel]], a)
+		}
+	}
+	return out
+}
+
+func TestBuildTranslates(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		sources []Source
+		want    map[string][]string
+	}{{
+		name: "disjoint CIDRs, not remapped",
+		sources: []Source{{ClusterID: "b", Export: export(time.Hour), Service: service(httpPort(80)),
+			Slices: []discoveryv1.EndpointSlice{slice("10.245.1.5", "!10.245.2.6")}, Map: mapping("10.245.0.0/16", "10.245.0.0/16")}},
+		want: map[string][]string{"b": {"10.245.1.5", "!10.245.2.6"}},
+	}, {
+		name: "overlapping CIDRs, each peer remapped to its own prefix",
+		sources: []Source{
+			{ClusterID: "b", Export: export(time.Hour), Service: service(httpPort(80)),
+				Slices: []discoveryv1.EndpointSlice{slice("10.244.1.5", "10.244.2.6")}, Map: mapping("10.244.0.0/16", "10.71.0.0/16")},
+			{ClusterID: "c", Export: export(time.Minute), Service: service(httpPort(80)),
+				Slices: []discoveryv1.EndpointSlice{slice("10.244.1.5")}, Map: mapping("10.244.0.0/16", "10.72.0.0/16")},
+		},
+		want: map[string][]string{"b": {"10.71.1.5", "10.71.2.6"}, "c": {"10.72.1.5"}},
+	}, {
+		name: "a remap to a prefix of another length translates nothing",
+		sources: []Source{{ClusterID: "b", Export: export(time.Hour), Service: service(httpPort(80)),
+			Slices: []discoveryv1.EndpointSlice{slice("10.244.1.5")}, Map: mapping("10.244.0.0/16", "10.71.0.0/24")}},
+		want: map[string][]string{},
+	}, {
+		name: "this cluster's own export and a peer's",
+		sources: []Source{
+			{ClusterID: "a", Export: export(time.Hour), Service: service(httpPort(80)),
+				Slices: []discoveryv1.EndpointSlice{slice("10.244.3.3")}, Map: Identity(netip.MustParsePrefix("10.244.0.0/16"))},
+			{ClusterID: "b", Export: export(time.Minute), Service: service(httpPort(80)),
+				Slices: []discoveryv1.EndpointSlice{slice("10.244.3.3")}, Map: mapping("10.244.0.0/16", "10.71.0.0/16")},
+		},
+		want: map[string][]string{"a": {"10.244.3.3"}, "b": {"10.71.3.3"}},
+	}, {
+		name: "endpoints outside the peer's pod CIDRs are dropped (a host-network pod, or an address of ours)",
+		sources: []Source{{ClusterID: "b", Export: export(time.Hour), Service: service(httpPort(80)),
+			Slices: []discoveryv1.EndpointSlice{slice("192.168.11.20", "10.96.0.1", "10.244.0.9")}, Map: mapping("10.244.0.0/16", "10.71.0.0/16")}},
+		want: map[string][]string{"b": {"10.71.0.9"}},
+	}, {
+		name: "a peering without an address map yet contributes no endpoint",
+		sources: []Source{{ClusterID: "b", Export: export(time.Hour), Service: service(httpPort(80)),
+			Slices: []discoveryv1.EndpointSlice{slice("10.244.1.5")}}},
+		want: map[string][]string{},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			imp := Build("shop", "orders", tc.sources, Limits{})
+			got := addresses(imp)
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("endpoints %v, want %v", got, tc.want)
+			}
+			if imp.ServiceImport == nil || imp.Service == nil {
+				t.Fatal("no ServiceImport or Service")
+			}
+			for _, s := range imp.Slices {
+				if s.Labels[discoveryv1.LabelServiceName] != imp.Service.Name || s.Labels[discoveryv1.LabelManagedBy] != ManagedBy || s.Labels[ImportLabel] != "orders" {
+					t.Errorf("slice %s labels %v", s.Name, s.Labels)
+				}
+				for _, e := range s.Endpoints {
+					if e.NodeName != nil || e.TargetRef != nil {
+						t.Errorf("slice %s copies the exporter's node name or pod reference: %+v", s.Name, e)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestBuildImport(t *testing.T) {
+	imp := Build("shop", "orders", []Source{
+		{ClusterID: "c", Export: export(time.Minute), Service: service(httpPort(80), corev1.ServicePort{Name: "grpc", Port: 9090}), Map: mapping("10.244.0.0/16", "10.72.0.0/16")},
+		{ClusterID: "b", Export: export(time.Hour), Service: service(httpPort(80)), Map: mapping("10.244.0.0/16", "10.71.0.0/16")},
+	}, Limits{})
+	si := imp.ServiceImport
+	if si.Spec.Type != mcsv1a1.ClusterSetIP || len(si.Spec.Ports) != 2 || si.Spec.Ports[0].Name != "grpc" || si.Spec.Ports[0].Protocol != corev1.ProtocolTCP || si.Spec.Ports[1].Port != 80 {
+		t.Errorf("ServiceImport spec %+v: want ClusterSetIP, the union of ports (grpc 9090/TCP, http 80)", si.Spec)
+	}
+	if fmt.Sprint(si.Status.Clusters) != "[{b} {c}]" {
+		t.Errorf("status.clusters %v, want b and c", si.Status.Clusters)
+	}
+	svc := imp.Service
+	if svc.Name != DerivedServiceName("orders") || svc.Spec.Type != corev1.ServiceTypeClusterIP || svc.Spec.Selector != nil || len(svc.Spec.Ports) != 2 || svc.Labels[ImportLabel] != "orders" {
+		t.Errorf("derived Service %+v", svc)
+	}
+	if len(DerivedServiceName(strings.Repeat("x", 63))) > 63 {
+		t.Error("derived name longer than a Service name may be")
+	}
+	for _, r := range imp.Sources {
+		if r.Invalid != nil || len(r.Conflicts) != 0 {
+			t.Errorf("source %s: %+v, want no conflict", r.ClusterID, r)
+		}
+	}
+}
+
+func TestBuildConflicts(t *testing.T) {
+	headless := service(httpPort(80))
+	headless.Spec.ClusterIP = corev1.ClusterIPNone
+	external := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}}
+	imp := Build("shop", "orders", []Source{
+		{ClusterID: "new-port", Export: export(time.Second), Service: service(corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolUDP, Port: 80}),
+			Slices: []discoveryv1.EndpointSlice{slice("10.244.5.5")}, Map: mapping("10.244.0.0/16", "10.73.0.0/16")},
+		{ClusterID: "old", Export: export(time.Hour), Service: service(httpPort(80)),
+			Slices: []discoveryv1.EndpointSlice{slice("10.244.1.1")}, Map: mapping("10.244.0.0/16", "10.71.0.0/16")},
+		{ClusterID: "headless", Export: export(time.Minute), Service: headless,
+			Slices: []discoveryv1.EndpointSlice{slice("10.244.2.2")}, Map: mapping("10.244.0.0/16", "10.72.0.0/16")},
+		{ClusterID: "gone", Export: export(2 * time.Hour)},
+		{ClusterID: "external", Export: export(3 * time.Hour), Service: external},
+	}, Limits{})
+	want := map[string]mcsv1a1.ServiceExportConditionReason{
+		"new-port": mcsv1a1.ServiceExportReasonPortConflict, "headless": mcsv1a1.ServiceExportReasonTypeConflict,
+		"gone": mcsv1a1.ServiceExportReasonNoService, "external": mcsv1a1.ServiceExportReasonInvalidServiceType,
+	}
+	for _, r := range imp.Sources {
+		var got mcsv1a1.ServiceExportConditionReason
+		if r.Invalid != nil {
+			got = r.Invalid.Reason
+		} else if len(r.Conflicts) > 0 {
+			got = r.Conflicts[0].Reason
+		}
+		if got != want[r.ClusterID] {
+			t.Errorf("source %s: %q (%+v), want %q", r.ClusterID, got, r, want[r.ClusterID])
+		}
+	}
+	if imp.ServiceImport.Spec.Type != mcsv1a1.ClusterSetIP || imp.ServiceImport.Spec.Ports[0].Protocol != corev1.ProtocolTCP {
+		t.Errorf("the oldest valid export did not win: %+v", imp.ServiceImport.Spec)
+	}
+	// The port conflict drops that port from new-port's slices; the type conflict drops
+	// headless's endpoints; invalid exports are not listed as clusters.
+	got := addresses(imp)
+	if fmt.Sprint(got) != "map[new-port:[10.73.5.5] old:[10.71.1.1]]" {
+		t.Errorf("endpoints %v", got)
+	}
+	for _, s := range imp.Slices {
+		if s.Labels[SourceClusterLabel] == "new-port" && len(s.Ports) != 0 {
+			t.Errorf("new-port's slice serves the conflicting port: %+v", s.Ports)
+		}
+	}
+	if fmt.Sprint(imp.ServiceImport.Status.Clusters) != "[{headless} {new-port} {old}]" {
+		t.Errorf("status.clusters %v", imp.ServiceImport.Status.Clusters)
+	}
+	if none := Build("shop", "orders", []Source{{ClusterID: "gone", Export: export(time.Hour)}}, Limits{}); none.ServiceImport != nil || none.Service != nil || len(none.Slices) != 0 {
+		t.Errorf("no valid export, yet %+v", none)
+	}
+}
+
+func TestBuildSplitsSlices(t *testing.T) {
+	var addrs []string
+	for i := range 250 {
+		addrs = append(addrs, fmt.Sprintf("10.244.%d.%d", i/200, i%200+1))
+	}
+	imp := Build("shop", "orders", []Source{{ClusterID: "b", Export: export(time.Hour), Service: service(httpPort(80)),
+		Slices: []discoveryv1.EndpointSlice{slice(addrs[:120]...), slice(addrs[120:]...)}, Map: mapping("10.244.0.0/16", "10.71.0.0/16")}}, Limits{})
+	var sizes []int
+	names := map[string]bool{}
+	for _, s := range imp.Slices {
+		sizes = append(sizes, len(s.Endpoints))
+		names[s.Name] = true
+	}
+	if fmt.Sprint(sizes) != "[100 100 50]" || len(names) != 3 {
+		t.Errorf("slice sizes %v, names %v: want 100, 100, 50 with distinct names", sizes, names)
+	}
+	capped := Build("shop", "orders", []Source{{ClusterID: "b", Export: export(time.Hour), Service: service(httpPort(80)),
+		Slices: []discoveryv1.EndpointSlice{slice(addrs...)}, Map: mapping("10.244.0.0/16", "10.71.0.0/16")}}, Limits{MaxEndpointsPerSource: 30, MaxEndpointsPerSlice: 7})
+	if r := capped.Sources[0]; r.Endpoints != 30 || r.Dropped != 220 || len(capped.Slices) != 5 {
+		t.Errorf("capped at 30 per source, 7 per slice: %+v, %d slices", r, len(capped.Slices))
+	}
+}
+
+func TestTranslate(t *testing.T) {
+	m := AddressMap{{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.71.0.0/16")},
+		{netip.MustParsePrefix("10.245.0.0/17"), netip.MustParsePrefix("172.16.128.0/17")}}
+	for in, want := range map[string]string{"10.244.1.5": "10.71.1.5", "10.245.127.255": "172.16.255.255", "10.245.128.1": "", "::ffff:10.244.0.1": "10.71.0.1", "fd00::1": ""} {
+		got, ok := m.Translate(netip.MustParseAddr(in))
+		if (want == "") == ok || ok && got.String() != want {
+			t.Errorf("Translate(%s) = %v, %v, want %q", in, got, ok, want)
+		}
+	}
+}
