@@ -71,10 +71,12 @@ bench: ## Benchmark ladder (veth, bare wireguard-go, skein with and without NAT;
 	go run ./bench/cmd/bench $(BENCHFLAGS)
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code and the CRDs under deploy/crds from the API types (copied into the chart).
+generate: ## Regenerate deepcopy code and the CRDs under deploy/crds from the API types, plus the MCS API's from sigs.k8s.io/mcs-api (copied into the chart).
 	$(CONTROLLER_GEN) object paths=$(API_PATHS)
 	@rm -rf $(CRD_DIR)
 	$(CONTROLLER_GEN) crd paths=$(API_PATHS) output:crd:artifacts:config=$(CRD_DIR)
+	@# The Multi-Cluster Services API (ServiceExport, ServiceImport) as sigs.k8s.io/mcs-api ships it.
+	@mcs=$$(go list -m -f '{{.Dir}}' sigs.k8s.io/mcs-api) && for f in $$mcs/config/crd/multicluster.x-k8s.io_*.yaml; do install -m 0644 $$f $(CRD_DIR)/; done
 	@rm -rf $(CHART_CRD_DIR) && mkdir -p $(CHART_CRD_DIR) && cp $(CRD_DIR)/*.yaml $(CHART_CRD_DIR)/
 
 # Where make images PUSH=1 pushes (REGISTRY=host/path).

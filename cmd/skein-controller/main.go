@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/buildinfo"
@@ -97,6 +99,8 @@ func main() {
 	qps := fs.Float64("kube-api-qps", 50, "requests per second to the API server (client-go's default of 5 makes 100 peerings take a minute)")
 	burst := fs.Int("kube-api-burst", 100, "burst of requests to the API server")
 	leaderElect := fs.Bool("leader-elect", true, "elect one active replica through a Lease in --namespace")
+	services := fs.Bool("multicluster-services", true, "import the services peers export with the Multi-Cluster Services API (ServiceExport/ServiceImport, multicluster.x-k8s.io), and export this cluster's; off when the MCS CRDs are not installed (the chart installs them)")
+	importExcluded := fs.String("import-excluded-namespaces", strings.Join(controller.DefaultImportExcludedNamespaces, ","), "namespaces never imported into, comma-separated (a peer's export of a name there is ignored here)")
 	logLevel := fs.String("log-level", "info", logging.LevelUsage)
 	logFormat := fs.String("log-format", logging.FormatText, logging.FormatUsage)
 	buildinfo.ParseFlags(fs, "skein-controller", os.Args[1:])
@@ -162,6 +166,19 @@ func main() {
 		Reserved: opts.Reserved, ExternalCIDR: opts.ExternalCIDR, InternalCIDR: opts.InternalCIDR,
 		Gateway: identity.GatewayDefaults{MTU: int32(*gwMTU), ServerServiceType: *gwServiceType, ServerPort: int32(*gwPort)}}); err != nil {
 		fail(fmt.Errorf("publishing the network parameters: %w", err))
+	}
+	if *services {
+		if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: mcsv1a1.GroupName, Kind: mcsv1a1.ServiceImportKindName}, "v1alpha1"); err != nil {
+			log.Info("multi-cluster services off: the MCS API (ServiceExport, ServiceImport of multicluster.x-k8s.io/v1alpha1) is not installed; install the CRDs from the chart's crds/ and restart", "error", err.Error())
+		} else {
+			opts.ClusterID, opts.ServicesFrom = id, cfg
+			opts.ImportExcludedNamespaces = []string{}
+			for _, n := range strings.Split(*importExcluded, ",") {
+				if n = strings.TrimSpace(n); n != "" {
+					opts.ImportExcludedNamespaces = append(opts.ImportExcludedNamespaces, n)
+				}
+			}
+		}
 	}
 	if err := controller.Setup(mgr, opts); err != nil {
 		fail(err)

@@ -3,12 +3,15 @@ package controller
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/skein-net/skein/control/controller/mcs"
 )
 
 // ManagedByLabel, set to FieldOwner, marks every object skein-controller creates for a
@@ -30,8 +33,16 @@ func CacheOptions() cache.Options {
 	if err != nil {
 		panic(err) // a constant label name
 	}
+	// Secrets: the gateways' keys, and the peers' credentials skeinctl writes.
+	secrets, err := labels.NewRequirement(ManagedByLabel, selection.In, []string{FieldOwner, "skeinctl"})
+	if err != nil {
+		panic(err)
+	}
+	// EndpointSlices: the ones skein writes for imported services.
+	slices := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: mcs.ManagedBy})}
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Secret{}:                mine,
+		&corev1.Secret{}:                {Label: labels.NewSelector().Add(*secrets)},
+		&discoveryv1.EndpointSlice{}:    slices,
 		&appsv1.Deployment{}:            mine,
 		&corev1.Service{}:               mine,
 		&corev1.ServiceAccount{}:        mine,

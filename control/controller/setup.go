@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/skein-net/skein/control/controller/ipam"
@@ -27,6 +28,14 @@ type Options struct {
 	// GatewayWatchPods is when gateways watch Pods: PodRoutesAuto (""), PodRoutesAlways or
 	// PodRoutesTemplate (podroutes.go).
 	GatewayWatchPods string
+	// ClusterID is this cluster's id; with ServicesFrom set, exported services (the MCS API)
+	// are imported from the peers and this cluster's own exports.
+	ClusterID string
+	// ServicesFrom reads this cluster's ServiceExports, Services and EndpointSlices (the
+	// manager's configuration); nil turns multi-cluster services off.
+	ServicesFrom *rest.Config
+	// ImportExcludedNamespaces are never imported into (nil: DefaultImportExcludedNamespaces).
+	ImportExcludedNamespaces []string
 	// Metrics, when set, gets the IPAM gauges (skein_controller_ipam_*); the daemon passes
 	// controller-runtime's registry, served on --metrics-listen.
 	Metrics prometheus.Registerer
@@ -80,6 +89,16 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: true, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways, PodRoutes: podRoutes},
 		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: false, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways, PodRoutes: podRoutes},
 	} {
+		if err := r.SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
+	if o.ServicesFrom != nil {
+		if o.ClusterID == "" {
+			return fmt.Errorf("controller: multi-cluster services need this cluster's id")
+		}
+		r := &ServiceImportReconciler{Client: c, Events: ev, ClusterID: o.ClusterID, PodCIDRs: o.PodCIDRs,
+			Local: o.ServicesFrom, Excluded: o.ImportExcludedNamespaces}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
 		}

@@ -12,17 +12,22 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 )
 
-// Scheme returns a scheme with the core Kubernetes kinds and networking.liqo.io/v1alpha1.
+// Scheme returns a scheme with the core Kubernetes kinds, networking.liqo.io/v1alpha1 and the
+// Multi-Cluster Services API (multicluster.x-k8s.io/v1alpha1).
 func Scheme() *k8sruntime.Scheme {
 	s := k8sruntime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	if err := netv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := mcsv1a1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	return s

@@ -1,0 +1,661 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/controller/mcs"
+)
+
+// Multi-cluster services (the MCS API, multicluster.x-k8s.io/v1alpha1). Each cluster reads its
+// peers' ServiceExports, Services and EndpointSlices with a read-only identity in each peer
+// (PeerCredentialsLabel Secrets, written by skeinctl network connect), and its own through
+// its own client. For each exported namespace/name it holds a ServiceImport, a derived
+// ClusterIP Service and EndpointSlices whose addresses are the exporters' endpoints as this
+// cluster reaches them (mcs.Build); and it sets the Valid and Conflict conditions of its own
+// ServiceExports.
+
+// PeerCredentialsLabel marks a Secret holding a peer's read-only credentials (keys server,
+// ca.crt, token); its liqo.io/remote-cluster-id label names the peer.
+const PeerCredentialsLabel = "skein.io/peer-credentials"
+
+// PeerCredentialsServices is PeerCredentialsLabel's value for the services reader.
+const PeerCredentialsServices = "services"
+
+// Keys of a peer credentials Secret.
+const (
+	PeerServerKey = "server"
+	PeerCAKey     = "ca.crt"
+	PeerTokenKey  = "token"
+)
+
+// DefaultImportExcludedNamespaces are never imported into: a peer's export of a name there
+// would put a Service beside the cluster's own system components.
+var DefaultImportExcludedNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
+
+// exporter is one cluster whose exports are read: this one (creds nil) or a peer.
+type exporter struct {
+	id     string
+	secret types.NamespacedName
+	rv     string // the Secret's resourceVersion the cache was started from
+	cache  cache.Cache
+	cancel context.CancelFunc
+	since  time.Time
+
+	mu     sync.Mutex
+	synced bool
+	err    error
+}
+
+func (x *exporter) state() (bool, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.synced, x.err
+}
+
+// ServiceImportReconciler imports exported services (one request per namespace/name).
+type ServiceImportReconciler struct {
+	Client client.Client
+	Events events.EventRecorder
+	// ClusterID is this cluster's id; PodCIDRs its pod CIDRs (its own exports' endpoints are
+	// imported as they are).
+	ClusterID string
+	PodCIDRs  []netip.Prefix
+	// Local reads this cluster's exports (nil: no local exporter, in tests of peers alone).
+	Local *rest.Config
+	// Excluded namespaces are never imported into (nil: DefaultImportExcludedNamespaces).
+	Excluded []string
+	Limits   mcs.Limits
+	// PeerConfig turns a credentials Secret into a client configuration (nil: peerRESTConfig).
+	PeerConfig func(*corev1.Secret) (*rest.Config, error)
+
+	scheme  *runtime.Scheme
+	events  chan event.GenericEvent
+	mu      sync.Mutex
+	byKey   map[string]*exporter // exporter by Secret namespace/name ("" for this cluster)
+	started context.Context
+}
+
+// SetupWithManager registers the import reconciler, the peer credentials watcher and this
+// cluster's exporter.
+func (r *ServiceImportReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.scheme = mgr.GetScheme()
+	r.events = make(chan event.GenericEvent, 4096)
+	r.byKey = map[string]*exporter{}
+	if r.Excluded == nil {
+		r.Excluded = DefaultImportExcludedNamespaces
+	}
+	if r.PeerConfig == nil {
+		r.PeerConfig = peerRESTConfig
+	}
+	if err := mgr.Add(manager(func(ctx context.Context) error {
+		r.mu.Lock()
+		r.started = ctx
+		r.mu.Unlock()
+		if r.Local != nil {
+			r.startExporter(ctx, "", r.ClusterID, types.NamespacedName{}, "", r.Local)
+		}
+		<-ctx.Done()
+		return nil
+	})); err != nil {
+		return err
+	}
+	byImport := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if n := o.GetLabels()[mcs.ImportLabel]; n != "" {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: n}}}
+		}
+		return nil
+	})
+	if err := ctrl.NewControllerManagedBy(mgr).Named("serviceimport").
+		For(&mcsv1a1.ServiceImport{}).
+		Watches(&corev1.Service{}, byImport, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[mcs.ImportLabel] != "" }))).
+		Watches(&discoveryv1.EndpointSlice{}, byImport).
+		Watches(&netv1alpha1.Configuration{}, handler.EnqueueRequestsFromMapFunc(r.importsOfConfiguration)).
+		WatchesRawSource(source.Channel(r.events, &handler.EnqueueRequestForObject{})).
+		Complete(r); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).Named("peercredentials").
+		For(&corev1.Secret{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()[PeerCredentialsLabel] == PeerCredentialsServices
+		}))).
+		Complete(reconcile.Func(r.reconcileCredentials))
+}
+
+// manager adapts a function to a manager Runnable (it runs on the leader only).
+type manager func(context.Context) error
+
+func (m manager) Start(ctx context.Context) error { return m(ctx) }
+
+// importsOfConfiguration: a peering's remapped CIDRs changed, so every import listing that
+// peer is computed again.
+func (r *ServiceImportReconciler) importsOfConfiguration(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.importsOf(ctx, o.GetLabels()[netv1alpha1.RemoteClusterIDLabel])
+}
+
+func (r *ServiceImportReconciler) importsOf(ctx context.Context, id string) []reconcile.Request {
+	if id == "" {
+		return nil
+	}
+	var imps mcsv1a1.ServiceImportList
+	if err := r.Client.List(ctx, &imps, client.MatchingLabels{ManagedByLabel: FieldOwner}); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, si := range imps.Items {
+		if slices.ContainsFunc(si.Status.Clusters, func(c mcsv1a1.ClusterStatus) bool { return c.Cluster == id }) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&si)})
+		}
+	}
+	return reqs
+}
+
+// peerRESTConfig reads a credentials Secret: an https server, its CA and a bearer token,
+// nothing else (a kubeconfig could run an exec plugin or read files in this pod).
+func peerRESTConfig(s *corev1.Secret) (*rest.Config, error) {
+	server, ca, token := string(s.Data[PeerServerKey]), s.Data[PeerCAKey], string(s.Data[PeerTokenKey])
+	if server == "" || token == "" || len(ca) == 0 {
+		return nil, fmt.Errorf("secret %s/%s needs the keys %s, %s and %s", s.Namespace, s.Name, PeerServerKey, PeerCAKey, PeerTokenKey)
+	}
+	cfg := &rest.Config{Host: server, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca},
+		QPS: 20, Burst: 40, Timeout: 30 * time.Second, UserAgent: "skein-controller (service import)"}
+	if _, _, err := rest.DefaultServerUrlFor(cfg); err != nil {
+		return nil, fmt.Errorf("secret %s/%s: server %q: %w", s.Namespace, s.Name, server, err)
+	}
+	return cfg, nil
+}
+
+// reconcileCredentials starts, restarts (new credentials) or stops a peer's exporter.
+func (r *ServiceImportReconciler) reconcileCredentials(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	key := req.String()
+	var s corev1.Secret
+	err := r.Client.Get(ctx, req.NamespacedName, &s)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	r.mu.Lock()
+	old := r.byKey[key]
+	started := r.started
+	r.mu.Unlock()
+	if started == nil {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	gone := apierrors.IsNotFound(err) || s.DeletionTimestamp != nil || s.Labels[PeerCredentialsLabel] != PeerCredentialsServices
+	if old != nil && (gone || old.rv != s.ResourceVersion) {
+		r.stopExporter(ctx, key)
+	}
+	if gone || (old != nil && old.rv == s.ResourceVersion) {
+		return reconcile.Result{}, nil
+	}
+	id := s.Labels[netv1alpha1.RemoteClusterIDLabel]
+	if id == "" || id == r.ClusterID {
+		r.Events.Eventf(&s, nil, corev1.EventTypeWarning, "InvalidCredentials", "Import", "peer credentials need the label %s naming the peer (not this cluster)", netv1alpha1.RemoteClusterIDLabel)
+		return reconcile.Result{}, nil
+	}
+	cfg, err := r.PeerConfig(&s)
+	if err != nil {
+		r.Events.Eventf(&s, nil, corev1.EventTypeWarning, "InvalidCredentials", "Import", "%v", err)
+		return reconcile.Result{}, nil
+	}
+	r.startExporter(started, key, id, req.NamespacedName, s.ResourceVersion, cfg)
+	return reconcile.Result{}, nil
+}
+
+// startExporter starts a cache of one cluster's ServiceExports, Services and EndpointSlices
+// (not the slices skein itself writes there) whose events enqueue the namespace/name.
+func (r *ServiceImportReconciler) startExporter(ctx context.Context, key, id string, secret types.NamespacedName, rv string, cfg *rest.Config) {
+	notMine, err := labels.NewRequirement(discoveryv1.LabelManagedBy, selection.NotEquals, []string{mcs.ManagedBy})
+	if err != nil {
+		panic(err)
+	}
+	x := &exporter{id: id, secret: secret, rv: rv, since: time.Now()}
+	ctx, x.cancel = context.WithCancel(ctx)
+	r.mu.Lock()
+	r.byKey[key] = x
+	r.mu.Unlock()
+	logger := log.FromContext(ctx).WithValues("exporter", id)
+	fail := func(err error) {
+		x.mu.Lock()
+		x.err = err
+		x.mu.Unlock()
+		logger.Error(err, "reading exported services")
+		r.enqueueAll(ctx, id)
+	}
+	go func() {
+		c, err := cache.New(cfg, cache.Options{Scheme: r.scheme,
+			ByObject:         map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*notMine)}},
+			DefaultTransform: cache.TransformStripManagedFields()})
+		if err != nil {
+			fail(err)
+			return
+		}
+		x.cache = c
+		for _, o := range []client.Object{&mcsv1a1.ServiceExport{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}} {
+			inf, err := c.GetInformer(ctx, o)
+			if err != nil {
+				fail(fmt.Errorf("%T: %w (is the MCS API installed there?)", o, err))
+				return
+			}
+			if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+				AddFunc:    func(o any) { r.enqueueObject(o) },
+				UpdateFunc: func(_, o any) { r.enqueueObject(o) },
+				DeleteFunc: func(o any) {
+					if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+						o = t.Obj
+					}
+					r.enqueueObject(o)
+				},
+			}); err != nil {
+				fail(err)
+				return
+			}
+		}
+		go func() {
+			if err := c.Start(ctx); err != nil {
+				fail(err)
+			}
+		}()
+		if !c.WaitForCacheSync(ctx) {
+			if ctx.Err() == nil {
+				fail(errors.New("cache did not sync"))
+			}
+			return
+		}
+		x.mu.Lock()
+		x.synced = true
+		x.mu.Unlock()
+		logger.Info("reading exported services")
+		r.enqueueAll(ctx, id)
+	}()
+}
+
+// stopExporter stops a peer's cache; the imports that listed it are computed again without it.
+func (r *ServiceImportReconciler) stopExporter(ctx context.Context, key string) {
+	r.mu.Lock()
+	x := r.byKey[key]
+	delete(r.byKey, key)
+	r.mu.Unlock()
+	if x == nil {
+		return
+	}
+	x.cancel()
+	r.enqueueAll(ctx, x.id)
+}
+
+// enqueueAll enqueues every import listing cluster id and every export the cluster has.
+func (r *ServiceImportReconciler) enqueueAll(ctx context.Context, id string) {
+	for _, req := range r.importsOf(ctx, id) {
+		r.enqueue(req.NamespacedName)
+	}
+	r.mu.Lock()
+	var xs []*exporter
+	for _, x := range r.byKey {
+		if x.id == id {
+			xs = append(xs, x)
+		}
+	}
+	r.mu.Unlock()
+	for _, x := range xs {
+		if ok, _ := x.state(); !ok {
+			continue
+		}
+		var exps mcsv1a1.ServiceExportList
+		if err := x.cache.List(ctx, &exps); err == nil {
+			for _, e := range exps.Items {
+				r.enqueue(client.ObjectKeyFromObject(&e))
+			}
+		}
+	}
+}
+
+func (r *ServiceImportReconciler) enqueueObject(o any) {
+	obj, ok := o.(client.Object)
+	if !ok {
+		return
+	}
+	name := obj.GetName()
+	if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+		if name = s.Labels[discoveryv1.LabelServiceName]; name == "" {
+			return
+		}
+	}
+	r.enqueue(types.NamespacedName{Namespace: obj.GetNamespace(), Name: name})
+}
+
+func (r *ServiceImportReconciler) enqueue(k types.NamespacedName) {
+	r.events <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}}
+}
+
+// Reconcile computes the import of one namespace/name from every exporter and writes it.
+func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ns, name := req.Namespace, req.Name
+	r.mu.Lock()
+	xs := make([]*exporter, 0, len(r.byKey))
+	for _, x := range r.byKey {
+		xs = append(xs, x)
+	}
+	r.mu.Unlock()
+	var sources []mcs.Source
+	var self *mcsv1a1.ServiceExport
+	for _, x := range xs {
+		synced, err := x.state()
+		if !synced {
+			if err == nil && time.Since(x.since) < 30*time.Second {
+				// Starting: its endpoints are not known yet, and leaving them out would
+				// remove what another controller instance imported.
+				return reconcile.Result{RequeueAfter: time.Second}, nil
+			}
+			continue // failing: what it exported is gone until it reads again
+		}
+		src, ok, err := r.source(ctx, x, ns, name)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if !ok {
+			continue
+		}
+		if x.id == r.ClusterID {
+			self = src.Export
+		}
+		sources = append(sources, src)
+	}
+	importable, err := r.importable(ctx, ns)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	var imp mcs.Import
+	if importable {
+		imp = mcs.Build(ns, name, sources, r.Limits)
+	} else if len(sources) > 0 {
+		imp = mcs.Build(ns, name, sources, r.Limits)
+		imp.ServiceImport, imp.Service, imp.Slices = nil, nil, nil
+	}
+	if self != nil {
+		if err := r.exportConditions(ctx, self, imp); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if imp.ServiceImport == nil {
+		return reconcile.Result{}, r.remove(ctx, ns, name)
+	}
+	return reconcile.Result{}, r.write(ctx, imp)
+}
+
+// source reads one exporter's export of namespace/name, false when it exports none.
+func (r *ServiceImportReconciler) source(ctx context.Context, x *exporter, ns, name string) (mcs.Source, bool, error) {
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	var exp mcsv1a1.ServiceExport
+	if err := x.cache.Get(ctx, key, &exp); apierrors.IsNotFound(err) {
+		return mcs.Source{}, false, nil
+	} else if err != nil {
+		return mcs.Source{}, false, fmt.Errorf("exporter %s: %w", x.id, err)
+	}
+	src := mcs.Source{ClusterID: x.id, Export: &exp}
+	var svc corev1.Service
+	if err := x.cache.Get(ctx, key, &svc); err == nil {
+		src.Service = &svc
+	} else if !apierrors.IsNotFound(err) {
+		return mcs.Source{}, false, fmt.Errorf("exporter %s: %w", x.id, err)
+	}
+	var sls discoveryv1.EndpointSliceList
+	if err := x.cache.List(ctx, &sls, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+		return mcs.Source{}, false, fmt.Errorf("exporter %s: %w", x.id, err)
+	}
+	src.Slices = sls.Items
+	if x.id == r.ClusterID {
+		src.Map = mcs.Identity(r.PodCIDRs...)
+		return src, true, nil
+	}
+	m, err := r.addressMap(ctx, x.id)
+	if err != nil {
+		return mcs.Source{}, false, err
+	}
+	src.Map = m
+	return src, true, nil
+}
+
+// addressMap is how this cluster reaches peer id's pods: its Configuration's pod CIDRs and
+// their remapped prefixes (nil while it has no status, or when there is no peering).
+func (r *ServiceImportReconciler) addressMap(ctx context.Context, id string) (mcs.AddressMap, error) {
+	var confs netv1alpha1.ConfigurationList
+	if err := r.Client.List(ctx, &confs, client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: id}); err != nil {
+		return nil, err
+	}
+	if len(confs.Items) != 1 || confs.Items[0].Status.Remote == nil || !meta.IsStatusConditionTrue(confs.Items[0].Status.Conditions, netv1alpha1.ConditionReady) {
+		return nil, nil
+	}
+	cf := confs.Items[0]
+	real, seen := cf.Spec.Remote.CIDR.Pods(), cf.Status.Remote.CIDR.Pods()
+	if len(real) != len(seen) {
+		return nil, nil
+	}
+	var m mcs.AddressMap
+	for i := range real {
+		a, err1 := netip.ParsePrefix(string(real[i]))
+		b, err2 := netip.ParsePrefix(string(seen[i]))
+		if err1 != nil || err2 != nil {
+			return nil, nil
+		}
+		m = append(m, mcs.Mapping{Real: a, Seen: b})
+	}
+	return m, nil
+}
+
+// importable: the namespace exists here and is not excluded.
+func (r *ServiceImportReconciler) importable(ctx context.Context, ns string) (bool, error) {
+	if slices.Contains(r.Excluded, ns) {
+		return false, nil
+	}
+	var n corev1.Namespace
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: ns}, &n); apierrors.IsNotFound(err) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	return n.DeletionTimestamp == nil, nil
+}
+
+// write applies the ServiceImport, the derived Service and the slices, and deletes the slices
+// no longer wanted. Objects of those names that skein did not create are left alone.
+func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import) error {
+	si := imp.ServiceImport
+	var existing mcsv1a1.ServiceImport
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(si), &existing); err == nil && existing.Labels[ManagedByLabel] != FieldOwner {
+		r.Events.Eventf(&existing, nil, corev1.EventTypeWarning, "NotImported", "Import", "ServiceImport %s/%s exists and was not created by skein: left alone", si.Namespace, si.Name)
+		return nil
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	var svc corev1.Service
+	svcKey := client.ObjectKeyFromObject(imp.Service)
+	if err := r.Client.Get(ctx, svcKey, &svc); err == nil {
+		if svc.Labels[ManagedByLabel] != FieldOwner {
+			return fmt.Errorf("service %s exists and was not created by skein: ServiceImport %s/%s not written", svcKey, si.Namespace, si.Name)
+		}
+		if svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			si.Spec.IPs = []string{svc.Spec.ClusterIP}
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	si.Labels = withManagedBy(si.Labels)
+	if err := applyObject(ctx, r.Client, si); err != nil {
+		return err
+	}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(si), &existing); err != nil {
+		return err
+	}
+	if err := applyStatus(ctx, r.Client, si, map[string]any{"clusters": si.Status.Clusters, "conditions": []metav1.Condition{{
+		Type: string(mcsv1a1.ServiceImportConditionReady), Status: metav1.ConditionTrue, Reason: string(mcsv1a1.ServiceImportReasonReady),
+		Message: fmt.Sprintf("%d cluster(s) export it", len(si.Status.Clusters)), LastTransitionTime: conditionTime(existing.Status.Conditions, string(mcsv1a1.ServiceImportConditionReady), metav1.ConditionTrue)}}}); err != nil {
+		return err
+	}
+	owner := *metav1.NewControllerRef(&existing, schema.GroupVersionKind{Group: mcsv1a1.GroupName, Version: "v1alpha1", Kind: mcsv1a1.ServiceImportKindName})
+	imp.Service.Labels = withManagedBy(imp.Service.Labels)
+	imp.Service.OwnerReferences = []metav1.OwnerReference{owner}
+	if err := applyObject(ctx, r.Client, imp.Service); err != nil {
+		return err
+	}
+	if err := r.Client.Get(ctx, svcKey, &svc); err != nil {
+		return err
+	}
+	sliceOwner := *metav1.NewControllerRef(&svc, corev1.SchemeGroupVersion.WithKind("Service"))
+	want := map[string]bool{}
+	for _, sl := range imp.Slices {
+		sl.OwnerReferences = []metav1.OwnerReference{sliceOwner}
+		want[sl.Name] = true
+		if err := applyObject(ctx, r.Client, sl); err != nil {
+			return err
+		}
+	}
+	var have discoveryv1.EndpointSliceList
+	if err := r.Client.List(ctx, &have, client.InNamespace(si.Namespace), client.MatchingLabels{mcs.ImportLabel: si.Name, discoveryv1.LabelManagedBy: mcs.ManagedBy}); err != nil {
+		return err
+	}
+	for _, sl := range have.Items {
+		if !want[sl.Name] {
+			if err := r.Client.Delete(ctx, &sl); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// remove deletes what skein imported for namespace/name: the slices first (kube-proxy stops
+// sending to them at once, not after garbage collection), the derived Service, the import.
+func (r *ServiceImportReconciler) remove(ctx context.Context, ns, name string) error {
+	var have discoveryv1.EndpointSliceList
+	if err := r.Client.List(ctx, &have, client.InNamespace(ns), client.MatchingLabels{mcs.ImportLabel: name, discoveryv1.LabelManagedBy: mcs.ManagedBy}); err != nil {
+		return err
+	}
+	for _, sl := range have.Items {
+		if err := r.Client.Delete(ctx, &sl); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	var svc corev1.Service
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: mcs.DerivedServiceName(name)}, &svc); err == nil && svc.Labels[ManagedByLabel] == FieldOwner {
+		if err := r.Client.Delete(ctx, &svc); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	var si mcsv1a1.ServiceImport
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &si); err == nil && si.Labels[ManagedByLabel] == FieldOwner {
+		if err := r.Client.Delete(ctx, &si); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	} else if client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	return nil
+}
+
+// exportConditions sets the Valid and Conflict conditions of this cluster's own ServiceExport.
+func (r *ServiceImportReconciler) exportConditions(ctx context.Context, exp *mcsv1a1.ServiceExport, imp mcs.Import) error {
+	var res *mcs.SourceResult
+	for i := range imp.Sources {
+		if imp.Sources[i].ClusterID == r.ClusterID {
+			res = &imp.Sources[i]
+		}
+	}
+	if res == nil {
+		return nil
+	}
+	valid := metav1.Condition{Type: string(mcsv1a1.ServiceExportConditionValid), Status: metav1.ConditionTrue,
+		Reason: string(mcsv1a1.ServiceExportReasonValid), Message: "the Service is exported"}
+	if res.Invalid != nil {
+		valid.Status, valid.Reason, valid.Message = metav1.ConditionFalse, string(res.Invalid.Reason), res.Invalid.Message
+	}
+	conflict := metav1.Condition{Type: string(mcsv1a1.ServiceExportConditionConflict), Status: metav1.ConditionFalse,
+		Reason: string(mcsv1a1.ServiceExportReasonNoConflicts), Message: "no conflict with the other clusters' exports"}
+	if len(res.Conflicts) > 0 {
+		conflict.Status, conflict.Reason = metav1.ConditionTrue, string(res.Conflicts[0].Reason)
+		var msgs []string
+		for _, c := range res.Conflicts {
+			msgs = append(msgs, c.Message)
+		}
+		conflict.Message = fmt.Sprint(msgs)
+	}
+	if len(res.DropReasons) > 0 && res.Invalid == nil {
+		valid.Message = fmt.Sprintf("the Service is exported; %d endpoint(s) not: %v", res.Dropped, res.DropReasons)
+	}
+	conds := []metav1.Condition{valid, conflict}
+	for i := range conds {
+		conds[i].ObservedGeneration = exp.Generation
+		conds[i].LastTransitionTime = conditionTime(exp.Status.Conditions, conds[i].Type, conds[i].Status)
+	}
+	same := true
+	for _, c := range conds {
+		old := meta.FindStatusCondition(exp.Status.Conditions, c.Type)
+		if old == nil || old.Status != c.Status || old.Reason != c.Reason || old.Message != c.Message || old.ObservedGeneration != c.ObservedGeneration {
+			same = false
+		}
+	}
+	if same {
+		return nil
+	}
+	return applyStatus(ctx, r.Client, exp, map[string]any{"conditions": conds})
+}
+
+// conditionTime keeps a condition's transition time while its status stays.
+func conditionTime(conds []metav1.Condition, typ string, status metav1.ConditionStatus) metav1.Time {
+	if old := meta.FindStatusCondition(conds, typ); old != nil && old.Status == status {
+		return old.LastTransitionTime
+	}
+	return metav1.Now()
+}
+
+// applyStatus server-side applies status fields of obj as FieldOwner.
+func applyStatus(ctx context.Context, c client.Client, obj client.Object, status map[string]any) error {
+	gvk, err := c.GroupVersionKindFor(obj)
+	if err != nil {
+		return err
+	}
+	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&struct {
+		Status map[string]any `json:"status"`
+	}{status})
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"status": st["status"]}}
+	u.SetGroupVersionKind(gvk)
+	u.SetNamespace(obj.GetNamespace())
+	u.SetName(obj.GetName())
+	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply status of %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}

@@ -1,0 +1,287 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/controller"
+	"github.com/skein-net/skein/control/controller/mcs"
+	"github.com/skein-net/skein/control/identity"
+	"github.com/skein-net/skein/internal/apitest"
+)
+
+func ptrTo[T any](v T) *T { return &v }
+
+// endpointSlice is a slice of service name with one endpoint per address, ready unless listed
+// in notReady.
+func endpointSlice(ns, name, service string, addrs []string, notReady ...string) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("http"), Protocol: ptrTo(corev1.ProtocolTCP), Port: ptrTo[int32](8080)}}}
+	for _, a := range addrs {
+		ready := !slices.Contains(notReady, a)
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, NodeName: ptrTo("b-node-1"),
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &ready, Terminating: ptrTo(false)}})
+	}
+	return s
+}
+
+// TestServiceImport: cluster B exports shop/orders; cluster A, peered with B and holding B's
+// services reader credentials, imports it with B's endpoints as A reaches them (remapped when
+// the pod CIDRs overlap, as they are when they do not), readiness carried over, slices split at
+// 100; A's own export of the same name with a clashing port gets a Conflict; the reader can
+// read nothing else in B; revoking the credentials removes B's endpoints from A.
+func TestServiceImport(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		localPod string // A's pod CIDR; B's is 10.244.0.0/16
+		remapped bool
+	}{{"overlapping pod CIDRs", "10.244.0.0/16", true}, {"disjoint pod CIDRs", "10.243.0.0/16", false}} {
+		t.Run(tc.name, func(t *testing.T) { testServiceImport(t, netip.MustParsePrefix(tc.localPod), tc.remapped) })
+	}
+}
+
+func testServiceImport(t *testing.T, localPod netip.Prefix, remapped bool) {
+	a, b := apitest.Start(t), apitest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ca, cb := a.Client, b.Client
+	for _, e := range []*apitest.Env{a, b} {
+		for _, ns := range []string{"shop", "liqo", "liqo-tenant"} {
+			if err := e.EnsureNamespace(ctx, ns); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const idA, idB = "cluster-a", "cluster-b"
+
+	// Cluster A: skein-controller with multi-cluster services, peered with B.
+	mgr, err := ctrl.NewManager(a.Config, ctrl.Options{Scheme: a.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: controller.CacheOptions(), Controller: crconfig.Controller{SkipNameValidation: &skipNameValidation}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := netip.MustParsePrefix
+	if err := controller.Setup(mgr, controller.Options{PodCIDRs: []netip.Prefix{localPod}, ServiceCIDRs: []netip.Prefix{p("10.96.0.0/12")},
+		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16"), ClusterID: idA, ServicesFrom: a.Config}); err != nil {
+		t.Fatal(err)
+	}
+	mctx, mcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	defer func() { mcancel(); <-done }()
+	cf := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Namespace: "liqo-tenant", Name: "b", Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: idB}},
+		Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}
+	if err := ca.Create(ctx, cf); err != nil {
+		t.Fatal(err)
+	}
+	var seen netip.Prefix
+	waitUntil(t, ctx, "A's Configuration for B remapped", func() bool {
+		if ca.Get(ctx, client.ObjectKeyFromObject(cf), cf) != nil || cf.Status.Remote == nil || !meta.IsStatusConditionTrue(cf.Status.Conditions, netv1alpha1.ConditionReady) {
+			return false
+		}
+		seen = p(string(cf.Status.Remote.CIDR.Pod))
+		return true
+	})
+	if remapped == (seen == p("10.244.0.0/16")) {
+		t.Fatalf("B's 10.244.0.0/16 seen as %s in A (pod CIDR %s)", seen, localPod)
+	}
+	translate := func(addr string) string {
+		got, _ := mcs.AddressMap{{Real: p("10.244.0.0/16"), Seen: seen}}.Translate(netip.MustParseAddr(addr))
+		return got.String()
+	}
+
+	// Cluster B: shop/orders, three endpoints (one not ready, one a host-network address that
+	// is no pod of B's), exported.
+	if err := cb.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}); err != nil {
+		t.Fatal(err)
+	}
+	bSlice := endpointSlice("shop", "orders-1", "orders", []string{"10.244.1.5", "10.244.2.6", "192.168.11.20"}, "10.244.2.6")
+	if err := cb.Create(ctx, bSlice); err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Create(ctx, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	// B's services reader for A, and its credentials in A (what skeinctl network connect does).
+	csB := kubernetes.NewForConfigOrDie(b.Config)
+	tok, err := identity.GrantServiceReader(ctx, cb, csB, "liqo-tenant", idA, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "liqo-tenant", Name: "b-services",
+		Labels: map[string]string{controller.PeerCredentialsLabel: controller.PeerCredentialsServices, netv1alpha1.RemoteClusterIDLabel: idB, controller.ManagedByLabel: "skeinctl"}},
+		Data: map[string][]byte{controller.PeerServerKey: []byte(b.Config.Host), controller.PeerCAKey: b.Config.CAData, controller.PeerTokenKey: []byte(tok.Token)}}
+	if err := ca.Create(ctx, creds); err != nil {
+		t.Fatal(err)
+	}
+
+	// A imports it.
+	key := client.ObjectKey{Namespace: "shop", Name: "orders"}
+	importedAddrs := func() map[string]string {
+		var sls discoveryv1.EndpointSliceList
+		if ca.List(ctx, &sls, client.InNamespace("shop"), client.MatchingLabels{mcs.ImportLabel: "orders"}) != nil {
+			return nil
+		}
+		out := map[string]string{}
+		for _, s := range sls.Items {
+			for _, e := range s.Endpoints {
+				out[e.Addresses[0]] = fmt.Sprintf("%s ready=%v", s.Labels[mcs.SourceClusterLabel], *e.Conditions.Ready)
+			}
+		}
+		return out
+	}
+	want := map[string]string{translate("10.244.1.5"): idB + " ready=true", translate("10.244.2.6"): idB + " ready=false"}
+	waitUntil(t, ctx, fmt.Sprintf("A's slices hold %v", want), func() bool { return fmt.Sprint(importedAddrs()) == fmt.Sprint(want) })
+	var si mcsv1a1.ServiceImport
+	if err := ca.Get(ctx, key, &si); err != nil {
+		t.Fatal(err)
+	}
+	var derived corev1.Service
+	if err := ca.Get(ctx, client.ObjectKey{Namespace: "shop", Name: mcs.DerivedServiceName("orders")}, &derived); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "ServiceImport lists B and the derived Service's ClusterIP", func() bool {
+		return ca.Get(ctx, key, &si) == nil && len(si.Status.Clusters) == 1 && si.Status.Clusters[0].Cluster == idB &&
+			slices.Equal(si.Spec.IPs, []string{derived.Spec.ClusterIP}) && si.Spec.Type == mcsv1a1.ClusterSetIP && len(si.Spec.Ports) == 1 && si.Spec.Ports[0].Port == 80
+	})
+	if !metav1.IsControlledBy(&derived, &si) || derived.Spec.Selector != nil || derived.Spec.Ports[0].Name != "http" {
+		t.Errorf("derived Service %+v: want controlled by the ServiceImport, no selector, port http", derived)
+	}
+
+	// The reader reads exports, Services and slices in B, and nothing else.
+	reader := rest.CopyConfig(b.Config)
+	reader.CertData, reader.KeyData, reader.BearerToken = nil, nil, tok.Token
+	rc, err := client.New(reader, client.Options{Scheme: b.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []client.ObjectList{&mcsv1a1.ServiceExportList{}, &corev1.ServiceList{}, &discoveryv1.EndpointSliceList{}} {
+		if err := rc.List(ctx, l); err != nil {
+			t.Errorf("the reader cannot list %T: %v", l, err)
+		}
+	}
+	for what, err := range map[string]error{
+		"list secrets":        rc.List(ctx, &corev1.SecretList{}),
+		"list pods":           rc.List(ctx, &corev1.PodList{}),
+		"list configmaps":     rc.List(ctx, &corev1.ConfigMapList{}),
+		"list configurations": rc.List(ctx, &netv1alpha1.ConfigurationList{}),
+		"create a service":    rc.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "evil"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 1}}}}),
+		"delete an export":    rc.Delete(ctx, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}),
+		"patch a slice":       rc.Patch(ctx, bSlice.DeepCopy(), client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"x":"y"}}}`))),
+		"create an export":    rc.Create(ctx, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "other"}}),
+	} {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("the services reader may %s in B: %v", what, err)
+		}
+	}
+
+	// 250 endpoints in B: slices of at most 100 in A.
+	var many []string
+	for i := range 250 {
+		many = append(many, fmt.Sprintf("10.244.%d.%d", 10+i/200, 1+i%200))
+	}
+	bSlice2 := endpointSlice("shop", "orders-2", "orders", many[:150])
+	if err := cb.Create(ctx, bSlice2); err != nil {
+		t.Fatal(err)
+	}
+	if err := cb.Get(ctx, client.ObjectKeyFromObject(bSlice), bSlice); err != nil {
+		t.Fatal(err)
+	}
+	bSlice.Endpoints = endpointSlice("", "", "", many[150:]).Endpoints
+	if err := cb.Update(ctx, bSlice); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "250 endpoints in A in slices of at most 100", func() bool {
+		var sls discoveryv1.EndpointSliceList
+		if ca.List(ctx, &sls, client.InNamespace("shop"), client.MatchingLabels{mcs.ImportLabel: "orders"}) != nil {
+			return false
+		}
+		n := 0
+		for _, s := range sls.Items {
+			if len(s.Endpoints) > 100 {
+				return false
+			}
+			n += len(s.Endpoints)
+		}
+		return n == 250 && len(sls.Items) == 3
+	})
+
+	// A exports shop/orders too, later and with http on UDP: its export gets a Conflict, and
+	// its own endpoint joins the import (the port it disagrees on left out).
+	if err := ca.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolUDP}}}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // creation timestamps have a resolution of a second
+	expA := &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}
+	if err := ca.Create(ctx, expA); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "A's export has Conflict=True (PortConflict) and Valid=True", func() bool {
+		if ca.Get(ctx, client.ObjectKeyFromObject(expA), expA) != nil {
+			return false
+		}
+		c := meta.FindStatusCondition(expA.Status.Conditions, string(mcsv1a1.ServiceExportConditionConflict))
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == string(mcsv1a1.ServiceExportReasonPortConflict) &&
+			meta.IsStatusConditionTrue(expA.Status.Conditions, string(mcsv1a1.ServiceExportConditionValid))
+	})
+	waitUntil(t, ctx, "ServiceImport lists A and B", func() bool {
+		return ca.Get(ctx, key, &si) == nil && fmt.Sprint(si.Status.Clusters) == fmt.Sprintf("[{%s} {%s}]", idA, idB)
+	})
+
+	// Revoking B's credentials removes every endpoint of B's from A at once; the import stays
+	// for A's own export.
+	if err := ca.Delete(ctx, creds); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "no slice of B's left in A", func() bool {
+		var sls discoveryv1.EndpointSliceList
+		return ca.List(ctx, &sls, client.InNamespace("shop"), client.MatchingLabels{mcs.SourceClusterLabel: idB}) == nil && len(sls.Items) == 0
+	})
+	waitUntil(t, ctx, "ServiceImport lists A alone", func() bool {
+		return ca.Get(ctx, key, &si) == nil && fmt.Sprint(si.Status.Clusters) == fmt.Sprintf("[{%s}]", idA)
+	})
+	// Unexporting in A removes the import, its Service and its slices.
+	if err := ca.Delete(ctx, expA); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "the ServiceImport and derived Service gone", func() bool {
+		return apierrors.IsNotFound(ca.Get(ctx, key, &si)) && apierrors.IsNotFound(ca.Get(ctx, client.ObjectKeyFromObject(&derived), &derived))
+	})
+	if err := identity.RevokeServiceReader(ctx, cb, "liqo-tenant", idA); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.List(ctx, &corev1.ServiceList{}); err == nil {
+		t.Error("the reader's token still works after RevokeServiceReader")
+	}
+}
+
+func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		if ctx.Err() != nil {
+			t.Fatalf("%s: not in time", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
