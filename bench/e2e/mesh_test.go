@@ -20,7 +20,9 @@ var meshPairs = [][2]int{{0, 1}, {0, 2}, {1, 2}}
 
 // TestE2EMesh peers three clusters, all on pod CIDR 10.244.0.0/16, in a full mesh: each
 // cluster sees each peer's pods and nodes through a prefix of its own, the matrix passes on
-// all six ordered pairs, and disconnecting one pair leaves the other two untouched.
+// all six ordered pairs, a Service exported by two clusters is called from the third through
+// its imported ClusterIP (services_test.go), and disconnecting one pair leaves the other two
+// untouched and no endpoint of the disconnected peer behind.
 func TestE2EMesh(t *testing.T) {
 	e := setupLab(t, false, lab.Options{Clusters: 3})
 	defer func() { fmt.Printf("\n=== skein end-to-end report (three-cluster mesh)\n%s\n", e.report.String()) }()
@@ -42,6 +44,7 @@ func TestE2EMesh(t *testing.T) {
 	if !t.Run("matrix", func(t *testing.T) { e.t = t; e.matrixPairs(ctx, all) }) {
 		return
 	}
+	t.Run("services", func(t *testing.T) { e.t = t; e.services(ctx) })
 	t.Run("disconnect-one-pair", func(t *testing.T) { e.t = t; e.disconnectOnePair(ctx) })
 }
 
@@ -191,6 +194,7 @@ func (e *env) disconnectOnePair(ctx context.Context) {
 		})
 	}
 	e.reportf("mesh: skeinctl network disconnect c0 -> c1 --wait: %.1fs, c0 no longer reaches c1's %s; reset --wait: %.1fs", took.Seconds(), oldTarget, resetTook.Seconds())
+	e.noSlicesInto(ctx, c1As)
 	e.meshStatusAfterDisconnect(ctx)
 	e.matrixPairs(ctx, [][2]int{{0, 2}, {2, 0}, {1, 2}, {2, 1}})
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
@@ -37,6 +38,7 @@ type side struct {
 	peer  *side  // the other cluster
 	ns    string // where this cluster keeps its objects of the peering (peerNamespace)
 	liqo  string // where skein is installed in this cluster
+	api   *rest.Config
 }
 
 // tenantNamespace is where a cluster keeps the objects of a new peering with the cluster id:
@@ -177,7 +179,7 @@ is destructive: skeinctl asks for confirmation on a terminal; pass --yes to skip
 		RunE:    g.onPair(o, "network reset", func(ctx context.Context, l, r *side) error { return g.reset(ctx, l, r, o.wait) }),
 	}
 	confirmFlags(resetCmd, o)
-	pairs := []*cobra.Command{initCmd, connectCmd(g, o), disconnectCmd(g, o), resetCmd}
+	pairs := []*cobra.Command{initCmd, connectCmd(g, o), disconnectCmd(g, o), resetCmd, rotateCredentialsCmd(g, o)}
 	for _, c := range pairs {
 		// The commands that act on both clusters; network status reads this one only.
 		c.Flags().StringVar(&o.remoteKubeconfig, "remote-kubeconfig", "", "kubeconfig of the remote cluster (this or --remote-context is required)")
@@ -222,6 +224,9 @@ func (g *globals) sides(ctx context.Context, o *networkOpts) (*side, *side, erro
 	}{{l, g.local()}, {r, remote}} {
 		var err error
 		if s.sd.c, s.sd.id, err = g.cluster(ctx, s.t); err != nil {
+			return nil, nil, fmt.Errorf("(%s) %w", s.sd.label, err)
+		}
+		if s.sd.api, err = g.restConfig(s.t); err != nil {
 			return nil, nil, fmt.Errorf("(%s) %w", s.sd.label, err)
 		}
 		g.info(s.sd, "Cluster identity correctly retrieved")
@@ -368,7 +373,7 @@ func (g *globals) disconnect(ctx context.Context, l, r *side, wait bool) error {
 			return err
 		}
 	}
-	return nil
+	return g.removeServiceReaders(ctx, l, r)
 }
 
 // leftAlone reports the objects of these kinds in the peering's namespace that are not
@@ -544,6 +549,7 @@ func checkClientEndpoint(addresses []string, port int32) error {
 
 func connectCmd(g *globals, o *networkOpts) *cobra.Command {
 	c := &connectOpts{}
+	so := &servicesOpts{}
 	cmd := &cobra.Command{
 		Use:   "connect",
 		Short: "Connect this cluster (client) to the remote cluster (server) through a tunnel",
@@ -566,8 +572,15 @@ again changes nothing.`,
 			}
 			return checkServiceType("--server-service-type", c.serviceType)
 		},
-		RunE: g.onPair(o, "", func(ctx context.Context, l, r *side) error { return g.connect(ctx, l, r, c, o.wait) }),
+		RunE: g.onPair(o, "", func(ctx context.Context, l, r *side) error {
+			if err := g.connect(ctx, l, r, c, o.wait); err != nil || so.skip {
+				return err
+			}
+			return g.exchangeServiceReaders(ctx, l, r, so, false)
+		}),
 	}
+	so.flags(cmd)
+	cmd.Flags().BoolVar(&so.skip, "skip-services", false, "do not let the clusters read each other's exported services (multi-cluster services: ServiceExport/ServiceImport)")
 	cmd.Flags().StringVar(&c.serviceType, "server-service-type", "LoadBalancer", "type of the gateway server's Service: NodePort, LoadBalancer or ClusterIP; when not given, the remote cluster's peering.networking.gateway.server.service.type comes before this default")
 	cmd.Flags().Int32Var(&c.port, "server-port", netv1alpha1.DefaultPort, "port of the gateway server's Service; when not given, the remote cluster's peering.networking.gateway.server.service.port comes before this default")
 	cmd.Flags().Int32Var(&c.nodePort, "node-port", 0, "force this node port; 0 lets Kubernetes choose")

@@ -50,7 +50,7 @@ func cluster(t *testing.T, id string) (*apitest.Env, string) {
 	}
 	p := netip.MustParsePrefix
 	opts := controller.Options{PodCIDRs: []netip.Prefix{p("10.244.0.0/16")}, ServiceCIDRs: []netip.Prefix{p("10.96.0.0/12")},
-		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16")}
+		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16"), ClusterID: id, ServicesFrom: env.Config}
 	apitest.Must(t, identity.PublishNetwork(ctx, env.Client, "liqo", identity.Network{PodCIDRs: opts.PodCIDRs, ServiceCIDRs: opts.ServiceCIDRs,
 		ExternalCIDR: opts.ExternalCIDR, InternalCIDR: opts.InternalCIDR}))
 	skip := true
@@ -100,7 +100,8 @@ func TestNetworkInitReset(t *testing.T) {
 		t.Errorf("second init: %v\n%s", err, out)
 	}
 	// connect: the server in B, the client in A pointing at it, keys exchanged.
-	out, err = run(t, "--kubeconfig", kcA, "network", "connect", "--remote-kubeconfig", kcB, "--server-service-type", "ClusterIP")
+	// (Multi-cluster services: TestServicesCredentials.)
+	out, err = run(t, "--kubeconfig", kcA, "network", "connect", "--remote-kubeconfig", kcB, "--server-service-type", "ClusterIP", "--skip-services")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/buildinfo"
@@ -145,13 +149,15 @@ type peeringStatus struct {
 	Endpoint        string `json:"endpoint"`
 	Connection      string `json:"connection"`
 	Latency         string `json:"latency"`
+	// ImportedServices are the ServiceImports (namespace/name) listing the peer.
+	ImportedServices []string `json:"importedServices"`
 }
 
 func networkStatusCmd(g *globals) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:     "status",
-		Short:   "List this cluster's peerings: CIDRs, gateway, endpoint, connection state and latency",
+		Short:   "List this cluster's peerings: CIDRs, gateway, endpoint, connection state, latency and the services imported from each",
 		Example: "  skeinctl network status\n  skeinctl network status -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -173,13 +179,22 @@ func networkStatusCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
+			var imports mcsv1a1.ServiceImportList
+			if err := cl.List(ctx, &imports); err != nil && !meta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
+				return err // the MCS API not installed: nothing imported
+			}
 			rows := []peeringStatus{} // "[]", not null, when there is no peering
 			for _, cf := range confs.Items {
 				id := cf.Labels[netv1alpha1.RemoteClusterIDLabel]
 				spec := cf.Spec.Remote.CIDR
 				row := peeringStatus{RemoteClusterID: id, Namespace: cf.Namespace, RemotePodCIDR: joinCIDRs(spec.Pods()),
 					RemoteExtCIDR: joinCIDRs(append([]netv1alpha1.CIDR{spec.External}, spec.AdditionalExternals...)),
-					Role:          "-", Endpoint: "-", Connection: "-", Latency: "-"}
+					Role:          "-", Endpoint: "-", Connection: "-", Latency: "-", ImportedServices: []string{}}
+				for _, si := range imports.Items {
+					if slices.ContainsFunc(si.Status.Clusters, func(c mcsv1a1.ClusterStatus) bool { return c.Cluster == id }) {
+						row.ImportedServices = append(row.ImportedServices, si.Namespace+"/"+si.Name)
+					}
+				}
 				if cf.Status.Remote != nil {
 					seen := cf.Status.Remote.CIDR
 					row.SeenPodCIDR = joinCIDRs(seen.Pods())
@@ -216,15 +231,26 @@ func networkStatusCmd(g *globals) *cobra.Command {
 				return printObj(g.out, output, rows)
 			}
 			w := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "REMOTE CLUSTER ID\tREMOTE POD CIDR\tSEEN AS\tREMOTE EXTERNAL CIDR\tSEEN AS\tROLE\tENDPOINT\tCONNECTION\tLATENCY")
+			fmt.Fprintln(w, "REMOTE CLUSTER ID\tREMOTE POD CIDR\tSEEN AS\tREMOTE EXTERNAL CIDR\tSEEN AS\tROLE\tENDPOINT\tCONNECTION\tLATENCY\tIMPORTED SERVICES")
 			for _, r := range rows {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.RemoteClusterID, r.RemotePodCIDR, dash(r.SeenPodCIDR), r.RemoteExtCIDR, dash(r.SeenExtCIDR), r.Role, r.Endpoint, r.Connection, r.Latency)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.RemoteClusterID, r.RemotePodCIDR, dash(r.SeenPodCIDR), r.RemoteExtCIDR, dash(r.SeenExtCIDR), r.Role, r.Endpoint, r.Connection, r.Latency, importedCell(r.ImportedServices))
 			}
 			return w.Flush()
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml instead of a table")
 	return cmd
+}
+
+// importedCell lists up to three imported services and counts the rest.
+func importedCell(names []string) string {
+	switch {
+	case len(names) == 0:
+		return "-"
+	case len(names) > 3:
+		return fmt.Sprintf("%s (+%d)", strings.Join(names[:3], ","), len(names)-3)
+	}
+	return strings.Join(names, ",")
 }
 
 func dash(s string) string {

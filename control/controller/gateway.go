@@ -497,22 +497,37 @@ func watchesPods(spec *corev1.PodSpec) bool {
 // fields it sets. The object is sent without its null fields and its status: a typed Go object
 // carries them (creationTimestamp: null, status: {}) though the controller never sets them.
 func applyObject(ctx context.Context, c client.Client, obj client.Object) error {
-	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
+	_, err := apply(ctx, c, obj)
+	return err
+}
+
+// applyAndRead is applyObject that leaves in obj the object as the API server answered (its
+// UID, defaulted fields).
+func applyAndRead(ctx context.Context, c client.Client, obj client.Object) error {
+	u, err := apply(ctx, c, obj)
 	if err != nil {
 		return err
 	}
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj)
+}
+
+func apply(ctx context.Context, c client.Client, obj client.Object) (*unstructured.Unstructured, error) {
+	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
+	if err != nil {
+		return nil, err
+	}
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
-		return fmt.Errorf("%s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		return nil, fmt.Errorf("%s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
 	}
 	pruneNull(m)
 	delete(m, "status")
 	u := &unstructured.Unstructured{Object: m}
 	u.SetGroupVersionKind(gvk)
 	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("apply %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		return nil, fmt.Errorf("apply %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
 	}
-	return nil
+	return u, nil
 }
 
 // pruneNull drops null values from maps, at every depth. Empty maps stay: some mean something

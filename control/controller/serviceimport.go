@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -511,47 +512,95 @@ func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import) err
 		return err
 	}
 	si.Labels = withManagedBy(si.Labels)
-	if err := applyObject(ctx, r.Client, si); err != nil {
-		return err
+	// Each write is skipped when the cache already holds what it would write: an endpoint
+	// change rewrites only its slice.
+	if existing.UID == "" || existing.Labels[ManagedByLabel] != FieldOwner || !equality.Semantic.DeepEqual(existing.Spec, si.Spec) {
+		if err := applyAndRead(ctx, r.Client, si); err != nil {
+			return err
+		}
+	} else {
+		si.UID = existing.UID
 	}
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(si), &existing); err != nil {
-		return err
-	}
-	if err := applyStatus(ctx, r.Client, si, map[string]any{"clusters": si.Status.Clusters, "conditions": []metav1.Condition{{
-		Type: string(mcsv1a1.ServiceImportConditionReady), Status: metav1.ConditionTrue, Reason: string(mcsv1a1.ServiceImportReasonReady),
-		Message: fmt.Sprintf("%d cluster(s) export it", len(si.Status.Clusters)), LastTransitionTime: conditionTime(existing.Status.Conditions, string(mcsv1a1.ServiceImportConditionReady), metav1.ConditionTrue)}}}); err != nil {
-		return err
-	}
-	owner := *metav1.NewControllerRef(&existing, schema.GroupVersionKind{Group: mcsv1a1.GroupName, Version: "v1alpha1", Kind: mcsv1a1.ServiceImportKindName})
-	imp.Service.Labels = withManagedBy(imp.Service.Labels)
-	imp.Service.OwnerReferences = []metav1.OwnerReference{owner}
-	if err := applyObject(ctx, r.Client, imp.Service); err != nil {
-		return err
-	}
-	if err := r.Client.Get(ctx, svcKey, &svc); err != nil {
-		return err
-	}
-	sliceOwner := *metav1.NewControllerRef(&svc, corev1.SchemeGroupVersion.WithKind("Service"))
-	want := map[string]bool{}
-	for _, sl := range imp.Slices {
-		sl.OwnerReferences = []metav1.OwnerReference{sliceOwner}
-		want[sl.Name] = true
-		if err := applyObject(ctx, r.Client, sl); err != nil {
+	ready := metav1.Condition{Type: string(mcsv1a1.ServiceImportConditionReady), Status: metav1.ConditionTrue, Reason: string(mcsv1a1.ServiceImportReasonReady),
+		Message: fmt.Sprintf("%d cluster(s) export it", len(si.Status.Clusters)), LastTransitionTime: conditionTime(existing.Status.Conditions, string(mcsv1a1.ServiceImportConditionReady), metav1.ConditionTrue)}
+	if old := meta.FindStatusCondition(existing.Status.Conditions, ready.Type); old == nil || old.Status != ready.Status || old.Message != ready.Message ||
+		!equality.Semantic.DeepEqual(existing.Status.Clusters, si.Status.Clusters) {
+		if err := applyStatus(ctx, r.Client, si, map[string]any{"clusters": si.Status.Clusters, "conditions": []metav1.Condition{ready}}); err != nil {
 			return err
 		}
 	}
+	owner := *metav1.NewControllerRef(si, schema.GroupVersionKind{Group: mcsv1a1.GroupName, Version: "v1alpha1", Kind: mcsv1a1.ServiceImportKindName})
+	want := imp.Service
+	want.Labels = withManagedBy(want.Labels)
+	want.OwnerReferences = []metav1.OwnerReference{owner}
+	if svc.UID == "" || !sameDerivedService(&svc, want) {
+		if err := applyAndRead(ctx, r.Client, want); err != nil {
+			return err
+		}
+		svc = *want
+	}
+	sliceOwner := *metav1.NewControllerRef(&svc, corev1.SchemeGroupVersion.WithKind("Service"))
 	var have discoveryv1.EndpointSliceList
 	if err := r.Client.List(ctx, &have, client.InNamespace(si.Namespace), client.MatchingLabels{mcs.ImportLabel: si.Name, discoveryv1.LabelManagedBy: mcs.ManagedBy}); err != nil {
 		return err
 	}
+	haveByName := map[string]*discoveryv1.EndpointSlice{}
+	for i := range have.Items {
+		haveByName[have.Items[i].Name] = &have.Items[i]
+	}
+	wanted := map[string]bool{}
+	for _, sl := range imp.Slices {
+		sl.OwnerReferences = []metav1.OwnerReference{sliceOwner}
+		sl.Labels = withManagedBy(sl.Labels)
+		wanted[sl.Name] = true
+		if h := haveByName[sl.Name]; h != nil && sameSlice(h, sl) {
+			continue
+		}
+		if err := applyObject(ctx, r.Client, sl); err != nil {
+			return err
+		}
+	}
 	for _, sl := range have.Items {
-		if !want[sl.Name] {
+		if !wanted[sl.Name] {
 			if err := r.Client.Delete(ctx, &sl); client.IgnoreNotFound(err) != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// sameDerivedService: have already holds what the import writes into want.
+func sameDerivedService(have, want *corev1.Service) bool {
+	if !labelsHold(have.Labels, want.Labels) || !equality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) ||
+		have.Spec.Type != want.Spec.Type || have.Spec.SessionAffinity != want.Spec.SessionAffinity ||
+		(want.Spec.ClusterIP == corev1.ClusterIPNone) != (have.Spec.ClusterIP == corev1.ClusterIPNone) || len(have.Spec.Ports) != len(want.Spec.Ports) {
+		return false
+	}
+	for i, p := range want.Spec.Ports {
+		h := have.Spec.Ports[i]
+		if h.Name != p.Name || h.Protocol != p.Protocol || h.Port != p.Port || !equality.Semantic.DeepEqual(h.AppProtocol, p.AppProtocol) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameSlice: have already holds what the import writes into want.
+func sameSlice(have, want *discoveryv1.EndpointSlice) bool {
+	return labelsHold(have.Labels, want.Labels) && equality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) &&
+		have.AddressType == want.AddressType && equality.Semantic.DeepEqual(have.Ports, want.Ports) &&
+		equality.Semantic.DeepEqual(have.Endpoints, want.Endpoints)
+}
+
+// labelsHold: have carries every label of want.
+func labelsHold(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // remove deletes what skein imported for namespace/name: the slices first (kube-proxy stops

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,55 +58,83 @@ func TestServiceImport(t *testing.T) {
 	}
 }
 
-func testServiceImport(t *testing.T, localPod netip.Prefix, remapped bool) {
-	a, b := apitest.Start(t), apitest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ca, cb := a.Client, b.Client
+// importPair is cluster A (skein-controller with multi-cluster services, pod CIDR localPod)
+// peered with cluster B (pod CIDR 10.244.0.0/16): A's Configuration for B mapped, B's services
+// reader for A made and its credentials in A (what skeinctl network connect does), namespace
+// shop in both.
+type importPair struct {
+	a, b     *apitest.Env
+	ca, cb   client.Client
+	seen     netip.Prefix // B's pod CIDR as A sees it
+	creds    *corev1.Secret
+	token    identity.ServiceReaderToken
+	idA, idB string
+}
+
+func startImportPair(tb testing.TB, ctx context.Context, localPod netip.Prefix) *importPair {
+	tb.Helper()
+	a, b := apitest.Start(tb), apitest.Start(tb)
+	x := &importPair{a: a, b: b, ca: a.Client, cb: b.Client, idA: "cluster-a", idB: "cluster-b"}
 	for _, e := range []*apitest.Env{a, b} {
 		for _, ns := range []string{"shop", "liqo", "liqo-tenant"} {
 			if err := e.EnsureNamespace(ctx, ns); err != nil {
-				t.Fatal(err)
+				tb.Fatal(err)
 			}
 		}
 	}
-	const idA, idB = "cluster-a", "cluster-b"
-
-	// Cluster A: skein-controller with multi-cluster services, peered with B.
 	mgr, err := ctrl.NewManager(a.Config, ctrl.Options{Scheme: a.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: controller.CacheOptions(), Controller: crconfig.Controller{SkipNameValidation: &skipNameValidation}})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	p := netip.MustParsePrefix
 	if err := controller.Setup(mgr, controller.Options{PodCIDRs: []netip.Prefix{localPod}, ServiceCIDRs: []netip.Prefix{p("10.96.0.0/12")},
-		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16"), ClusterID: idA, ServicesFrom: a.Config}); err != nil {
-		t.Fatal(err)
+		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16"), ClusterID: x.idA, ServicesFrom: a.Config}); err != nil {
+		tb.Fatal(err)
 	}
 	mctx, mcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mctx) }()
-	defer func() { mcancel(); <-done }()
-	cf := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Namespace: "liqo-tenant", Name: "b", Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: idB}},
+	tb.Cleanup(func() { mcancel(); <-done })
+	cf := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Namespace: "liqo-tenant", Name: "b", Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: x.idB}},
 		Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}
-	if err := ca.Create(ctx, cf); err != nil {
-		t.Fatal(err)
+	if err := x.ca.Create(ctx, cf); err != nil {
+		tb.Fatal(err)
 	}
-	var seen netip.Prefix
-	waitUntil(t, ctx, "A's Configuration for B remapped", func() bool {
-		if ca.Get(ctx, client.ObjectKeyFromObject(cf), cf) != nil || cf.Status.Remote == nil || !meta.IsStatusConditionTrue(cf.Status.Conditions, netv1alpha1.ConditionReady) {
+	waitUntil(tb, ctx, "A's Configuration for B mapped", func() bool {
+		if x.ca.Get(ctx, client.ObjectKeyFromObject(cf), cf) != nil || cf.Status.Remote == nil || !meta.IsStatusConditionTrue(cf.Status.Conditions, netv1alpha1.ConditionReady) {
 			return false
 		}
-		seen = p(string(cf.Status.Remote.CIDR.Pod))
+		x.seen = p(string(cf.Status.Remote.CIDR.Pod))
 		return true
 	})
-	if remapped == (seen == p("10.244.0.0/16")) {
-		t.Fatalf("B's 10.244.0.0/16 seen as %s in A (pod CIDR %s)", seen, localPod)
+	if x.token, err = identity.GrantServiceReader(ctx, x.cb, "liqo-tenant", x.idA, time.Hour, false); err != nil {
+		tb.Fatal(err)
 	}
-	translate := func(addr string) string {
-		got, _ := mcs.AddressMap{{Real: p("10.244.0.0/16"), Seen: seen}}.Translate(netip.MustParseAddr(addr))
-		return got.String()
+	x.creds = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "liqo-tenant", Name: "b-services",
+		Labels: map[string]string{controller.PeerCredentialsLabel: controller.PeerCredentialsServices, netv1alpha1.RemoteClusterIDLabel: x.idB, controller.ManagedByLabel: "skeinctl"}},
+		Data: map[string][]byte{controller.PeerServerKey: []byte(b.Config.Host), controller.PeerCAKey: b.Config.CAData, controller.PeerTokenKey: []byte(x.token.Token)}}
+	if err := x.ca.Create(ctx, x.creds); err != nil {
+		tb.Fatal(err)
 	}
+	return x
+}
+
+// translate is the address A reaches B's pod addr at.
+func (x *importPair) translate(addr string) string {
+	got, _ := mcs.AddressMap{{Real: netip.MustParsePrefix("10.244.0.0/16"), Seen: x.seen}}.Translate(netip.MustParseAddr(addr))
+	return got.String()
+}
+
+func testServiceImport(t *testing.T, localPod netip.Prefix, remapped bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	x := startImportPair(t, ctx, localPod)
+	b, ca, cb, idA, idB, creds, tok := x.b, x.ca, x.cb, x.idA, x.idB, x.creds, x.token
+	if remapped == (x.seen == netip.MustParsePrefix("10.244.0.0/16")) {
+		t.Fatalf("B's 10.244.0.0/16 seen as %s in A (pod CIDR %s)", x.seen, localPod)
+	}
+	translate := x.translate
 
 	// Cluster B: shop/orders, three endpoints (one not ready, one a host-network address that
 	// is no pod of B's), exported.
@@ -122,19 +149,6 @@ func testServiceImport(t *testing.T, localPod netip.Prefix, remapped bool) {
 	if err := cb.Create(ctx, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}); err != nil {
 		t.Fatal(err)
 	}
-	// B's services reader for A, and its credentials in A (what skeinctl network connect does).
-	csB := kubernetes.NewForConfigOrDie(b.Config)
-	tok, err := identity.GrantServiceReader(ctx, cb, csB, "liqo-tenant", idA, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "liqo-tenant", Name: "b-services",
-		Labels: map[string]string{controller.PeerCredentialsLabel: controller.PeerCredentialsServices, netv1alpha1.RemoteClusterIDLabel: idB, controller.ManagedByLabel: "skeinctl"}},
-		Data: map[string][]byte{controller.PeerServerKey: []byte(b.Config.Host), controller.PeerCAKey: b.Config.CAData, controller.PeerTokenKey: []byte(tok.Token)}}
-	if err := ca.Create(ctx, creds); err != nil {
-		t.Fatal(err)
-	}
-
 	// A imports it.
 	key := client.ObjectKey{Namespace: "shop", Name: "orders"}
 	importedAddrs := func() map[string]string {
@@ -268,15 +282,35 @@ func testServiceImport(t *testing.T, localPod netip.Prefix, remapped bool) {
 	waitUntil(t, ctx, "the ServiceImport and derived Service gone", func() bool {
 		return apierrors.IsNotFound(ca.Get(ctx, key, &si)) && apierrors.IsNotFound(ca.Get(ctx, client.ObjectKeyFromObject(&derived), &derived))
 	})
+	// Renewing ends the old token; revoking ends the new one.
+	tok2, err := identity.GrantServiceReader(ctx, cb, "liqo-tenant", idA, time.Hour, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API server looks service accounts up through its own cache: allow it a moment.
+	waitUntil(t, ctx, "the reader's first token refused after a renewal", func() bool {
+		return apierrors.IsUnauthorized(rc.List(ctx, &corev1.ServiceList{}))
+	})
+	reader.BearerToken = tok2.Token
+	rc2, err := client.New(reader, client.Options{Scheme: b.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc2.List(ctx, &corev1.ServiceList{}); err != nil {
+		t.Errorf("the renewed token: %v", err)
+	}
 	if err := identity.RevokeServiceReader(ctx, cb, "liqo-tenant", idA); err != nil {
 		t.Fatal(err)
 	}
-	if err := rc.List(ctx, &corev1.ServiceList{}); err == nil {
-		t.Error("the reader's token still works after RevokeServiceReader")
+	if err := rc2.List(ctx, &corev1.ServiceList{}); !apierrors.IsUnauthorized(err) && !apierrors.IsForbidden(err) {
+		t.Errorf("the reader's token after RevokeServiceReader: %v, want Unauthorized or Forbidden", err)
 	}
+	waitUntil(t, ctx, "the reader's token refused after RevokeServiceReader", func() bool {
+		return apierrors.IsUnauthorized(rc2.List(ctx, &corev1.ServiceList{}))
+	})
 }
 
-func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
+func waitUntil(t testing.TB, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
 	for !cond() {
 		if ctx.Err() != nil {

@@ -11,7 +11,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -23,8 +22,9 @@ import (
 // ServiceReaderRoleName is the ClusterRole every services reader is bound to.
 const ServiceReaderRoleName = "skein-service-reader"
 
-// ServiceReaderName is the ServiceAccount of a peer's services reader (in its tenant namespace).
-const ServiceReaderName = "skein-service-reader"
+// ServiceReaderName is the ServiceAccount of peer peerID's services reader (in the peering's
+// namespace, which the manual flow may share between peers: hence the peer's name in it).
+func ServiceReaderName(peerID string) string { return ServiceReaderRoleName + "-" + PeerName(peerID) }
 
 // ServiceReaderBindingName is the ClusterRoleBinding of peer peerID's services reader.
 func ServiceReaderBindingName(peerID string) string { return ServiceReaderRoleName + "-" + peerID }
@@ -52,9 +52,23 @@ type ServiceReaderToken struct {
 // GrantServiceReader makes (or keeps) peer peerID's services reader in namespace ns: the
 // ClusterRole, the ServiceAccount and its ClusterRoleBinding; then it issues a token valid for
 // ttl (TokenRequest: it ends with the ServiceAccount, so RevokeServiceReader ends it too).
-func GrantServiceReader(ctx context.Context, c client.Client, cs kubernetes.Interface, ns, peerID string, ttl time.Duration) (ServiceReaderToken, error) {
+// With renew, the ServiceAccount is made anew first, ending every token issued before.
+func GrantServiceReader(ctx context.Context, c client.Client, ns, peerID string, ttl time.Duration, renew bool) (ServiceReaderToken, error) {
 	if peerID == "" {
 		return ServiceReaderToken{}, errors.New("services reader: no peer cluster id")
+	}
+	if renew {
+		old := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderName(peerID)}}
+		if err := c.Delete(ctx, old); client.IgnoreNotFound(err) != nil {
+			return ServiceReaderToken{}, fmt.Errorf("services reader: delete ServiceAccount %s/%s: %w", ns, old.Name, err)
+		}
+		// The deletion is done when the name is free (a ServiceAccount has no finalizer).
+		for range 50 {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(old), old); apierrors.IsNotFound(err) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	labels := map[string]string{"app.kubernetes.io/part-of": "skein", "app.kubernetes.io/managed-by": "skeinctl", "liqo.io/remote-cluster-id": peerID}
 	role := ServiceReaderRole()
@@ -70,14 +84,14 @@ func GrantServiceReader(ctx context.Context, c client.Client, cs kubernetes.Inte
 			return ServiceReaderToken{}, fmt.Errorf("services reader: ClusterRole %s: %w", role.Name, err)
 		}
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderName, Labels: labels},
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderName(peerID), Labels: labels},
 		AutomountServiceAccountToken: new(bool)}
 	if err := c.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
 		return ServiceReaderToken{}, fmt.Errorf("services reader: ServiceAccount %s/%s: %w", ns, sa.Name, err)
 	}
 	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ServiceReaderBindingName(peerID), Labels: labels},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ServiceReaderRoleName},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: ServiceReaderName}}}
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: ServiceReaderName(peerID)}}}
 	if err := c.Create(ctx, crb); apierrors.IsAlreadyExists(err) {
 		var have rbacv1.ClusterRoleBinding
 		if err := c.Get(ctx, client.ObjectKeyFromObject(crb), &have); err != nil {
@@ -94,10 +108,9 @@ func GrantServiceReader(ctx context.Context, c client.Client, cs kubernetes.Inte
 		return ServiceReaderToken{}, fmt.Errorf("services reader: ClusterRoleBinding %s: %w", crb.Name, err)
 	}
 	secs := int64(ttl / time.Second)
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, ServiceReaderName, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
-	if err != nil {
-		return ServiceReaderToken{}, fmt.Errorf("services reader: token for %s/%s: %w", ns, ServiceReaderName, err)
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}
+	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
+		return ServiceReaderToken{}, fmt.Errorf("services reader: token for %s/%s: %w", ns, ServiceReaderName(peerID), err)
 	}
 	return ServiceReaderToken{Token: tr.Status.Token, Expires: tr.Status.ExpirationTimestamp.Time}, nil
 }
@@ -108,7 +121,7 @@ func GrantServiceReader(ctx context.Context, c client.Client, cs kubernetes.Inte
 func RevokeServiceReader(ctx context.Context, c client.Client, ns, peerID string) error {
 	for _, o := range []client.Object{
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ServiceReaderBindingName(peerID)}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderName}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderName(peerID)}},
 	} {
 		if err := c.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("services reader: delete %T %s: %w", o, o.GetName(), err)
