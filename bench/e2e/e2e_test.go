@@ -625,12 +625,6 @@ func (e *env) probe(ctx context.Context, ns string, args ...string) (string, err
 	return strings.TrimSpace(string(out)), err
 }
 
-// gatewayNode is the node of cluster i's active gateway.
-func (e *env) gatewayNode(ctx context.Context, i int) string {
-	gw := e.activeGateway(ctx, i)
-	return gw.Spec.NodeName
-}
-
 // gatewayNodeFor is the node of cluster at's active gateway towards cluster of.
 func (e *env) gatewayNodeFor(ctx context.Context, at, of int) string {
 	gw := e.activeGatewayFor(ctx, at, of)

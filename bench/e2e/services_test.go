@@ -82,16 +82,19 @@ func (e *env) importedEndpoints(ctx context.Context) map[string][]string {
 }
 
 // callOrders makes n calls to the ClusterIP from c0's first probe pod and counts the answers
-// by pod name.
+// by pod name; failures are counted and the first three reported.
 func (e *env) callOrders(ctx context.Context, target string, n int) (map[string]int, int) {
 	ns := e.podNS(0, e.probePods(ctx, 0)[0])
 	got, failed := map[string]int{}, 0
 	for range n {
-		out, err := e.probe(ctx, ns, "call", "--timeout", "2s", "tcp", target)
+		start := time.Now()
+		out, err := e.probe(ctx, ns, "call", "--timeout", "3s", "tcp", target)
 		if f := strings.Fields(out); err == nil && len(f) >= 1 {
 			got[f[0]]++
-		} else {
-			failed++
+			continue
+		}
+		if failed++; failed <= 3 {
+			e.reportf("services: call %d to %s failed after %s: %v: %s", failed, target, time.Since(start).Round(time.Millisecond), err, out)
 		}
 	}
 	return got, failed
@@ -143,6 +146,14 @@ func (e *env) services(ctx context.Context) {
 		}
 	}
 	target := si.Spec.IPs[0] + ":7070"
+	// kube-proxy programs the new Service on its own period: until then calls are refused
+	// ("no endpoints"). Wait for the first answer, then count.
+	ns := e.podNS(0, e.probePods(ctx, 0)[0])
+	took = e.waitFor(ctx, 30*time.Second, "kube-proxy in c0 serving the imported ClusterIP", func() bool {
+		_, err := e.probe(ctx, ns, "call", "--timeout", "1s", "tcp", target)
+		return err == nil
+	})
+	e.reportf("services: the first call to the imported ClusterIP answered %.1fs after the slices were complete (kube-proxy's sync)", took.Seconds())
 	byPod, failed := e.callOrders(ctx, target, 100)
 	all := append(e.readyOrders(ctx, 1), e.readyOrders(ctx, 2)...)
 	for _, p := range all {
@@ -170,7 +181,7 @@ func (e *env) services(ctx context.Context) {
 	start = time.Now()
 	var lastC1 time.Duration
 	for time.Since(start) < 8*time.Second {
-		got, _ := e.callOrders(ctx, target, 5)
+		got, _ := e.callOrders(ctx, target, 5) // calls to a pod that just went may fail: that is the window measured
 		for p := range got {
 			if slices.Contains(c1Pods, p) {
 				lastC1 = time.Since(start)

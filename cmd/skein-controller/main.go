@@ -100,7 +100,7 @@ func main() {
 	burst := fs.Int("kube-api-burst", 100, "burst of requests to the API server")
 	leaderElect := fs.Bool("leader-elect", true, "elect one active replica through a Lease in --namespace")
 	services := fs.Bool("multicluster-services", true, "import the services peers export with the Multi-Cluster Services API (ServiceExport/ServiceImport, multicluster.x-k8s.io), and export this cluster's; off when the MCS CRDs are not installed (the chart installs them)")
-	importExcluded := fs.String("import-excluded-namespaces", strings.Join(controller.DefaultImportExcludedNamespaces, ","), "namespaces never imported into, comma-separated (a peer's export of a name there is ignored here)")
+	importExcluded := fs.String("import-excluded-namespaces", strings.Join(controller.DefaultImportExcludedNamespaces, ","), "namespaces never imported into, comma-separated, besides --namespace (a peer's export of a name there is ignored here)")
 	logLevel := fs.String("log-level", "info", logging.LevelUsage)
 	logFormat := fs.String("log-format", logging.FormatText, logging.FormatUsage)
 	buildinfo.ParseFlags(fs, "skein-controller", os.Args[1:])
@@ -172,7 +172,9 @@ func main() {
 			log.Info("multi-cluster services off: the MCS API (ServiceExport, ServiceImport of multicluster.x-k8s.io/v1alpha1) is not installed; install the CRDs from the chart's crds/ and restart", "error", err.Error())
 		} else {
 			opts.ClusterID, opts.ServicesFrom = id, cfg
-			opts.ImportExcludedNamespaces = []string{}
+			// Never into skein's own namespace: a peer's export there would put a Service
+			// beside the controller and its Secrets.
+			opts.ImportExcludedNamespaces = []string{*namespace}
 			for _, n := range strings.Split(*importExcluded, ",") {
 				if n = strings.TrimSpace(n); n != "" {
 					opts.ImportExcludedNamespaces = append(opts.ImportExcludedNamespaces, n)

@@ -27,7 +27,7 @@ func Scheme() *k8sruntime.Scheme {
 	if err := netv1alpha1.AddToScheme(s); err != nil {
 		panic(err)
 	}
-	if err := mcsv1a1.AddToScheme(s); err != nil {
+	if err := mcsv1a1.Install(s); err != nil {
 		panic(err)
 	}
 	return s
