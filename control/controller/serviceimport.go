@@ -99,6 +99,9 @@ type ServiceImportReconciler struct {
 	// Excluded namespaces are never imported into (nil: DefaultImportExcludedNamespaces).
 	Excluded []string
 	Limits   mcs.Limits
+	// Retry is how long an exporter that failed waits before it starts again (0:
+	// DefaultExporterRetry).
+	Retry time.Duration
 	// PeerConfig turns a credentials Secret into a client configuration (nil: peerRESTConfig).
 	PeerConfig func(*corev1.Secret) (*rest.Config, error)
 
@@ -121,15 +124,32 @@ func (r *ServiceImportReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.PeerConfig == nil {
 		r.PeerConfig = peerRESTConfig
 	}
+	if r.Retry <= 0 {
+		r.Retry = DefaultExporterRetry
+	}
 	if err := mgr.Add(manager(func(ctx context.Context) error {
 		r.mu.Lock()
 		r.started = ctx
 		r.mu.Unlock()
-		if r.Local != nil {
-			r.startExporter(ctx, "", r.ClusterID, types.NamespacedName{}, "", r.Local)
+		if r.Local == nil {
+			<-ctx.Done()
+			return nil
 		}
-		<-ctx.Done()
-		return nil
+		r.startExporter(ctx, "", r.ClusterID, types.NamespacedName{}, "", r.Local)
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(r.Retry):
+			}
+			r.mu.Lock()
+			x := r.byKey[""]
+			r.mu.Unlock()
+			if _, err := x.state(); err != nil {
+				r.stopExporter(ctx, "")
+				r.startExporter(ctx, "", r.ClusterID, types.NamespacedName{}, "", r.Local)
+			}
+		}
 	})); err != nil {
 		return err
 	}
@@ -214,10 +234,20 @@ func (r *ServiceImportReconciler) reconcileCredentials(ctx context.Context, req 
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	gone := apierrors.IsNotFound(err) || s.DeletionTimestamp != nil || s.Labels[PeerCredentialsLabel] != PeerCredentialsServices
-	if old != nil && (gone || old.rv != s.ResourceVersion) {
+	if old != nil && !gone && old.rv == s.ResourceVersion {
+		// Running on these credentials: started anew when it failed (the peer's API server
+		// was unreachable when it started, say), else checked again later.
+		if _, err := old.state(); err == nil {
+			return reconcile.Result{RequeueAfter: r.Retry}, nil
+		}
+		if time.Since(old.since) < r.Retry {
+			return reconcile.Result{RequeueAfter: r.Retry - time.Since(old.since)}, nil
+		}
+	}
+	if old != nil {
 		r.stopExporter(ctx, key)
 	}
-	if gone || (old != nil && old.rv == s.ResourceVersion) {
+	if gone {
 		return reconcile.Result{}, nil
 	}
 	id := s.Labels[netv1alpha1.RemoteClusterIDLabel]
@@ -231,8 +261,12 @@ func (r *ServiceImportReconciler) reconcileCredentials(ctx context.Context, req 
 		return reconcile.Result{}, nil
 	}
 	r.startExporter(started, key, id, req.NamespacedName, s.ResourceVersion, cfg)
-	return reconcile.Result{}, nil
+	return reconcile.Result{RequeueAfter: r.Retry}, nil
 }
+
+// DefaultExporterRetry is how long an exporter that failed to start (its API server was
+// unreachable, its credentials refused) waits before it tries again.
+const DefaultExporterRetry = 30 * time.Second
 
 // startExporter starts a cache of one cluster's ServiceExports, Services and EndpointSlices
 // (not the slices skein itself writes there) whose events enqueue the namespace/name.

@@ -1,10 +1,15 @@
 package controller_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
+	"net/url"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,6 +78,13 @@ type importPair struct {
 
 func startImportPair(tb testing.TB, ctx context.Context, localPod netip.Prefix) *importPair {
 	tb.Helper()
+	return startImportPairWith(tb, ctx, localPod, "", 0)
+}
+
+// startImportPairWith is startImportPair with A reaching B's API server at server (default:
+// B's own address) and retrying a failed exporter after retry (default: the controller's).
+func startImportPairWith(tb testing.TB, ctx context.Context, localPod netip.Prefix, server string, retry time.Duration) *importPair {
+	tb.Helper()
 	a, b := apitest.Start(tb), apitest.Start(tb)
 	x := &importPair{a: a, b: b, ca: a.Client, cb: b.Client, idA: "cluster-a", idB: "cluster-b"}
 	for _, e := range []*apitest.Env{a, b} {
@@ -89,7 +101,7 @@ func startImportPair(tb testing.TB, ctx context.Context, localPod netip.Prefix) 
 	}
 	p := netip.MustParsePrefix
 	if err := controller.Setup(mgr, controller.Options{PodCIDRs: []netip.Prefix{localPod}, ServiceCIDRs: []netip.Prefix{p("10.96.0.0/12")},
-		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16"), ClusterID: x.idA, ServicesFrom: a.Config}); err != nil {
+		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16"), ClusterID: x.idA, ServicesFrom: a.Config, ImportRetry: retry}); err != nil {
 		tb.Fatal(err)
 	}
 	mctx, mcancel := context.WithCancel(ctx)
@@ -113,7 +125,7 @@ func startImportPair(tb testing.TB, ctx context.Context, localPod netip.Prefix) 
 	}
 	x.creds = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "liqo-tenant", Name: "b-services",
 		Labels: map[string]string{controller.PeerCredentialsLabel: controller.PeerCredentialsServices, netv1alpha1.RemoteClusterIDLabel: x.idB, controller.ManagedByLabel: "skeinctl"}},
-		Data: map[string][]byte{controller.PeerServerKey: []byte(b.Config.Host), controller.PeerCAKey: b.Config.CAData, controller.PeerTokenKey: []byte(x.token.Token)}}
+		Data: map[string][]byte{controller.PeerServerKey: []byte(cmp.Or(server, b.Config.Host)), controller.PeerCAKey: b.Config.CAData, controller.PeerTokenKey: []byte(x.token.Token)}}
 	if err := x.ca.Create(ctx, x.creds); err != nil {
 		tb.Fatal(err)
 	}
@@ -317,5 +329,84 @@ func waitUntil(t testing.TB, ctx context.Context, what string, cond func() bool)
 			t.Fatalf("%s: not in time", what)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestServiceImportPeerOutage: B's API server is unreachable when A starts reading it: A
+// imports nothing and tries again, and imports as soon as B answers; once imported, B's API
+// server going away keeps the endpoints A has (the tunnel does not need B's API, nor do they).
+func TestServiceImportPeerOutage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A TCP relay to B's API server on a port of its own, down at first.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	relayAddr := ln.Addr().String()
+	ln.Close()
+	x := startImportPairWith(t, ctx, netip.MustParsePrefix("10.244.0.0/16"), "https://"+relayAddr, time.Second)
+	if err := x.cb.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.cb.Create(ctx, endpointSlice("shop", "orders-1", "orders", []string{"10.244.1.5"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.cb.Create(ctx, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: "shop", Name: "orders"}
+	time.Sleep(3 * time.Second)
+	if err := x.ca.Get(ctx, key, &mcsv1a1.ServiceImport{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("imported while B's API server is unreachable: %v", err)
+	}
+	bURL, err := url.Parse(x.b.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := bURL.Host
+	relay, err := net.Listen("tcp", relayAddr)
+	if err != nil {
+		t.Skipf("the relay's port was taken meanwhile: %v", err) // not a kernel feature, but nothing to test without it
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := relay.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, u)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(u, c); u.Close() }()
+			go func() { _, _ = io.Copy(c, u); c.Close() }()
+		}
+	}()
+	start := time.Now()
+	waitUntil(t, ctx, "A imports once B's API server answers", func() bool {
+		var sls discoveryv1.EndpointSliceList
+		return x.ca.List(ctx, &sls, client.InNamespace("shop"), client.MatchingLabels{mcs.ImportLabel: "orders"}) == nil &&
+			len(sls.Items) == 1 && len(sls.Items[0].Endpoints) == 1 && sls.Items[0].Endpoints[0].Addresses[0] == x.translate("10.244.1.5")
+	})
+	t.Logf("imported %.1fs after B's API server became reachable", time.Since(start).Seconds())
+	// B's API server goes away: the import stays.
+	relay.Close()
+	mu.Lock()
+	for _, c := range conns {
+		c.Close()
+	}
+	mu.Unlock()
+	time.Sleep(5 * time.Second)
+	var sls discoveryv1.EndpointSliceList
+	if err := x.ca.List(ctx, &sls, client.InNamespace("shop"), client.MatchingLabels{mcs.ImportLabel: "orders"}); err != nil || len(sls.Items) != 1 || len(sls.Items[0].Endpoints) != 1 {
+		t.Errorf("5 s after B's API server went away, A's slices: %v, %d", err, len(sls.Items))
 	}
 }

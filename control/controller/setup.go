@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
@@ -36,6 +37,9 @@ type Options struct {
 	ServicesFrom *rest.Config
 	// ImportExcludedNamespaces are never imported into (nil: DefaultImportExcludedNamespaces).
 	ImportExcludedNamespaces []string
+	// ImportRetry is how long reading a cluster's exports waits after a failure before it
+	// starts again (0: DefaultExporterRetry).
+	ImportRetry time.Duration
 	// Metrics, when set, gets the IPAM gauges (skein_controller_ipam_*); the daemon passes
 	// controller-runtime's registry, served on --metrics-listen.
 	Metrics prometheus.Registerer
@@ -98,7 +102,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return fmt.Errorf("controller: multi-cluster services need this cluster's id")
 		}
 		r := &ServiceImportReconciler{Client: c, Events: ev, ClusterID: o.ClusterID, PodCIDRs: o.PodCIDRs,
-			Local: o.ServicesFrom, Excluded: o.ImportExcludedNamespaces}
+			Local: o.ServicesFrom, Excluded: o.ImportExcludedNamespaces, Retry: o.ImportRetry}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
 		}
