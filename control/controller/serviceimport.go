@@ -127,7 +127,7 @@ func (r *ServiceImportReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Retry <= 0 {
 		r.Retry = DefaultExporterRetry
 	}
-	if err := mgr.Add(manager(func(ctx context.Context) error {
+	if err := mgr.Add(runnable(func(ctx context.Context) error {
 		r.mu.Lock()
 		r.started = ctx
 		r.mu.Unlock()
@@ -175,10 +175,10 @@ func (r *ServiceImportReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(reconcile.Func(r.reconcileCredentials))
 }
 
-// manager adapts a function to a manager Runnable (it runs on the leader only).
-type manager func(context.Context) error
+// runnable adapts a function to a manager Runnable (it runs on the leader only).
+type runnable func(context.Context) error
 
-func (m manager) Start(ctx context.Context) error { return m(ctx) }
+func (m runnable) Start(ctx context.Context) error { return m(ctx) }
 
 // importsOfConfiguration: a peering's remapped CIDRs changed, so every import listing that
 // peer is computed again.
