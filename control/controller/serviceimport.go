@@ -38,6 +38,7 @@ import (
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/controller/mcs"
+	"github.com/skein-net/skein/dataplane/nat"
 )
 
 // Multi-cluster services (the MCS API, multicluster.x-k8s.io/v1alpha1). Each cluster reads its
@@ -470,7 +471,11 @@ func (r *ServiceImportReconciler) source(ctx context.Context, x *exporter, ns, n
 	}
 	src.Slices = sls.Items
 	if x.id == r.ClusterID {
-		src.Map = mcs.Identity(r.PodCIDRs...)
+		m, err := mcs.Identity(r.PodCIDRs...)
+		if err != nil {
+			return mcs.Source{}, false, err
+		}
+		src.Map = m
 		return src, true, nil
 	}
 	m, err := r.addressMap(ctx, x.id)
@@ -481,9 +486,10 @@ func (r *ServiceImportReconciler) source(ctx context.Context, x *exporter, ns, n
 	return src, true, nil
 }
 
-// addressMap is how this cluster reaches peer id's pods: its Configuration's pod CIDRs and
-// their remapped prefixes (nil while it has no status, or when there is no peering).
-func (r *ServiceImportReconciler) addressMap(ctx context.Context, id string) (mcs.AddressMap, error) {
+// addressMap is how this cluster reaches peer id's pods: its Configuration's pod CIDRs onto
+// their remapped prefixes, the pairs the gateway's NAT is built from (nil while it has no
+// status, or when there is no peering).
+func (r *ServiceImportReconciler) addressMap(ctx context.Context, id string) (*nat.PrefixMap, error) {
 	var confs netv1alpha1.ConfigurationList
 	if err := r.Client.List(ctx, &confs, client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: id}); err != nil {
 		return nil, err
@@ -496,14 +502,19 @@ func (r *ServiceImportReconciler) addressMap(ctx context.Context, id string) (mc
 	if len(real) != len(seen) {
 		return nil, nil
 	}
-	var m mcs.AddressMap
+	var pairs []nat.Pair
 	for i := range real {
 		a, err1 := netip.ParsePrefix(string(real[i]))
 		b, err2 := netip.ParsePrefix(string(seen[i]))
 		if err1 != nil || err2 != nil {
 			return nil, nil
 		}
-		m = append(m, mcs.Mapping{Real: a, Seen: b})
+		pairs = append(pairs, nat.Pair{From: a, To: b})
+	}
+	m, err := nat.NewPrefixMap(pairs...)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "peer's Configuration does not make an address map: its endpoints are not imported", "peer", id)
+		return nil, nil
 	}
 	return m, nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/controller/mcs"
 	"github.com/skein-net/skein/control/identity"
+	"github.com/skein-net/skein/dataplane/nat"
 	"github.com/skein-net/skein/internal/apitest"
 )
 
@@ -134,7 +135,11 @@ func startImportPairWith(tb testing.TB, ctx context.Context, localPod netip.Pref
 
 // translate is the address A reaches B's pod addr at.
 func (x *importPair) translate(addr string) string {
-	got, _ := mcs.AddressMap{{Real: netip.MustParsePrefix("10.244.0.0/16"), Seen: x.seen}}.Translate(netip.MustParseAddr(addr))
+	m, err := nat.NewPrefixMap(nat.Pair{From: netip.MustParsePrefix("10.244.0.0/16"), To: x.seen})
+	if err != nil {
+		panic(err)
+	}
+	got, _ := m.Map(netip.MustParseAddr(addr))
 	return got.String()
 }
 

@@ -24,6 +24,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+
+	"github.com/skein-net/skein/dataplane/nat"
 )
 
 // ManagedBy is the endpointslice.kubernetes.io/managed-by value of the slices skein writes.
@@ -40,46 +42,13 @@ const (
 // DefaultMaxEndpointsPerSlice is what kube-controller-manager puts in one slice by default.
 const DefaultMaxEndpointsPerSlice = 100
 
-// AddressMap is how this cluster reaches one exporter's pods: each of the exporter's pod CIDRs
-// (Real) and the prefix it is seen as here (Seen; equal when not remapped).
-type AddressMap []Mapping
-
-// Mapping is one pod CIDR of a cluster and how it is seen here.
-type Mapping struct{ Real, Seen netip.Prefix }
-
-// Identity maps the given CIDRs to themselves (this cluster's own exports).
-func Identity(cidrs ...netip.Prefix) AddressMap {
-	m := make(AddressMap, len(cidrs))
+// Identity is the address map of this cluster's own exports: its pod CIDRs, as they are.
+func Identity(cidrs ...netip.Prefix) (*nat.PrefixMap, error) {
+	pairs := make([]nat.Pair, len(cidrs))
 	for i, c := range cidrs {
-		m[i] = Mapping{c, c}
+		pairs[i] = nat.Pair{From: c, To: c}
 	}
-	return m
-}
-
-// Translate returns the address a is reached at from here, false when a is in none of the
-// exporter's published pod CIDRs (or the families differ).
-func (m AddressMap) Translate(a netip.Addr) (netip.Addr, bool) {
-	a = a.Unmap()
-	for _, p := range m {
-		if !p.Real.Contains(a) || p.Real.Bits() != p.Seen.Bits() || p.Real.Addr().BitLen() != p.Seen.Addr().BitLen() {
-			continue
-		}
-		x, s := a.AsSlice(), p.Seen.Masked().Addr().AsSlice()
-		for i := range x {
-			n := p.Seen.Bits() - 8*i
-			var keep byte
-			switch {
-			case n >= 8:
-				keep = 0xff
-			case n > 0:
-				keep = ^byte(0xff >> n)
-			}
-			x[i] = s[i]&keep | x[i]&^keep
-		}
-		out, _ := netip.AddrFromSlice(x)
-		return out, true
-	}
-	return netip.Addr{}, false
+	return nat.NewPrefixMap(pairs...)
 }
 
 // Source is one cluster's export of the service.
@@ -91,9 +60,12 @@ type Source struct {
 	Service *corev1.Service
 	// Slices are the cluster's EndpointSlices of the Service.
 	Slices []discoveryv1.EndpointSlice
-	// Map translates the cluster's pod addresses into this cluster's view; nil contributes no
-	// endpoint (a peering whose Configuration has no status yet).
-	Map AddressMap
+	// Map translates the cluster's pod addresses into this cluster's view: the fabric's own
+	// NAT (each of the exporter's pod CIDRs onto the prefix this cluster sees it as), so an
+	// endpoint is the address the gateway will translate back to that pod. Addresses it maps
+	// nothing for are dropped; nil contributes no endpoint (a peering whose Configuration has no
+	// status yet).
+	Map *nat.PrefixMap
 }
 
 // Limits cap what one import may hold.
@@ -328,7 +300,7 @@ func sourceSlices(namespace, name, derived string, s Source, agreed map[string]b
 				r.Dropped++
 				continue
 			}
-			t, ok := s.Map.Translate(a)
+			t, ok := s.Map.Map(a.Unmap())
 			if !ok {
 				outside++
 				continue
