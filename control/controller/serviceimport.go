@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,9 +78,16 @@ type exporter struct {
 	cancel context.CancelFunc
 	since  time.Time
 
+	// probe checks the credentials now and then: a watch that is open keeps working after
+	// the peer revoked them, or after they expired.
+	probe client.Client
+
 	mu     sync.Mutex
 	synced bool
 	err    error
+	// refused: the peer's API server refused the credentials (401, 403): what was imported
+	// from it goes, as after a disconnect, instead of staying as last read.
+	refused bool
 }
 
 func (x *exporter) state() (bool, error) {
@@ -86,6 +95,15 @@ func (x *exporter) state() (bool, error) {
 	defer x.mu.Unlock()
 	return x.synced, x.err
 }
+
+func (x *exporter) isRefused() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.refused
+}
+
+// refusedError: the API server said the credentials are not (or no longer) good.
+func refusedError(err error) bool { return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) }
 
 // ServiceImportReconciler imports exported services (one request per namespace/name).
 type ServiceImportReconciler struct {
@@ -164,7 +182,9 @@ func (r *ServiceImportReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&mcsv1a1.ServiceImport{}).
 		Watches(&corev1.Service{}, byImport, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[mcs.ImportLabel] != "" }))).
 		Watches(&discoveryv1.EndpointSlice{}, byImport).
-		Watches(&netv1alpha1.Configuration{}, handler.EnqueueRequestsFromMapFunc(r.importsOfConfiguration)).
+		Watches(&netv1alpha1.Configuration{}, handler.EnqueueRequestsFromMapFunc(r.importsOfPeer)).
+		Watches(&netv1alpha1.GatewayServer{}, handler.EnqueueRequestsFromMapFunc(r.importsOfPeer)).
+		Watches(&netv1alpha1.GatewayClient{}, handler.EnqueueRequestsFromMapFunc(r.importsOfPeer)).
 		WatchesRawSource(source.Channel(r.events, &handler.EnqueueRequestForObject{})).
 		Complete(r); err != nil {
 		return err
@@ -181,9 +201,9 @@ type runnable func(context.Context) error
 
 func (m runnable) Start(ctx context.Context) error { return m(ctx) }
 
-// importsOfConfiguration: a peering's remapped CIDRs changed, so every import listing that
+// importsOfPeer: a peering's remapped CIDRs or gateways changed, so every import listing that
 // peer is computed again.
-func (r *ServiceImportReconciler) importsOfConfiguration(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *ServiceImportReconciler) importsOfPeer(ctx context.Context, o client.Object) []reconcile.Request {
 	return r.importsOf(ctx, o.GetLabels()[netv1alpha1.RemoteClusterIDLabel])
 }
 
@@ -211,12 +231,13 @@ func peerRESTConfig(s *corev1.Secret) (*rest.Config, error) {
 	if server == "" || token == "" || len(ca) == 0 {
 		return nil, fmt.Errorf("secret %s/%s needs the keys %s, %s and %s", s.Namespace, s.Name, PeerServerKey, PeerCAKey, PeerTokenKey)
 	}
-	cfg := &rest.Config{Host: server, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca},
-		QPS: 20, Burst: 40, Timeout: 30 * time.Second, UserAgent: "skein-controller (service import)"}
-	if _, _, err := rest.DefaultServerUrlFor(cfg); err != nil {
-		return nil, fmt.Errorf("secret %s/%s: server %q: %w", s.Namespace, s.Name, server, err)
+	u, err := url.Parse(server)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("secret %s/%s: server %q: want https://HOST[:PORT] (the token is never sent in clear)", s.Namespace, s.Name, server)
 	}
-	return cfg, nil
+	// No client timeout: it would cut every watch; the reflectors time their own requests.
+	return &rest.Config{Host: "https://" + u.Host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca},
+		QPS: 20, Burst: 40, UserAgent: "skein-controller (service import)"}, nil
 }
 
 // reconcileCredentials starts, restarts (new credentials) or stops a peer's exporter.
@@ -238,7 +259,16 @@ func (r *ServiceImportReconciler) reconcileCredentials(ctx context.Context, req 
 	if old != nil && !gone && old.rv == s.ResourceVersion {
 		// Running on these credentials: started anew when it failed (the peer's API server
 		// was unreachable when it started, say), else checked again later.
-		if _, err := old.state(); err == nil {
+		if synced, err := old.state(); err == nil {
+			if synced && old.probe != nil && old.id != r.ClusterID {
+				if err := old.probe.List(ctx, &mcsv1a1.ServiceExportList{}, client.Limit(1)); refusedError(err) {
+					old.mu.Lock()
+					old.err, old.synced, old.refused = err, false, true
+					old.mu.Unlock()
+					r.Events.Eventf(&s, nil, corev1.EventTypeWarning, "CredentialsRefused", "Import", "cluster %s refuses these credentials (%v): what was imported from it is removed; skeinctl network rotate-credentials issues new ones", old.id, err)
+					r.enqueueAll(ctx, old.id)
+				}
+			}
 			return reconcile.Result{RequeueAfter: r.Retry}, nil
 		}
 		if time.Since(old.since) < r.Retry {
@@ -254,6 +284,28 @@ func (r *ServiceImportReconciler) reconcileCredentials(ctx context.Context, req 
 	id := s.Labels[netv1alpha1.RemoteClusterIDLabel]
 	if id == "" || id == r.ClusterID {
 		r.Events.Eventf(&s, nil, corev1.EventTypeWarning, "InvalidCredentials", "Import", "peer credentials need the label %s naming the peer (not this cluster)", netv1alpha1.RemoteClusterIDLabel)
+		return reconcile.Result{}, nil
+	}
+	// Only the peering's own namespace holds its credentials: a Secret someone planted
+	// elsewhere, naming a peer, must not make this cluster import anything in its name.
+	var confs netv1alpha1.ConfigurationList
+	if err := r.Client.List(ctx, &confs, client.InNamespace(s.Namespace), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: id}); err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(confs.Items) == 0 {
+		r.Events.Eventf(&s, nil, corev1.EventTypeWarning, "InvalidCredentials", "Import", "no Configuration of cluster %s in namespace %s: a peer's credentials are used only in the namespace of its peering", id, s.Namespace)
+		return reconcile.Result{}, nil
+	}
+	r.mu.Lock()
+	var other string
+	for k, x := range r.byKey {
+		if x.id == id && k != key {
+			other = k
+		}
+	}
+	r.mu.Unlock()
+	if other != "" {
+		r.Events.Eventf(&s, nil, corev1.EventTypeWarning, "InvalidCredentials", "Import", "cluster %s is already read with the credentials in Secret %s: these are not used", id, other)
 		return reconcile.Result{}, nil
 	}
 	cfg, err := r.PeerConfig(&s)
@@ -284,10 +336,14 @@ func (r *ServiceImportReconciler) startExporter(ctx context.Context, key, id str
 	logger := log.FromContext(ctx).WithValues("exporter", id)
 	fail := func(err error) {
 		x.mu.Lock()
-		x.err = err
+		x.err, x.synced = err, false
+		x.refused = x.refused || refusedError(err)
 		x.mu.Unlock()
 		logger.Error(err, "reading exported services")
 		r.enqueueAll(ctx, id)
+	}
+	if p, err := client.New(cfg, client.Options{Scheme: r.scheme}); err == nil {
+		x.probe = p
 	}
 	go func() {
 		c, err := cache.New(cfg, cache.Options{Scheme: r.scheme,
@@ -405,15 +461,16 @@ func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.R
 	r.mu.Unlock()
 	var sources []mcs.Source
 	var self *mcsv1a1.ServiceExport
+	// Exporters not read yet (starting) or not readable now (their API server unreachable):
+	// what was imported from them stays as it was until they are read again. Only removing
+	// their credentials (disconnect) removes it at once.
+	unknown := map[string]bool{}
 	for _, x := range xs {
-		synced, err := x.state()
-		if !synced {
-			if err == nil && time.Since(x.since) < 30*time.Second {
-				// Starting: its endpoints are not known yet, and leaving them out would
-				// remove what another controller instance imported.
-				return reconcile.Result{RequeueAfter: time.Second}, nil
+		if synced, _ := x.state(); !synced {
+			if !x.isRefused() {
+				unknown[x.id] = true
 			}
-			continue // failing: what it exported is gone until it reads again
+			continue
 		}
 		src, ok, err := r.source(ctx, x, ns, name)
 		if err != nil {
@@ -431,22 +488,66 @@ func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.R
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	var imp mcs.Import
-	if importable {
-		imp = mcs.Build(ns, name, sources, r.Limits)
-	} else if len(sources) > 0 {
-		imp = mcs.Build(ns, name, sources, r.Limits)
-		imp.ServiceImport, imp.Service, imp.Slices = nil, nil, nil
-	}
+	imp := mcs.Build(ns, name, sources, r.Limits)
 	if self != nil {
 		if err := r.exportConditions(ctx, self, imp); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
-	if imp.ServiceImport == nil {
+	if !importable {
 		return reconcile.Result{}, r.remove(ctx, ns, name)
 	}
-	return reconcile.Result{}, r.write(ctx, imp)
+	kept, err := r.keptClusters(ctx, ns, name, unknown)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	switch {
+	case imp.ServiceImport == nil && len(kept) == 0:
+		return reconcile.Result{}, r.remove(ctx, ns, name)
+	case imp.ServiceImport == nil:
+		// Only exporters that cannot be read now: leave the import as it is.
+		return reconcile.Result{RequeueAfter: r.Retry}, nil
+	}
+	for _, id := range kept {
+		if !slices.ContainsFunc(imp.ServiceImport.Status.Clusters, func(c mcsv1a1.ClusterStatus) bool { return c.Cluster == id }) {
+			imp.ServiceImport.Status.Clusters = append(imp.ServiceImport.Status.Clusters, mcsv1a1.ClusterStatus{Cluster: id})
+		}
+	}
+	slices.SortFunc(imp.ServiceImport.Status.Clusters, func(a, b mcsv1a1.ClusterStatus) int { return strings.Compare(a.Cluster, b.Cluster) })
+	return reconcile.Result{}, r.write(ctx, imp, unknown)
+}
+
+// keptClusters are the clusters among unknown that the import lists now or has slices of.
+func (r *ServiceImportReconciler) keptClusters(ctx context.Context, ns, name string, unknown map[string]bool) ([]string, error) {
+	if len(unknown) == 0 {
+		return nil, nil
+	}
+	found := map[string]bool{}
+	var si mcsv1a1.ServiceImport
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &si); err == nil && si.Labels[ManagedByLabel] == FieldOwner {
+		for _, c := range si.Status.Clusters {
+			found[c.Cluster] = unknown[c.Cluster]
+		}
+	} else if client.IgnoreNotFound(err) != nil {
+		return nil, err
+	}
+	var have discoveryv1.EndpointSliceList
+	if err := r.Client.List(ctx, &have, client.InNamespace(ns), client.MatchingLabels{mcs.ImportLabel: name, discoveryv1.LabelManagedBy: mcs.ManagedBy}); err != nil {
+		return nil, err
+	}
+	for _, sl := range have.Items {
+		if id := sl.Labels[mcs.SourceClusterLabel]; unknown[id] {
+			found[id] = true
+		}
+	}
+	var out []string
+	for id, ok := range found {
+		if ok {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // source reads one exporter's export of namespace/name, false when it exports none.
@@ -488,13 +589,25 @@ func (r *ServiceImportReconciler) source(ctx context.Context, x *exporter, ns, n
 
 // addressMap is how this cluster reaches peer id's pods: its Configuration's pod CIDRs onto
 // their remapped prefixes, the pairs the gateway's NAT is built from (nil while it has no
-// status, or when there is no peering).
+// status, when there is no peering, or no gateway towards the peer).
 func (r *ServiceImportReconciler) addressMap(ctx context.Context, id string) (*nat.PrefixMap, error) {
 	var confs netv1alpha1.ConfigurationList
 	if err := r.Client.List(ctx, &confs, client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: id}); err != nil {
 		return nil, err
 	}
 	if len(confs.Items) != 1 || confs.Items[0].Status.Remote == nil || !meta.IsStatusConditionTrue(confs.Items[0].Status.Conditions, netv1alpha1.ConditionReady) {
+		return nil, nil
+	}
+	// No gateway towards the peer (disconnected): nothing routes to its pods, so none of its
+	// endpoints is imported.
+	var servers netv1alpha1.GatewayServerList
+	var clients netv1alpha1.GatewayClientList
+	for _, l := range []client.ObjectList{&servers, &clients} {
+		if err := r.Client.List(ctx, l, client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: id}); err != nil {
+			return nil, err
+		}
+	}
+	if len(servers.Items)+len(clients.Items) == 0 {
 		return nil, nil
 	}
 	cf := confs.Items[0]
@@ -535,8 +648,9 @@ func (r *ServiceImportReconciler) importable(ctx context.Context, ns string) (bo
 
 // write applies the ServiceImport, the derived Service and the slices, and deletes the slices
 // no longer wanted. Objects of those names that skein did not create are left alone.
-func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import) error {
+func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import, unknown map[string]bool) error {
 	si := imp.ServiceImport
+	clusters := si.Status.Clusters // applyAndRead leaves the server's (empty) status in si
 	var existing mcsv1a1.ServiceImport
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(si), &existing); err == nil && existing.Labels[ManagedByLabel] != FieldOwner {
 		r.Events.Eventf(&existing, nil, corev1.EventTypeWarning, "NotImported", "Import", "ServiceImport %s/%s exists and was not created by skein: left alone", si.Namespace, si.Name)
@@ -544,13 +658,34 @@ func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import) err
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
+	// Slices no longer wanted go first, whatever fails after: an endpoint that left (a pod
+	// gone, a cluster unexported or disconnected) never stays behind a failed write.
+	var have discoveryv1.EndpointSliceList
+	if err := r.Client.List(ctx, &have, client.InNamespace(si.Namespace), client.MatchingLabels{mcs.ImportLabel: si.Name, discoveryv1.LabelManagedBy: mcs.ManagedBy}); err != nil {
+		return err
+	}
+	wanted := map[string]bool{}
+	for _, sl := range imp.Slices {
+		wanted[sl.Name] = true
+	}
+	haveByName := map[string]*discoveryv1.EndpointSlice{}
+	for i := range have.Items {
+		sl := &have.Items[i]
+		if !wanted[sl.Name] && !unknown[sl.Labels[mcs.SourceClusterLabel]] {
+			if err := r.Client.Delete(ctx, sl); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+			continue
+		}
+		haveByName[sl.Name] = sl
+	}
 	var svc corev1.Service
 	svcKey := client.ObjectKeyFromObject(imp.Service)
 	if err := r.Client.Get(ctx, svcKey, &svc); err == nil {
 		if svc.Labels[ManagedByLabel] != FieldOwner {
 			return fmt.Errorf("service %s exists and was not created by skein: ServiceImport %s/%s not written", svcKey, si.Namespace, si.Name)
 		}
-		if svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		if svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone && imp.Service.Spec.ClusterIP != corev1.ClusterIPNone {
 			si.Spec.IPs = []string{svc.Spec.ClusterIP}
 		}
 	} else if !apierrors.IsNotFound(err) {
@@ -567,10 +702,10 @@ func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import) err
 		si.UID = existing.UID
 	}
 	ready := metav1.Condition{Type: string(mcsv1a1.ServiceImportConditionReady), Status: metav1.ConditionTrue, Reason: string(mcsv1a1.ServiceImportReasonReady),
-		Message: fmt.Sprintf("%d cluster(s) export it", len(si.Status.Clusters)), LastTransitionTime: conditionTime(existing.Status.Conditions, string(mcsv1a1.ServiceImportConditionReady), metav1.ConditionTrue)}
+		Message: fmt.Sprintf("%d cluster(s) export it", len(clusters)), LastTransitionTime: conditionTime(existing.Status.Conditions, string(mcsv1a1.ServiceImportConditionReady), metav1.ConditionTrue)}
 	if old := meta.FindStatusCondition(existing.Status.Conditions, ready.Type); old == nil || old.Status != ready.Status || old.Message != ready.Message ||
-		!equality.Semantic.DeepEqual(existing.Status.Clusters, si.Status.Clusters) {
-		if err := applyStatus(ctx, r.Client, si, map[string]any{"clusters": si.Status.Clusters, "conditions": []metav1.Condition{ready}}); err != nil {
+		!equality.Semantic.DeepEqual(existing.Status.Clusters, clusters) {
+		if err := applyStatus(ctx, r.Client, si, map[string]any{"clusters": clusters, "conditions": []metav1.Condition{ready}}); err != nil {
 			return err
 		}
 	}
@@ -578,6 +713,14 @@ func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import) err
 	want := imp.Service
 	want.Labels = withManagedBy(want.Labels)
 	want.OwnerReferences = []metav1.OwnerReference{owner}
+	if svc.UID != "" && (svc.Spec.ClusterIP == corev1.ClusterIPNone) != (want.Spec.ClusterIP == corev1.ClusterIPNone) {
+		// Headless or not cannot change in place (a ClusterIP is immutable): made anew.
+		if err := r.Client.Delete(ctx, &svc); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		svc = corev1.Service{}
+		return fmt.Errorf("derived Service %s recreated (headless or not changed): written again once it is gone", svcKey)
+	}
 	if svc.UID == "" || !sameDerivedService(&svc, want) {
 		if err := applyAndRead(ctx, r.Client, want); err != nil {
 			return err
@@ -585,31 +728,14 @@ func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import) err
 		svc = *want
 	}
 	sliceOwner := *metav1.NewControllerRef(&svc, corev1.SchemeGroupVersion.WithKind("Service"))
-	var have discoveryv1.EndpointSliceList
-	if err := r.Client.List(ctx, &have, client.InNamespace(si.Namespace), client.MatchingLabels{mcs.ImportLabel: si.Name, discoveryv1.LabelManagedBy: mcs.ManagedBy}); err != nil {
-		return err
-	}
-	haveByName := map[string]*discoveryv1.EndpointSlice{}
-	for i := range have.Items {
-		haveByName[have.Items[i].Name] = &have.Items[i]
-	}
-	wanted := map[string]bool{}
 	for _, sl := range imp.Slices {
 		sl.OwnerReferences = []metav1.OwnerReference{sliceOwner}
 		sl.Labels = withManagedBy(sl.Labels)
-		wanted[sl.Name] = true
 		if h := haveByName[sl.Name]; h != nil && sameSlice(h, sl) {
 			continue
 		}
 		if err := applyObject(ctx, r.Client, sl); err != nil {
 			return err
-		}
-	}
-	for _, sl := range have.Items {
-		if !wanted[sl.Name] {
-			if err := r.Client.Delete(ctx, &sl); client.IgnoreNotFound(err) != nil {
-				return err
-			}
 		}
 	}
 	return nil

@@ -121,6 +121,12 @@ func startImportPairWith(tb testing.TB, ctx context.Context, localPod netip.Pref
 		x.seen = p(string(cf.Status.Remote.CIDR.Pod))
 		return true
 	})
+	// A gateway towards B (its rendering is not the point here: no template exists).
+	if err := x.ca.Create(ctx, &netv1alpha1.GatewayClient{ObjectMeta: metav1.ObjectMeta{Namespace: "liqo-tenant", Name: "gw-b", Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: x.idB}},
+		Spec: netv1alpha1.GatewayClientSpec{MTU: 1340, Endpoint: netv1alpha1.Endpoint{Addresses: []netv1alpha1.Address{"192.0.2.1"}, Port: 51820, Protocol: "UDP"},
+			ClientTemplateRef: netv1alpha1.TemplateRef{APIVersion: "networking.liqo.io/v1alpha1", Kind: "WgGatewayClientTemplate", Name: "wireguard-client", Namespace: "liqo"}}}); err != nil {
+		tb.Fatal(err)
+	}
 	if x.token, err = identity.GrantServiceReader(ctx, x.cb, "liqo-tenant", x.idA, time.Hour, false); err != nil {
 		tb.Fatal(err)
 	}
@@ -414,4 +420,49 @@ func TestServiceImportPeerOutage(t *testing.T) {
 	if err := x.ca.List(ctx, &sls, client.InNamespace("shop"), client.MatchingLabels{mcs.ImportLabel: "orders"}); err != nil || len(sls.Items) != 1 || len(sls.Items[0].Endpoints) != 1 {
 		t.Errorf("5 s after B's API server went away, A's slices: %v, %d", err, len(sls.Items))
 	}
+}
+
+// TestServiceImportUntrustedCredentials (attack review): credentials planted in a namespace
+// that holds no peering are not used; credentials the peer refuses (revoked, expired) remove
+// what was imported with them, as a disconnect does.
+func TestServiceImportUntrustedCredentials(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	x := startImportPairWith(t, ctx, netip.MustParsePrefix("10.244.0.0/16"), "", time.Second)
+	if err := x.cb.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.cb.Create(ctx, endpointSlice("shop", "orders-1", "orders", []string{"10.244.1.5"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.cb.Create(ctx, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: "shop", Name: "orders"}
+	var si mcsv1a1.ServiceImport
+	waitUntil(t, ctx, "A imports B's export", func() bool { return x.ca.Get(ctx, key, &si) == nil && len(si.Status.Clusters) == 1 })
+
+	// A Secret in shop (no peering there) naming another cluster, with working credentials.
+	planted := x.creds.DeepCopy()
+	planted.ObjectMeta = metav1.ObjectMeta{Namespace: "shop", Name: "planted", Labels: map[string]string{
+		controller.PeerCredentialsLabel: controller.PeerCredentialsServices, netv1alpha1.RemoteClusterIDLabel: "cluster-evil", controller.ManagedByLabel: "skeinctl"}}
+	if err := x.ca.Create(ctx, planted); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := x.ca.Get(ctx, key, &si); err != nil || len(si.Status.Clusters) != 1 || si.Status.Clusters[0].Cluster != x.idB {
+		t.Errorf("after a planted Secret: %v, clusters %v, want B alone", err, si.Status.Clusters)
+	}
+
+	// B revokes A's reader: A's endpoints of B go.
+	if err := identity.RevokeServiceReader(ctx, x.cb, "liqo-tenant", x.idA); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitUntil(t, ctx, "B's endpoints gone from A after B refused the credentials", func() bool {
+		var sls discoveryv1.EndpointSliceList
+		return x.ca.List(ctx, &sls, client.InNamespace("shop"), client.MatchingLabels{mcs.SourceClusterLabel: x.idB}) == nil && len(sls.Items) == 0
+	})
+	t.Logf("B's endpoints removed %.1fs after the revocation", time.Since(start).Seconds())
 }

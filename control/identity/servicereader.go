@@ -79,7 +79,7 @@ func GrantServiceReader(ctx context.Context, c client.Client, ns, peerID string,
 		if err := c.Get(ctx, client.ObjectKeyFromObject(role), &have); err != nil {
 			return ServiceReaderToken{}, err
 		}
-		have.Rules = role.Rules // never broader than this, whatever it was edited to
+		have.Rules, have.AggregationRule = role.Rules, nil // never broader than this, whatever it was edited to
 		if err := c.Update(ctx, &have); err != nil {
 			return ServiceReaderToken{}, fmt.Errorf("services reader: ClusterRole %s: %w", role.Name, err)
 		}

@@ -137,9 +137,12 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 	})
 	var out Import
 	var valid []int
+	seenID := map[string]bool{}
 	for i, s := range srcs {
 		r := SourceResult{ClusterID: s.ClusterID}
 		switch {
+		case seenID[s.ClusterID]:
+			r.Invalid = &Conflict{"DuplicateClusterID", fmt.Sprintf("cluster %s exports it twice (two sets of credentials name that cluster): only the oldest export counts", s.ClusterID)}
 		case s.Service == nil:
 			r.Invalid = &Conflict{mcsv1a1.ServiceExportReasonNoService, fmt.Sprintf("cluster %s has no Service %s/%s", s.ClusterID, namespace, name)}
 		case s.Service.Spec.Type == corev1.ServiceTypeExternalName:
@@ -147,6 +150,7 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 		default:
 			valid = append(valid, i)
 		}
+		seenID[s.ClusterID] = true
 		out.Sources = append(out.Sources, r)
 	}
 	if len(valid) == 0 {
@@ -186,8 +190,26 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 			proto := cmp.Or(p.Protocol, corev1.ProtocolTCP)
 			d, ok := ports[p.Name]
 			if !ok {
-				ports[p.Name] = portDef{corev1.ServicePort{Name: p.Name, Protocol: proto, Port: p.Port, AppProtocol: p.AppProtocol}, s.ClusterID}
-				order = append(order, p.Name)
+				// A new name joins only if the derived Service stays valid: every port named
+				// when there are several, each port number and protocol once.
+				_, unnamed := ports[""]
+				clash, clashes := "", false
+				for n, o := range ports {
+					if o.p.Port == p.Port && o.p.Protocol == proto {
+						clash, clashes = n, true
+					}
+				}
+				switch {
+				case len(ports) > 0 && (p.Name == "" || unnamed):
+					r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonPortConflict,
+						fmt.Sprintf("port %d/%s: an unnamed port and named ports cannot be merged (name every port of the Service in every cluster)", p.Port, proto)})
+				case clashes:
+					r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonPortConflict,
+						fmt.Sprintf("port %q is %d/%s, which the export of cluster %s names %q", p.Name, p.Port, proto, ports[clash].owner, clash)})
+				default:
+					ports[p.Name] = portDef{corev1.ServicePort{Name: p.Name, Protocol: proto, Port: p.Port, AppProtocol: p.AppProtocol}, s.ClusterID}
+					order = append(order, p.Name)
+				}
 				continue
 			}
 			if d.p.Port != p.Port || d.p.Protocol != proto {

@@ -239,3 +239,51 @@ func TestBuildSplitsSlices(t *testing.T) {
 		t.Errorf("capped at 30 per source, 7 per slice: %+v, %d slices", r, len(capped.Slices))
 	}
 }
+
+// TestBuildPortUnionStaysValid (attack review): exports whose ports would merge into a Service
+// the API server refuses (an unnamed port beside named ones, one port number under two names)
+// get a PortConflict and leave the derived Service valid.
+func TestBuildPortUnionStaysValid(t *testing.T) {
+	old := Source{ClusterID: "old", Export: export(2 * time.Hour), Service: service(httpPort(80)),
+		Slices: []discoveryv1.EndpointSlice{slice("10.244.1.5")}, Map: mapping("10.244.0.0/16", "10.71.0.0/16")}
+	for name, svc := range map[string]*corev1.Service{
+		"unnamed port":           service(corev1.ServicePort{Protocol: corev1.ProtocolTCP, Port: 8080}),
+		"same number, new name":  service(corev1.ServicePort{Name: "web", Protocol: corev1.ProtocolTCP, Port: 80}),
+		"same number, two ports": service(httpPort(80), corev1.ServicePort{Name: "alt", Protocol: corev1.ProtocolTCP, Port: 80}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			imp := Build("shop", "orders", []Source{old, {ClusterID: "new", Export: export(time.Hour), Service: svc,
+				Slices: []discoveryv1.EndpointSlice{slice("10.244.2.5")}, Map: mapping("10.244.0.0/16", "10.72.0.0/16")}}, Limits{})
+			ports := imp.Service.Spec.Ports
+			if len(ports) != 1 || ports[0].Name != "http" || ports[0].Port != 80 {
+				t.Errorf("derived ports %+v, want the oldest export's http 80 alone", ports)
+			}
+			for _, r := range imp.Sources {
+				if r.ClusterID == "new" && (len(r.Conflicts) == 0 || r.Conflicts[0].Reason != mcsv1a1.ServiceExportReasonPortConflict) {
+					t.Errorf("new export: %+v, want a PortConflict", r)
+				}
+			}
+		})
+	}
+}
+
+// TestBuildDuplicateClusterID (attack review): two sources naming one cluster make one set of
+// slices and one status entry; the later one is refused.
+func TestBuildDuplicateClusterID(t *testing.T) {
+	a := Source{ClusterID: "b", Export: export(2 * time.Hour), Service: service(httpPort(80)),
+		Slices: []discoveryv1.EndpointSlice{slice("10.244.1.5")}, Map: mapping("10.244.0.0/16", "10.71.0.0/16")}
+	b := a
+	b.Export = export(time.Hour)
+	b.Slices = []discoveryv1.EndpointSlice{slice("10.244.9.9")}
+	imp := Build("shop", "orders", []Source{b, a}, Limits{})
+	names := map[string]bool{}
+	for _, s := range imp.Slices {
+		if names[s.Name] {
+			t.Errorf("slice %s made twice", s.Name)
+		}
+		names[s.Name] = true
+	}
+	if len(imp.ServiceImport.Status.Clusters) != 1 || fmt.Sprint(addresses(imp)) != "map[b:[10.71.1.5]]" {
+		t.Errorf("clusters %v, endpoints %v: want b once, with the oldest export's endpoint", imp.ServiceImport.Status.Clusters, addresses(imp))
+	}
+}
