@@ -69,7 +69,7 @@ says liqoctl, type skeinctl: the network workflows, their flags and their output
 	root.PersistentFlags().StringVar(&g.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster (default: $KUBECONFIG, then ~/.kube/config)")
 	root.PersistentFlags().StringVar(&g.context, "context", "", "kubeconfig context of the local cluster (default: the current context)")
 	root.PersistentFlags().StringVarP(&g.liqoNamespace, "liqo-namespace", "l", "liqo", "namespace skein is installed in, in the local cluster")
-	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "", "namespace scope of the request, as liqoctl's -n: where create puts gateways and generate publickey finds them (default: default)")
+	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", "", "namespace scope of the request, as liqoctl's -n: where create puts gateways, generate publickey finds them and export/unexport act (default: default)")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 2*time.Minute, "how long to wait for the API and for objects to become ready")
 	root.AddCommand(versionCmd(g), statusCmd(g), diagnoseCmd(g), generateCmd(g), createCmd(g), networkCmd(g), exportCmd(g), unexportCmd(g), testCmd(g), benchCmd(g))
 	return root

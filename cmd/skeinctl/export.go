@@ -52,6 +52,11 @@ Valid and Conflict conditions (docs/services.md explains them).`,
 			} else if !ok {
 				return fmt.Errorf("the Multi-Cluster Services API (ServiceExport, multicluster.x-k8s.io) is not installed in this cluster: install or upgrade skein's chart")
 			}
+			if err := cl.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}); apierrors.IsNotFound(err) {
+				return fmt.Errorf("there is no namespace %s in this cluster", ns)
+			} else if err != nil {
+				return err
+			}
 			if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Service{}); apierrors.IsNotFound(err) {
 				fmt.Fprintf(g.out, "WARN   There is no Service %s/%s yet: the export stays invalid (NoService) until there is\n", ns, name)
 			} else if err != nil {
@@ -77,11 +82,18 @@ Valid and Conflict conditions (docs/services.md explains them).`,
 			}
 			for _, t := range []mcsv1a1.ServiceExportConditionType{mcsv1a1.ServiceExportConditionValid, mcsv1a1.ServiceExportConditionConflict} {
 				if c := meta.FindStatusCondition(exp.Status.Conditions, string(t)); c != nil {
-					fmt.Fprintf(g.out, "INFO   %s=%s (%s): %s\n", c.Type, c.Status, c.Reason, printable(c.Message))
+					level := "INFO"
+					if (t == mcsv1a1.ServiceExportConditionValid) != (c.Status == metav1.ConditionTrue) {
+						level = "WARN"
+					}
+					fmt.Fprintf(g.out, "%-6s %s=%s (%s): %s\n", level, c.Type, c.Status, c.Reason, printable(c.Message))
 				}
 			}
 			if meta.IsStatusConditionFalse(exp.Status.Conditions, string(mcsv1a1.ServiceExportConditionValid)) {
 				return fmt.Errorf("ServiceExport %s/%s is not valid", ns, name)
+			}
+			if c := meta.FindStatusCondition(exp.Status.Conditions, string(mcsv1a1.ServiceExportConditionConflict)); c != nil && c.Reason == string(mcsv1a1.ServiceExportReasonTypeConflict) {
+				return fmt.Errorf("ServiceExport %s/%s conflicts in type with an older export: none of this cluster's endpoints is imported anywhere", ns, name)
 			}
 			return nil
 		},
@@ -92,9 +104,11 @@ Valid and Conflict conditions (docs/services.md explains them).`,
 
 func unexportCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:     "unexport SERVICE",
-		Short:   "Stop exporting a Service (deletes its ServiceExport)",
-		Long:    `Delete the ServiceExport of SERVICE in its namespace (-n, default "default"). The peered clusters remove this cluster's endpoints from their import of it at once, and the import itself when no cluster exports it any more. The Service is left as it is.`,
+		Use:   "unexport SERVICE",
+		Short: "Stop exporting a Service (deletes its ServiceExport)",
+		Long: `Delete the ServiceExport of SERVICE in its namespace (-n, default "default"). The peered
+clusters remove this cluster's endpoints from their import of it at once, and the import itself
+when no cluster exports it any more. The Service is left as it is.`,
 		Example: "  skeinctl unexport orders -n shop",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {

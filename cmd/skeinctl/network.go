@@ -317,8 +317,9 @@ func disconnectCmd(g *globals, o *networkOpts) *cobra.Command {
 		Use:   "disconnect",
 		Short: "Remove the tunnel between the two clusters, keeping their network configurations",
 		Long: `Delete the GatewayClient here and the GatewayServer in the remote cluster (with everything
-they created) and the public keys exchanged for them. skeinctl asks for confirmation on a
-terminal; pass --yes to skip the question.`,
+they created), the public keys exchanged for them, and each cluster's services reader in the
+other with its credentials (the services imported from the peer go at once). skeinctl asks for
+confirmation on a terminal; pass --yes to skip the question.`,
 		Example: `  skeinctl network disconnect --kubeconfig PATH_TO_CLUSTER_1_KUBECONFIG --remote-kubeconfig PATH_TO_CLUSTER_2_KUBECONFIG --wait`,
 		Args:    cobra.NoArgs,
 		RunE:    g.onPair(o, "network disconnect", func(ctx context.Context, l, r *side) error { return g.disconnect(ctx, l, r, o.wait) }),
@@ -555,8 +556,10 @@ func connectCmd(g *globals, o *networkOpts) *cobra.Command {
 		Short: "Connect this cluster (client) to the remote cluster (server) through a tunnel",
 		Long: `Initialise the network if needed, create a GatewayServer in the remote cluster and a
 GatewayClient here pointing at it, and exchange the gateways' public keys. With --wait, wait
-until the gateway pods are ready and the Connection is established on both sides. Running it
-again changes nothing.`,
+until the gateway pods are ready and the Connection is established on both sides. Then each
+cluster gets a read-only services reader in the other, so that each imports the services the
+other exports (docs/services.md; --skip-services leaves that out). Running it again changes
+nothing of the tunnel; it issues new services tokens.`,
 		Example: `  skeinctl network connect --kubeconfig PATH_TO_CLUSTER_1_KUBECONFIG --remote-kubeconfig PATH_TO_CLUSTER_2_KUBECONFIG --server-service-type NodePort --wait`,
 		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {

@@ -39,7 +39,7 @@ type servicesOpts struct {
 func (o *servicesOpts) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.apiServerURL, "api-server-url", "", "URL of this cluster's API server as the remote cluster's skein-controller reaches it, to import the services this cluster exports (default: the server of the local kubeconfig)")
 	cmd.Flags().StringVar(&o.remoteAPIServerURL, "remote-api-server-url", "", "URL of the remote cluster's API server as this cluster's skein-controller reaches it (default: the server of the remote kubeconfig)")
-	cmd.Flags().DurationVar(&o.ttl, "services-token-ttl", 365*24*time.Hour, "lifetime of the tokens each cluster's skein-controller reads the other's exported services with (renew them with skeinctl network rotate-credentials; the API server may cap it)")
+	cmd.Flags().DurationVar(&o.ttl, "services-token-ttl", 365*24*time.Hour, "lifetime of the tokens each cluster's skein-controller reads the other's exported services with: at least 10m (the API server's minimum), which the API server may shorten; skeinctl network rotate-credentials issues new ones")
 }
 
 // credentialsName is the Secret in a cluster holding its reader credentials for peer peerID.
@@ -99,6 +99,9 @@ func caData(s *side) ([]byte, error) {
 // cluster: the reader in the other, its token in a Secret here. With renew the readers are
 // made anew, ending the tokens issued before.
 func (g *globals) exchangeServiceReaders(ctx context.Context, l, r *side, o *servicesOpts, renew bool) error {
+	if o.ttl < 10*time.Minute {
+		return fmt.Errorf("--services-token-ttl %s: at least 10m (the API server issues no shorter token)", o.ttl)
+	}
 	for _, s := range []*side{l, r} {
 		if ok, err := mcsInstalled(ctx, s.c); err != nil {
 			return fmt.Errorf("(%s) %w", s.label, err)
@@ -192,17 +195,24 @@ func rotateCredentialsCmd(g *globals, o *networkOpts) *cobra.Command {
 		Short: "Renew the tokens the two clusters read each other's exported services with",
 		Long: `Make each cluster's services reader in the other anew (ending every token issued to it
 before) and store the new tokens where each skein-controller reads them. The controllers switch
-to the new token at once; exported services stay imported throughout.`,
+to the new token at once; exported services stay imported throughout. The clusters must be
+connected (skeinctl network connect). Also the way to give new --api-server-url or
+--remote-api-server-url values.`,
 		Example: `  skeinctl network rotate-credentials --kubeconfig PATH_TO_CLUSTER_1_KUBECONFIG --remote-kubeconfig PATH_TO_CLUSTER_2_KUBECONFIG`,
 		Args:    cobra.NoArgs,
 		RunE: g.onPair(o, "", func(ctx context.Context, l, r *side) error {
+			// Only a connected pair: after a disconnect, new credentials would give back the
+			// read access the disconnect took away.
 			for _, s := range []*side{l, r} {
-				var confs netv1alpha1.ConfigurationList
-				if err := s.c.List(ctx, &confs, client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: s.peer.id}); err != nil {
-					return fmt.Errorf("(%s) %w", s.label, err)
+				var servers netv1alpha1.GatewayServerList
+				var clients netv1alpha1.GatewayClientList
+				for _, list := range []client.ObjectList{&servers, &clients} {
+					if err := s.c.List(ctx, list, client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: s.peer.id}); err != nil {
+						return fmt.Errorf("(%s) %w", s.label, err)
+					}
 				}
-				if len(confs.Items) == 0 {
-					return errors.New("the clusters are not peered: run skeinctl network connect")
+				if len(servers.Items)+len(clients.Items) == 0 {
+					return errors.New("the clusters are not connected (no gateway of the pair): skeinctl network connect sets up the tunnel and the credentials")
 				}
 			}
 			return g.exchangeServiceReaders(ctx, l, r, so, true)

@@ -122,6 +122,17 @@ func TestServicesCredentials(t *testing.T) {
 	if err := b.Client.Get(ctx, client.ObjectKeyFromObject(sa), sa); !apierrors.IsNotFound(err) {
 		t.Errorf("A's reader in B after disconnect: %v", err)
 	}
+	// Disconnected: no new credentials (they would give back what disconnect took away).
+	if out, err := run(t, append([]string{"--kubeconfig", kcA, "network", "rotate-credentials", "--remote-kubeconfig", kcB}, urls...)...); err == nil || !strings.Contains(err.Error(), "not connected") {
+		t.Errorf("rotate-credentials after disconnect: %v\n%s", err, out)
+	}
+	if err := b.Client.Get(ctx, client.ObjectKeyFromObject(sa), sa); !apierrors.IsNotFound(err) {
+		t.Errorf("A's reader in B after a refused rotation: %v", err)
+	}
+	// A token lifetime the API server would refuse is refused before any reader changes.
+	if _, err := run(t, append([]string{"--kubeconfig", kcA, "network", "connect", "--remote-kubeconfig", kcB, "--server-service-type", "ClusterIP", "--services-token-ttl", "1m"}, urls...)...); err == nil || !strings.Contains(err.Error(), "at least 10m") {
+		t.Errorf("connect --services-token-ttl 1m: %v", err)
+	}
 }
 
 // TestExport: export makes the ServiceExport and, with --wait, prints the controller's

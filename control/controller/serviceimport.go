@@ -827,10 +827,10 @@ func (r *ServiceImportReconciler) exportConditions(ctx context.Context, exp *mcs
 		for _, c := range res.Conflicts {
 			msgs = append(msgs, c.Message)
 		}
-		conflict.Message = fmt.Sprint(msgs)
+		conflict.Message = strings.Join(msgs, "; ")
 	}
 	if len(res.DropReasons) > 0 && res.Invalid == nil {
-		valid.Message = fmt.Sprintf("the Service is exported; %d endpoint(s) not: %v", res.Dropped, res.DropReasons)
+		valid.Message = fmt.Sprintf("the Service is exported; %d endpoint(s) not: %s", res.Dropped, strings.Join(res.DropReasons, "; "))
 	}
 	conds := []metav1.Condition{valid, conflict}
 	for i := range conds {
