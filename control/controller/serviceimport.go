@@ -685,6 +685,10 @@ func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import, unk
 		if svc.Labels[ManagedByLabel] != FieldOwner {
 			return fmt.Errorf("service %s exists and was not created by skein: ServiceImport %s/%s not written", svcKey, si.Namespace, si.Name)
 		}
+		if other := svc.Labels[mcs.ImportLabel]; other != si.Name {
+			r.Events.Eventf(&svc, nil, corev1.EventTypeWarning, "NotImported", "Import", "ServiceImport %s/%s would share this derived Service with the import of %q: not written", si.Namespace, si.Name, other)
+			return nil
+		}
 		if svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone && imp.Service.Spec.ClusterIP != corev1.ClusterIPNone {
 			si.Spec.IPs = []string{svc.Spec.ClusterIP}
 		}

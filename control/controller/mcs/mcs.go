@@ -104,11 +104,13 @@ type Import struct {
 	Sources       []SourceResult
 }
 
-// DerivedServiceName is the name of the Service derived from ServiceImport name: a hash, so
-// it never takes the name of a Service of this cluster.
+// DerivedServiceName is the name of the Service derived from ServiceImport name: a hash (64
+// bits: a peer cannot search out a name whose derived Service is another import's), so it never
+// takes the name of a Service of this cluster. The reconciler still refuses a derived Service
+// labelled for another import.
 func DerivedServiceName(name string) string {
 	sum := sha256.Sum256([]byte(name))
-	return "derived-" + hex.EncodeToString(sum[:])[:10]
+	return "derived-" + hex.EncodeToString(sum[:])[:16]
 }
 
 // clusterHash shortens a cluster id for object names.
