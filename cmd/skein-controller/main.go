@@ -167,8 +167,17 @@ func main() {
 		Gateway: identity.GatewayDefaults{MTU: int32(*gwMTU), ServerServiceType: *gwServiceType, ServerPort: int32(*gwPort)}}); err != nil {
 		fail(fmt.Errorf("publishing the network parameters: %w", err))
 	}
+	_, mcsErr := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: mcsv1a1.GroupName, Kind: mcsv1a1.ServiceImportKindName}, "v1alpha1")
+	if !*services && mcsErr == nil {
+		// Turned off: what was imported would keep pointing at endpoints nobody updates.
+		n, err := controller.RemoveImports(ctx, direct)
+		if err != nil {
+			fail(fmt.Errorf("multi-cluster services off: removing the imports: %w", err))
+		}
+		log.Info("multi-cluster services off: imports removed (this cluster's exports are still readable by peers holding credentials: unexport them, or disconnect)", "objects", n)
+	}
 	if *services {
-		if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: mcsv1a1.GroupName, Kind: mcsv1a1.ServiceImportKindName}, "v1alpha1"); err != nil {
+		if err := mcsErr; err != nil {
 			log.Info("multi-cluster services off: the MCS API (ServiceExport, ServiceImport of multicluster.x-k8s.io/v1alpha1) is not installed; install the CRDs from the chart's crds/ and restart", "error", err.Error())
 		} else {
 			opts.ClusterID, opts.ServicesFrom = id, cfg

@@ -883,3 +883,44 @@ func applyStatus(ctx context.Context, c client.Client, obj client.Object, status
 	}
 	return nil
 }
+
+// RemoveImports deletes everything skein imported in this cluster: its EndpointSlices, derived
+// Services and ServiceImports. skein-controller runs it when multi-cluster services are turned
+// off, so that no import keeps pointing at endpoints nobody updates any more.
+func RemoveImports(ctx context.Context, c client.Client) (int, error) {
+	n := 0
+	var sls discoveryv1.EndpointSliceList
+	if err := c.List(ctx, &sls, client.MatchingLabels{discoveryv1.LabelManagedBy: mcs.ManagedBy}); err != nil {
+		return n, err
+	}
+	for i := range sls.Items {
+		if sls.Items[i].Labels[mcs.ImportLabel] == "" {
+			continue
+		}
+		if err := c.Delete(ctx, &sls.Items[i]); client.IgnoreNotFound(err) != nil {
+			return n, err
+		}
+		n++
+	}
+	var svcs corev1.ServiceList
+	if err := c.List(ctx, &svcs, client.MatchingLabels{ManagedByLabel: FieldOwner}, client.HasLabels{mcs.ImportLabel}); err != nil {
+		return n, err
+	}
+	for i := range svcs.Items {
+		if err := c.Delete(ctx, &svcs.Items[i]); client.IgnoreNotFound(err) != nil {
+			return n, err
+		}
+		n++
+	}
+	var imps mcsv1a1.ServiceImportList
+	if err := c.List(ctx, &imps, client.MatchingLabels{ManagedByLabel: FieldOwner}); err != nil {
+		return n, err
+	}
+	for i := range imps.Items {
+		if err := c.Delete(ctx, &imps.Items[i]); client.IgnoreNotFound(err) != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}

@@ -75,6 +75,8 @@ type importPair struct {
 	creds    *corev1.Secret
 	token    identity.ServiceReaderToken
 	idA, idB string
+	// stop stops A's controller (again at the end of the test: a no-op).
+	stop func()
 }
 
 func startImportPair(tb testing.TB, ctx context.Context, localPod netip.Prefix) *importPair {
@@ -108,7 +110,9 @@ func startImportPairWith(tb testing.TB, ctx context.Context, localPod netip.Pref
 	mctx, mcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mctx) }()
-	tb.Cleanup(func() { mcancel(); <-done })
+	var once sync.Once
+	x.stop = func() { once.Do(func() { mcancel(); <-done }) }
+	tb.Cleanup(x.stop)
 	cf := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Namespace: "liqo-tenant", Name: "b", Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: x.idB}},
 		Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}
 	if err := x.ca.Create(ctx, cf); err != nil {
@@ -419,6 +423,16 @@ func TestServiceImportPeerOutage(t *testing.T) {
 	var sls discoveryv1.EndpointSliceList
 	if err := x.ca.List(ctx, &sls, client.InNamespace("shop"), client.MatchingLabels{mcs.ImportLabel: "orders"}); err != nil || len(sls.Items) != 1 || len(sls.Items[0].Endpoints) != 1 {
 		t.Errorf("5 s after B's API server went away, A's slices: %v, %d", err, len(sls.Items))
+	}
+	// Multi-cluster services turned off in A: the controller starts by removing every import.
+	x.stop()
+	n, err := controller.RemoveImports(ctx, x.ca)
+	if err != nil || n != 3 {
+		t.Errorf("RemoveImports: %d objects, %v; want the slice, the derived Service and the ServiceImport", n, err)
+	}
+	var left mcsv1a1.ServiceImportList
+	if err := x.ca.List(ctx, &left); err != nil || len(left.Items) != 0 {
+		t.Errorf("imports left: %v, %d", err, len(left.Items))
 	}
 }
 
