@@ -65,8 +65,8 @@ func apiURL(s *side, override string) (string, error) {
 		raw = s.api.Host
 	}
 	u, err := url.Parse(raw)
-	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return "", fmt.Errorf("API server URL %q: want https://HOST[:PORT]", raw)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("API server URL %q: want https://HOST[:PORT][/PATH]", raw)
 	}
 	if override == "" {
 		if ip := net.ParseIP(u.Hostname()); (ip != nil && ip.IsLoopback()) || u.Hostname() == "localhost" {

@@ -232,11 +232,11 @@ func peerRESTConfig(s *corev1.Secret) (*rest.Config, error) {
 		return nil, fmt.Errorf("secret %s/%s needs the keys %s, %s and %s", s.Namespace, s.Name, PeerServerKey, PeerCAKey, PeerTokenKey)
 	}
 	u, err := url.Parse(server)
-	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("secret %s/%s: server %q: want https://HOST[:PORT] (the token is never sent in clear)", s.Namespace, s.Name, server)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("secret %s/%s: server %q: want https://HOST[:PORT][/PATH] (the token is never sent in clear)", s.Namespace, s.Name, server)
 	}
 	// No client timeout: it would cut every watch; the reflectors time their own requests.
-	return &rest.Config{Host: "https://" + u.Host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca},
+	return &rest.Config{Host: "https://" + u.Host + u.EscapedPath(), BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca},
 		QPS: 20, Burst: 40, UserAgent: "skein-controller (service import)"}, nil
 }
 
