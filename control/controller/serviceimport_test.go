@@ -143,6 +143,22 @@ func startImportPairWith(tb testing.TB, ctx context.Context, localPod netip.Pref
 	return x
 }
 
+// exportOrders makes B's Service shop/orders (port http 80) with one ready endpoint per
+// address, and exports it.
+func (x *importPair) exportOrders(t *testing.T, ctx context.Context, addrs ...string) {
+	t.Helper()
+	for _, o := range []client.Object{
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
+		endpointSlice("shop", "orders-1", "orders", addrs),
+		&mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}},
+	} {
+		if err := x.cb.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // translate is the address A reaches B's pod addr at.
 func (x *importPair) translate(addr string) string {
 	m, err := nat.NewPrefixMap(nat.Pair{From: netip.MustParsePrefix("10.244.0.0/16"), To: x.seen})
@@ -361,16 +377,7 @@ func TestServiceImportPeerOutage(t *testing.T) {
 	relayAddr := ln.Addr().String()
 	ln.Close()
 	x := startImportPairWith(t, ctx, netip.MustParsePrefix("10.244.0.0/16"), "https://"+relayAddr, time.Second)
-	if err := x.cb.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.cb.Create(ctx, endpointSlice("shop", "orders-1", "orders", []string{"10.244.1.5"})); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.cb.Create(ctx, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}); err != nil {
-		t.Fatal(err)
-	}
+	x.exportOrders(t, ctx, "10.244.1.5")
 	key := client.ObjectKey{Namespace: "shop", Name: "orders"}
 	time.Sleep(3 * time.Second)
 	if err := x.ca.Get(ctx, key, &mcsv1a1.ServiceImport{}); !apierrors.IsNotFound(err) {
@@ -443,16 +450,7 @@ func TestServiceImportUntrustedCredentials(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	x := startImportPairWith(t, ctx, netip.MustParsePrefix("10.244.0.0/16"), "", time.Second)
-	if err := x.cb.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.cb.Create(ctx, endpointSlice("shop", "orders-1", "orders", []string{"10.244.1.5"})); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.cb.Create(ctx, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}); err != nil {
-		t.Fatal(err)
-	}
+	x.exportOrders(t, ctx, "10.244.1.5")
 	key := client.ObjectKey{Namespace: "shop", Name: "orders"}
 	var si mcsv1a1.ServiceImport
 	waitUntil(t, ctx, "A imports B's export", func() bool { return x.ca.Get(ctx, key, &si) == nil && len(si.Status.Clusters) == 1 })
