@@ -120,7 +120,7 @@ func TestPathAllocs(t *testing.T) {
 // decapsulation and VTEP checks, IPv4 validation, route lookup, TTL, NAT, MSS clamp check,
 // the packet left in place for wireguard-go. Reported per packet; the socket is not included.
 func BenchmarkPathToTunnel(b *testing.B) {
-	for _, pc := range pathCases {
+	for _, pc := range append(pathCases, limitCases...) {
 		b.Run(pc.name, func(b *testing.B) {
 			dp, bufs, sizes := toTunnelSetup(b, pc.cfg())
 			b.ReportAllocs()
@@ -145,7 +145,7 @@ func BenchmarkPathToTunnel(b *testing.B) {
 // to the node, TTL, NAT, MSS clamp check, overlay header written for a gather send. Restoring
 // the rewritten header bytes (64 per packet) is included.
 func BenchmarkPathFromTunnel(b *testing.B) {
-	for _, pc := range pathCases {
+	for _, pc := range append(pathCases, limitCases...) {
 		b.Run(pc.name, func(b *testing.B) {
 			dp, bufs, pristine := fromTunnelSetup(b, pc.cfg(), pc.dst)
 			b.ReportAllocs()

@@ -574,6 +574,11 @@ func gatewayAddrs4(r *rand.Rand, routes []refRoute) [][4]byte {
 			nodes = append(nodes, rt.prefix)
 		}
 	}
+	if len(nodes) == 0 { // no node CIDRs (watchPodsRoutes4): the /24s the pods are in
+		for _, p := range pods {
+			nodes = append(nodes, netip.PrefixFrom(p.Addr(), 24).Masked())
+		}
+	}
 	addrs := make([][4]byte, 4096)
 	for i := range addrs {
 		switch x := r.IntN(6); {
@@ -619,11 +624,64 @@ func benchmarkLookup4(b *testing.B, n int) {
 func BenchmarkLookup4_10k(b *testing.B) { benchmarkLookup4(b, 10_000) }
 func BenchmarkLookup4_100(b *testing.B) { benchmarkLookup4(b, 100) }
 
+// Kubernetes' scalability limits: 5,000 nodes, 150,000 pods.
+const (
+	limitNodes = 5_000
+	limitPods  = 150_000
+)
+
+// watchPodsRoutes4 returns the routes of a gateway run with --watch-pods at the given scale:
+// the tunnel's prefixes of gatewayRoutes4 (a default route, /8 and /16 ranges) and a /32 per
+// pod, for a CNI that gives nodes no pod CIDR of their own but hands each a /26 block (the
+// reason to watch pods): pods spread evenly over the nodes, node i's in the i-th /26 of
+// 10.64.0.0/12, the hop being the node.
+func watchPodsRoutes4(nodes, pods int) []refRoute {
+	var routes []refRoute
+	for i, s := range []string{"0.0.0.0/0", "10.0.0.0/8", "100.0.0.0/8", "172.16.0.0/16", "192.168.0.0/16", "10.1.0.0/16"} {
+		routes = append(routes, refRoute{netip.MustParsePrefix(s), uint32(i)})
+	}
+	const base = 10<<24 | 64<<16 // 10.64.0.0
+	perNode := (pods + nodes - 1) / nodes
+	for i := range pods {
+		node, k := i%nodes, i/nodes
+		a := uint32(base + node*64 + 1 + k%perNode)
+		routes = append(routes, refRoute{netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}), 32), uint32(8 + node)})
+	}
+	return routes
+}
+
+// BenchmarkLookup4_150k is BenchmarkLookup4_10k at the scale limits (watchPodsRoutes4): the
+// per-packet lookup must stay within 10% of the 10k table's.
+func BenchmarkLookup4_150k(b *testing.B) {
+	r := rand.New(rand.NewPCG(4, limitPods))
+	routes := watchPodsRoutes4(limitNodes, limitPods)
+	var table *Table
+	tableBytes := retainedBytes(func() *Table { table = build(b, routes); return table })
+	addrs := gatewayAddrs4(r, routes)
+	var sum uint32
+	for i := 0; b.Loop(); i++ {
+		hop, _ := table.Lookup4(addrs[i&(len(addrs)-1)])
+		sum += hop
+	}
+	runtime.KeepAlive(sum)
+	b.ReportMetric(tableBytes, "bytes/table") // after the loop: b.Loop's timer reset drops metrics
+}
+
 func BenchmarkBuild_10k(b *testing.B) {
 	routes := gatewayRoutes4(rand.New(rand.NewPCG(5, 5)), 10_000)
 	for b.Loop() {
 		build(b, routes)
 	}
+}
+
+// BenchmarkBuild_150k is a full rebuild of the table at the scale limits (watchPodsRoutes4),
+// Builder.Add of every route included: what every reconfiguration of such a gateway pays.
+func BenchmarkBuild_150k(b *testing.B) {
+	routes := watchPodsRoutes4(limitNodes, limitPods)
+	for b.Loop() {
+		build(b, routes)
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/build")
 }
 
 func BenchmarkLookup6_1k(b *testing.B) {
