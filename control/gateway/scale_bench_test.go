@@ -1,0 +1,142 @@
+package gateway_test
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/gateway"
+	"github.com/skein-net/skein/dataplane"
+	"github.com/skein-net/skein/dataplane/overlaytest"
+)
+
+// The Kubernetes scalability limits.
+const (
+	limitNodes = 5_000
+	limitPods  = 150_000
+)
+
+// limitObjects is objects() at the limits, as the watcher's cache holds them with WatchPods
+// (slimmed, see slim.go): limitNodes Nodes without pod CIDRs, each with its InternalNode's
+// VTEP, and limitPods running pods spread evenly over them, node n's in the n-th /26 of
+// 10.64.0.0/12.
+func limitObjects() gateway.Objects {
+	o := objects()
+	o.InternalNodes, o.Nodes, o.Pods = nil, nil, make([]corev1.Pod, 0, limitPods)
+	for n := range limitNodes {
+		name := fmt.Sprintf("node-%04d", n)
+		vtep := fmt.Sprintf("172.20.%d.%d", (n+1)>>8, (n+1)&255)
+		o.Nodes = append(o.Nodes, corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name), ResourceVersion: "1"},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: vtep}}}})
+		o.InternalNodes = append(o.InternalNodes, netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: netv1alpha1.InternalNodeStatus{VTEP: &netv1alpha1.VTEP{IP: netv1alpha1.IP(vtep), MAC: netv1alpha1.MAC(fmt.Sprintf("02:5f:00:00:%02x:%02x", n>>8, n&255))}}})
+	}
+	for i := range limitPods {
+		n, k := i%limitNodes, i/limitNodes
+		a := 10<<24 | 64<<16 + n*64 + 1 + k
+		ip := fmt.Sprintf("%d.%d.%d.%d", a>>24, a>>16&255, a>>8&255, a&255)
+		name := fmt.Sprintf("web-%06d", i)
+		o.Pods = append(o.Pods, corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: types.UID(name), ResourceVersion: "1"},
+			Spec:       corev1.PodSpec{NodeName: o.Nodes[n].Name},
+			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}},
+		})
+	}
+	return o
+}
+
+// listed copies the objects as the cache's List hands them to the watcher: each one deep
+// copied into the list's items.
+func listed(o gateway.Objects) gateway.Objects {
+	c := o
+	c.Nodes = make([]corev1.Node, len(o.Nodes))
+	for i := range o.Nodes {
+		c.Nodes[i] = *o.Nodes[i].DeepCopy()
+	}
+	c.InternalNodes = make([]netv1alpha1.InternalNode, len(o.InternalNodes))
+	for i := range o.InternalNodes {
+		c.InternalNodes[i] = *o.InternalNodes[i].DeepCopy()
+	}
+	c.Pods = make([]corev1.Pod, len(o.Pods))
+	for i := range o.Pods {
+		c.Pods[i] = *o.Pods[i].DeepCopy()
+	}
+	return c
+}
+
+// BenchmarkFromObjectsAtLimits is the gateway's translation at the scale limits (5,000 Nodes
+// and InternalNodes, 150,000 Pods, all /32 routes): "translate" is FromObjects alone (with
+// config.Build, which validates the dataplane config by compiling it), reporting the heap the
+// resulting config keeps; "reconcile" is what the watcher does on each change or resync of a
+// running gateway: the objects listed from the cache (deep copies), FromObjects, and
+// Dataplane.Reconfig with one pod more or less than before. Only the API server is left out.
+func BenchmarkFromObjectsAtLimits(b *testing.B) {
+	o := limitObjects()
+	b.Run("translate", func(b *testing.B) {
+		b.ReportAllocs()
+		var retained float64
+		for b.Loop() {
+			b.StopTimer()
+			before := heapAlloc()
+			b.StartTimer()
+			g, err := gateway.FromObjects(o, local)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			retained = float64(heapAlloc()) - float64(before)
+			if got := len(g.Dataplane.Nodes); got != limitNodes {
+				b.Fatalf("%d nodes", got)
+			}
+			runtime.KeepAlive(g)
+			b.StartTimer()
+		}
+		b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/translate")
+		b.ReportMetric(retained/(1<<20), "MiB-config")
+	})
+	b.Run("reconcile", func(b *testing.B) {
+		g, err := gateway.FromObjects(o, local)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dp, err := dataplane.New(g.Dataplane, overlaytest.New(0))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer dp.Close()
+		plus := o
+		plus.Pods = append(o.Pods[:len(o.Pods):len(o.Pods)], corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-new", Namespace: "shop", UID: "web-new", ResourceVersion: "2"},
+			Spec:       corev1.PodSpec{NodeName: o.Nodes[0].Name},
+			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.64.0.63"},
+		})
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			cur := o
+			if i%2 == 0 {
+				cur = plus
+			}
+			g, err := gateway.FromObjects(listed(cur), local)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := dp.Reconfig(g.Dataplane); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/reconcile")
+	})
+}
+
+// heapAlloc is the live heap after a full collection.
+func heapAlloc() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
