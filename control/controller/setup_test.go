@@ -148,7 +148,16 @@ func TestSpec003(t *testing.T) {
 // BenchmarkPeerings100 runs the skein-controller binary against the test API server, creates
 // 100 peerings at once (a Configuration and a GatewayServer each, all on 10.244.0.0/16), and
 // measures the time until every status is filled and the controller's peak RSS.
-func BenchmarkPeerings100(b *testing.B) {
+func BenchmarkPeerings100(b *testing.B) { benchmarkPeerings(b, 100, 16) }
+
+// BenchmarkPeerings1000 is BenchmarkPeerings100 with 1,000 peerings (target: every status
+// filled within 60 s). Their CIDRs are /20s: 2,000 remapped /16s would not fit in the pools.
+func BenchmarkPeerings1000(b *testing.B) { benchmarkPeerings(b, 1000, 20) }
+
+// benchmarkPeerings creates n peerings whose remote pod and external CIDRs (10.244.0.0 and
+// 10.70.0.0) are /bits, all of them clashing, and reports the time until all 2n statuses are
+// filled and the controller's peak RSS. The controller runs with its default API rate limit.
+func benchmarkPeerings(b *testing.B, n, bits int) {
 	env := apitest.Start(b)
 	c := env.Client
 	ctx := context.Background()
@@ -170,26 +179,36 @@ func BenchmarkPeerings100(b *testing.B) {
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	time.Sleep(2 * time.Second)
+	pod, external := netv1alpha1.CIDR(fmt.Sprintf("10.244.0.0/%d", bits)), netv1alpha1.CIDR(fmt.Sprintf("10.70.0.0/%d", bits))
 	began := time.Now()
 	var wg sync.WaitGroup
-	for i := range 100 {
+	work := make(chan int)
+	for range 100 { // the test client's own rate limit is envtest's (1000 QPS)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			id := fmt.Sprintf("cluster-%03d", i)
-			labels := map[string]string{netv1alpha1.RemoteClusterIDLabel: id}
-			if err := c.Create(ctx, &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns, Labels: labels},
-				Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}); err != nil {
-				b.Error(err)
-			}
-			if err := c.Create(ctx, &netv1alpha1.GatewayServer{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns, Labels: labels},
-				Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: netv1alpha1.ServiceTypeClusterIP},
-					ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server", Namespace: "liqo"}}}); err != nil {
-				b.Error(err)
+			for i := range work {
+				id := fmt.Sprintf("cluster-%04d", i)
+				labels := map[string]string{netv1alpha1.RemoteClusterIDLabel: id}
+				if err := c.Create(ctx, &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns, Labels: labels},
+					Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: pod, External: external}}}}); err != nil {
+					b.Error(err)
+				}
+				if err := c.Create(ctx, &netv1alpha1.GatewayServer{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns, Labels: labels},
+					Spec: netv1alpha1.GatewayServerSpec{MTU: 1340, Endpoint: netv1alpha1.ServerEndpoint{Port: 51820, ServiceType: netv1alpha1.ServiceTypeClusterIP},
+						ServerTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayServerTemplate", Name: "wireguard-server", Namespace: "liqo"}}}); err != nil {
+					b.Error(err)
+				}
 			}
 		}()
 	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
 	wg.Wait()
+	b.Logf("%d peerings created in %.1f s", n, time.Since(began).Seconds())
+	timeout := 2 * time.Minute * time.Duration(max(1, n/100))
 	for {
 		var confs netv1alpha1.ConfigurationList
 		var gws netv1alpha1.GatewayServerList
@@ -206,15 +225,15 @@ func BenchmarkPeerings100(b *testing.B) {
 				done++
 			}
 		}
-		if done == 200 {
+		if done == 2*n {
 			break
 		}
-		if time.Since(began) > 2*time.Minute {
-			b.Fatalf("only %d of 200 statuses filled after 2 minutes", done)
+		if time.Since(began) > timeout {
+			b.Fatalf("only %d of %d statuses filled after %v", done, 2*n, timeout)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	b.ReportMetric(time.Since(began).Seconds(), "s/100-peerings")
+	b.ReportMetric(time.Since(began).Seconds(), fmt.Sprintf("s/%d-peerings", n))
 	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
 	for _, l := range strings.Split(string(status), "\n") {
 		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
