@@ -121,7 +121,9 @@ type nodeHop struct {
 	mac  packet.MAC
 }
 
-func compile(cfg Config) (*tables, error) {
+// compile checks cfg and builds its tables; with check, it only checks (every problem is found
+// while routes are added, so the route table itself is not built).
+func compile(cfg Config, check bool) (*tables, error) {
 	c := cfg
 	if c.TunnelMTU == 0 {
 		c.TunnelMTU = DefaultTunnelMTU
@@ -223,15 +225,17 @@ func compile(cfg Config) (*tables, error) {
 			errs = append(errs, fmt.Errorf("local address %v: %w", a, err))
 		}
 	}
-	t.routes = b.Build()
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("dataplane config: %w", errors.Join(errs...))
+	}
+	if !check {
+		t.routes = b.Build()
 	}
 	return t, nil
 }
 
 // Validate reports every problem of cfg as New and Reconfig would, without building anything.
 func Validate(cfg Config) error {
-	_, err := compile(cfg)
+	_, err := compile(cfg, true)
 	return err
 }

@@ -88,7 +88,7 @@ var _ tun.Device = (*Dataplane)(nil)
 
 // New builds a Dataplane for cfg on conn. It owns conn from then on (Close closes it).
 func New(cfg Config, conn OverlayConn) (*Dataplane, error) {
-	t, err := compile(cfg)
+	t, err := compile(cfg, false)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func (d *Dataplane) Reconfig(cfg Config) error {
 	if reflect.DeepEqual(old.cfg, cfg) {
 		return nil
 	}
-	t, err := compile(cfg)
+	t, err := compile(cfg, false)
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,6 @@
 package route
 
-import (
-	"cmp"
-	"slices"
-)
+import "slices"
 
 // The IPv4 table is DIR-16-8-8. An entry, in the top array or in a chunk, is either a leaf or a
 // link. A leaf is an index into hops (noRoute, index 0, means no prefix covers the entry). A link
@@ -29,17 +26,14 @@ type route4 struct {
 	hop  uint32
 }
 
-// buildIPv4 expands routes into a DIR-16-8-8 table. Routes are inserted from the shortest
-// prefix to the longest, so a longer prefix simply overwrites the entries of the shorter ones it
-// lies in, and a range being filled never holds links (links are only made by longer prefixes,
-// which come later).
+// buildIPv4 expands routes, sorted by prefix length then address, into a DIR-16-8-8 table.
+// Routes are inserted from the shortest prefix to the longest, so a longer prefix simply
+// overwrites the entries of the shorter ones it lies in, and a range being filled never holds
+// links (links are only made by longer prefixes, which come later).
 func buildIPv4(routes []route4) ipv4Table {
 	if len(routes) == 0 {
 		return ipv4Table{}
 	}
-	slices.SortFunc(routes, func(x, y route4) int {
-		return cmp.Or(cmp.Compare(x.bits, y.bits), cmp.Compare(x.addr, y.addr))
-	})
 	t := ipv4Table{
 		top:    new([1 << 16]uint32),
 		chunks: make([]uint32, 0, chunksNeeded(routes)*chunkLen),

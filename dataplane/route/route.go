@@ -5,12 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 )
 
 // Builder collects routes for a Table. The zero Builder is ready to use. A Builder is not safe
 // for concurrent use; Build does not consume it, so routes may be added and built again.
 type Builder struct {
-	routes map[netip.Prefix]uint32 // prefix -> next-hop ID
+	// IPv4 routes are keyed by key4 (a gateway at the Kubernetes limits adds 150,000 of them,
+	// and a uint64 key hashes and grows much faster than a netip.Prefix); IPv6 by prefix.
+	v4 map[uint64]uint32 // key4 -> next-hop ID
+	v6 map[netip.Prefix]uint32
+}
+
+// key4 packs an IPv4 prefix into a uint64 that orders prefixes by length, then address: the
+// order buildIPv4 inserts them in.
+func key4(p netip.Prefix) uint64 {
+	a := p.Addr().As4()
+	return uint64(p.Bits())<<32 | uint64(binary.BigEndian.Uint32(a[:]))
 }
 
 // Add records the route p -> hop. The prefix must be valid and canonical (no bits set past its
@@ -21,16 +32,27 @@ func (b *Builder) Add(p netip.Prefix, hop uint32) error {
 	if err := checkPrefix(p); err != nil {
 		return err
 	}
-	if old, ok := b.routes[p]; ok {
-		if old != hop {
-			return fmt.Errorf("route %s: already added with next hop %d, cannot add it with next hop %d", p, old, hop)
+	var old uint32
+	var dup bool
+	if p.Addr().Is4() {
+		k := key4(p)
+		if old, dup = b.v4[k]; !dup {
+			if b.v4 == nil {
+				b.v4 = make(map[uint64]uint32)
+			}
+			b.v4[k] = hop
+			return nil
 		}
+	} else if old, dup = b.v6[p]; !dup {
+		if b.v6 == nil {
+			b.v6 = make(map[netip.Prefix]uint32)
+		}
+		b.v6[p] = hop
 		return nil
 	}
-	if b.routes == nil {
-		b.routes = make(map[netip.Prefix]uint32)
+	if old != hop {
+		return fmt.Errorf("route %s: already added with next hop %d, cannot add it with next hop %d", p, old, hop)
 	}
-	b.routes[p] = hop
 	return nil
 }
 
@@ -51,20 +73,23 @@ func checkPrefix(p netip.Prefix) error {
 
 // Build returns an immutable Table holding the routes added so far.
 func (b *Builder) Build() *Table {
-	routes4 := make([]route4, 0, len(b.routes))
-	var routes6 []route6
-	for p, hop := range b.routes {
-		if p.Addr().Is4() {
-			a := p.Addr().As4()
-			routes4 = append(routes4, route4{addr: binary.BigEndian.Uint32(a[:]), bits: p.Bits(), hop: hop})
-		} else {
-			routes6 = append(routes6, route6{addr: addr128From16(p.Addr().As16()), bits: p.Bits(), hop: hop})
-		}
+	keys := make([]uint64, 0, len(b.v4))
+	for k := range b.v4 {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	routes4 := make([]route4, len(keys))
+	for i, k := range keys {
+		routes4[i] = route4{addr: uint32(k), bits: int(k >> 32), hop: b.v4[k]}
+	}
+	routes6 := make([]route6, 0, len(b.v6))
+	for p, hop := range b.v6 {
+		routes6 = append(routes6, route6{addr: addr128From16(p.Addr().As16()), bits: p.Bits(), hop: hop})
 	}
 	return &Table{
 		v4:  buildIPv4(routes4),
 		v6:  buildIPv6(routes6),
-		len: len(b.routes),
+		len: len(b.v4) + len(b.v6),
 	}
 }
 
