@@ -28,7 +28,7 @@ import (
 type Options struct {
 	// Quick is the smoke mode: one run of one-second measurements.
 	Quick bool
-	// Runs per rung (default 3; 1 when Quick).
+	// Runs per rung (default 5; 1 when Quick).
 	Runs int
 	// Duration of each throughput measurement (default 4 s; 1 s when Quick).
 	Duration time.Duration
@@ -44,7 +44,23 @@ type Options struct {
 	// Hold builds the rungs, checks them and then, instead of measuring, keeps them up until
 	// ctx is done, for poking at by hand (ip netns exec ...); they are removed after.
 	Hold bool
+	// Contention is the share of one core (0 to 1) a CPU hog pinned to CPU 0 takes while the
+	// contended rungs are measured again (see hog.go); 0 measures no contended rung.
+	Contention float64
+	// ContentionRungs are the rungs measured again under contention (default wireguard-go,
+	// kernel-nat, skein), each reported as NAME+hog with the figures of contendedMetrics.
+	ContentionRungs []string
+	// NoBreakdown skips the CPU breakdown (one extra single-stream test per rung under perf).
+	NoBreakdown bool
 }
+
+// contendedSuffix names a rung measured beside the CPU hog.
+const contendedSuffix = "+hog"
+
+// contendedMetrics are the figures taken under contention: the single-stream and 10-stream
+// throughput, latency and CPU per GB (the UDP floods and the 32-stream memory test are left
+// out to keep the ladder's length reasonable).
+var contendedMetrics = []string{"tcp1", "tcp1-reverse", "tcp10", "rr-p50", "rr-p99", "cpu-per-gb"}
 
 // Metric is one figure over the runs.
 type Metric struct {
@@ -72,7 +88,14 @@ type RungResult struct {
 	Name        string            `json:"name"`
 	Description string            `json:"description"`
 	Metrics     map[string]Metric `json:"metrics"`
-	Error       string            `json:"error,omitempty"`
+	// Ratios are the metrics over the baseline's (bare wireguard-go, or bare wireguard-go
+	// beside the hog for a contended rung), paired run by run, with confidence intervals.
+	Ratios map[string]Ratio `json:"ratios,omitempty"`
+	// Breakdown is where the CPU per GB goes (cpuprofile.go); BreakdownError says why there
+	// is none.
+	Breakdown      *Breakdown `json:"breakdown,omitempty"`
+	BreakdownError string     `json:"breakdownError,omitempty"`
+	Error          string     `json:"error,omitempty"`
 }
 
 // Result is a whole run of the ladder.
@@ -164,7 +187,7 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 		o.Log = io.Discard
 	}
 	if o.Runs == 0 {
-		o.Runs = 3
+		o.Runs = 5
 		if o.Quick {
 			o.Runs = 1
 		}
@@ -174,6 +197,12 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 		if o.Quick {
 			o.Duration = time.Second
 		}
+	}
+	if o.Contention < 0 || o.Contention > 1 {
+		return nil, fmt.Errorf("harness: contention %v is not a share of one core between 0 and 1", o.Contention)
+	}
+	if len(o.ContentionRungs) == 0 {
+		o.ContentionRungs = []string{"wireguard-go", "kernel-nat", "skein"}
 	}
 	if o.Runs > 20 || o.Duration > time.Minute {
 		return nil, errors.New("harness: at most 20 runs of at most one minute each")
@@ -205,23 +234,45 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 		Settings:  fmt.Sprintf("%d runs per rung, interleaved; %s per throughput measurement; inner MTU %d", o.Runs, o.Duration, InnerMTU),
 		Placement: fmt.Sprintf("no CPU pinning: every process may run on any of the %d cores; iperf3 client and server in the rung's end namespaces", runtime.NumCPU())}
 	paths := make([]*Path, len(rungs))
-	results := make([]RungResult, len(rungs))
-	samples := make([]map[string][]float64, len(rungs))
 	defer func() {
 		for _, r := range rungs {
 			_ = r.Down()
 		}
 	}()
+	// What is measured: every rung, then the contended ones again; results in that order.
+	type variant struct {
+		rung      int
+		contended bool
+		samples   map[string][]float64
+		dead      bool // a measurement failed twice: no more runs
+	}
+	var variants []*variant
+	results := make([]RungResult, 0, len(rungs))
 	for i, r := range rungs {
-		results[i] = RungResult{Name: r.Name(), Description: r.Describe()}
-		samples[i] = map[string][]float64{}
+		variants = append(variants, &variant{rung: i, samples: map[string][]float64{}})
+		results = append(results, RungResult{Name: r.Name(), Description: r.Describe()})
+	}
+	if o.Contention > 0 {
+		for i, r := range rungs {
+			if slices.Contains(o.ContentionRungs, r.Name()) {
+				variants = append(variants, &variant{rung: i, contended: true, samples: map[string][]float64{}})
+				results = append(results, RungResult{Name: r.Name() + contendedSuffix,
+					Description: fmt.Sprintf("%s, beside a CPU hog taking %.0f%% of core 0", r.Name(), 100*o.Contention)})
+			}
+		}
+	}
+	for i, r := range rungs {
 		fmt.Fprintf(o.Log, "bench: building %s\n", r.Name())
 		p, err := r.Up(env)
 		if err == nil {
 			err = checkPath(ctx, env, p)
 		}
 		if err != nil {
-			results[i].Error = err.Error()
+			for vi, v := range variants {
+				if v.rung == i {
+					results[vi].Error = err.Error()
+				}
+			}
 			fmt.Fprintf(o.Log, "bench: %s: %v\n", r.Name(), err)
 			continue
 		}
@@ -238,41 +289,90 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
+	order := make([]int, 0, len(variants)) // a rung's contended measurement right after its own
+	for i := range rungs {
+		for vi, v := range variants {
+			if v.rung == i {
+				order = append(order, vi)
+			}
+		}
+	}
 	for run := range o.Runs {
-		for i, r := range rungs {
-			if paths[i] == nil {
+		for _, vi := range order {
+			v, name := variants[vi], results[variants[vi].rung].Name
+			p := paths[v.rung]
+			if p == nil || v.dead {
 				continue
 			}
-			fmt.Fprintf(o.Log, "bench: run %d/%d: %s\n", run+1, o.Runs, r.Name())
-			profile := ""
-			if run == 0 && o.ProfileDir != "" {
-				profile = filepath.Join(o.ProfileDir, r.Name())
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
 			}
-			m, err := measure(ctx, env, paths[i], o, profile, run == 0)
+			fmt.Fprintf(o.Log, "bench: run %d/%d: %s\n", run+1, o.Runs, results[vi].Name)
+			mo := measureOptions{first: run == 0 && !v.contended, contended: v.contended}
+			if run == 0 && o.ProfileDir != "" && !v.contended {
+				mo.profile = filepath.Join(o.ProfileDir, name)
+			}
+			var stopHog func()
+			if v.contended {
+				stopHog = startHog(o.Contention)
+			}
+			m, err := measure(ctx, env, p, o, mo)
 			if err != nil && ctx.Err() == nil {
 				// One retry: a single failed tool run (such as iperf3's control connection
 				// reset under a UDP flood) should not drop the rung; a second one does.
-				fmt.Fprintf(o.Log, "bench: %s: %v; measuring again\n", r.Name(), err)
-				m, err = measure(ctx, env, paths[i], o, "", run == 0)
+				fmt.Fprintf(o.Log, "bench: %s: %v; measuring again\n", results[vi].Name, err)
+				mo.profile = ""
+				m, err = measure(ctx, env, p, o, mo)
+			}
+			if stopHog != nil {
+				stopHog()
 			}
 			if err != nil {
-				results[i].Error = err.Error()
-				fmt.Fprintf(o.Log, "bench: %s: %v\n", r.Name(), err)
-				paths[i] = nil
+				results[vi].Error = err.Error()
+				fmt.Fprintf(o.Log, "bench: %s: %v\n", results[vi].Name, err)
+				v.dead = true
 				continue
 			}
-			for k, v := range m {
-				samples[i][k] = append(samples[i][k], v)
+			for k, x := range m {
+				v.samples[k] = append(v.samples[k], x)
+			}
+			if run == 0 && !v.contended && !o.NoBreakdown {
+				fmt.Fprintf(o.Log, "bench: CPU breakdown of %s (one more single-stream test, under perf)\n", name)
+				if b, err := profileBreakdown(ctx, env, p, o); err != nil {
+					results[vi].BreakdownError = err.Error()
+					fmt.Fprintf(o.Log, "bench: CPU breakdown of %s: %v\n", name, err)
+				} else {
+					results[vi].Breakdown = b
+				}
 			}
 		}
 	}
-	for i := range rungs {
-		results[i].Metrics = map[string]Metric{}
-		for k, v := range samples[i] {
-			results[i].Metrics[k] = summarize(v)
+	for vi, v := range variants {
+		results[vi].Metrics = map[string]Metric{}
+		for k, x := range v.samples {
+			results[vi].Metrics[k] = summarize(x)
+		}
+	}
+	for vi, v := range variants {
+		base := baseline
+		if v.contended {
+			base += contendedSuffix
+		}
+		bi := slices.IndexFunc(results, func(r RungResult) bool { return r.Name == base })
+		if bi < 0 || bi == vi {
+			continue
+		}
+		results[vi].Ratios = map[string]Ratio{}
+		for k, x := range v.samples {
+			if r, ok := pairedRatio(x, variants[bi].samples[k]); ok {
+				results[vi].Ratios[k] = r
+			}
 		}
 	}
 	res.Rungs = results
+	if o.Contention > 0 {
+		res.Placement += fmt.Sprintf("; the %s rungs ran beside a CPU hog pinned to core 0 taking %.0f%% of it", contendedSuffix, 100*o.Contention)
+	}
 	return res, nil
 }
 
@@ -371,9 +471,19 @@ func iperf(ctx context.Context, p *Path, args ...string) (*iperfResult, float64,
 	return &r, cpu, nil
 }
 
+// measureOptions say what one measurement of a rung takes.
+type measureOptions struct {
+	// first is the rung's first measurement: the gateways' idle RSS is taken then.
+	first bool
+	// contended: only contendedMetrics.
+	contended bool
+	// profile, if set, is the file prefix of the gateways' CPU profiles.
+	profile string
+}
+
 // measure takes every figure of one run of a rung.
-// first is the rung's first measurement: the gateways' idle RSS is taken then.
-func measure(ctx context.Context, e *Env, p *Path, o Options, profile string, first bool) (map[string]float64, error) {
+func measure(ctx context.Context, e *Env, p *Path, o Options, mo measureOptions) (map[string]float64, error) {
+	first, profile := mo.first, mo.profile
 	srv, err := p.Server.start(e.Log, "iperf3", "-s", "-p", "5201")
 	if err != nil {
 		return nil, err
@@ -434,14 +544,19 @@ func measure(ctx context.Context, e *Env, p *Path, o Options, profile string, fi
 		return nil, err
 	}
 	m["tcp10"] = r.End.SumReceived.BitsPerSecond / 1e6
-	if r, _, err = iperf(ctx, p, "-t", secs, "-P", "10", "-R"); err != nil {
-		return nil, err
+	if !mo.contended {
+		if r, _, err = iperf(ctx, p, "-t", secs, "-P", "10", "-R"); err != nil {
+			return nil, err
+		}
+		m["tcp10-reverse"] = r.End.SumReceived.BitsPerSecond / 1e6
 	}
-	m["tcp10-reverse"] = r.End.SumReceived.BitsPerSecond / 1e6
 	for _, u := range []struct {
 		key  string
 		size int
 	}{{"udp64", 64}, {"udpmtu", InnerMTU - 28}} {
+		if mo.contended {
+			break
+		}
 		if r, _, err = iperf(ctx, p, "-t", secs, "-u", "-b", "0", "-l", strconv.Itoa(u.size)); err != nil {
 			return nil, err
 		}
@@ -471,7 +586,7 @@ func measure(ctx context.Context, e *Env, p *Path, o Options, profile string, fi
 		}
 		return rss
 	}
-	if len(p.Gateways) > 0 {
+	if len(p.Gateways) > 0 && !mo.contended {
 		// The gateways' high-water mark after the tests so far (1 and 10 streams, UDP), then
 		// after 32 parallel streams.
 		m["gateway-rss"] = peak()

@@ -29,15 +29,72 @@ func TestQuick(t *testing.T) {
 	}
 	prefix := fmt.Sprintf("sbt%d", os.Getpid()%1000)
 	var log strings.Builder
-	res, err := harness.Run(context.Background(), harness.Options{Quick: true, Prefix: prefix, Log: &log}, bin)
+	// The contended rungs of wireguard-go and skein too, so that the paired ratio of skein+hog
+	// has its baseline.
+	res, err := harness.Run(context.Background(), harness.Options{Quick: true, Prefix: prefix, Log: &log,
+		Contention: 0.5, ContentionRungs: []string{"wireguard-go", "skein"}}, bin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]bool{"veth": false, "wireguard-go": true, "kernel-nat": true, "skein": true, "skein-nonat": true}
-	if len(res.Rungs) != len(want) {
-		t.Fatalf("%d rungs, want %d", len(res.Rungs), len(want))
+	contended := map[string]bool{"wireguard-go+hog": true, "skein+hog": true}
+	_, perfErr := exec.LookPath("perf")
+	for _, r := range res.Rungs {
+		if !contended[r.Name] {
+			continue
+		}
+		delete(contended, r.Name)
+		if r.Error != "" {
+			t.Errorf("rung %s: %s\n%s", r.Name, r.Error, log.String())
+			continue
+		}
+		for _, k := range []string{"tcp1", "tcp1-reverse", "tcp10", "rr-p50", "rr-p99", "cpu-per-gb"} {
+			if m, ok := r.Metrics[k]; !ok || m.Median <= 0 {
+				t.Errorf("rung %s: %s = %+v, want a positive figure", r.Name, k, m)
+			}
+		}
+		if _, ok := r.Metrics["udp64-pps"]; ok {
+			t.Errorf("rung %s measured UDP: contended rungs take only the TCP, latency and CPU figures", r.Name)
+		}
+		if r.Name == "skein+hog" {
+			if ra, ok := r.Ratios["tcp1"]; !ok || ra.Mean <= 0 {
+				t.Errorf("skein+hog has no ratio to wireguard-go+hog: %+v", r.Ratios)
+			}
+		}
+	}
+	if len(contended) != 0 {
+		t.Errorf("contended rungs missing: %v", contended)
 	}
 	for _, r := range res.Rungs {
+		if !want[r.Name] && r.Name != "veth" {
+			continue
+		}
+		if perfErr != nil {
+			t.Logf("no CPU breakdown: %v", perfErr)
+			break
+		}
+		if r.Breakdown == nil {
+			t.Errorf("rung %s: no CPU breakdown: %s", r.Name, r.BreakdownError)
+			continue
+		}
+		var total float64
+		for _, v := range r.Breakdown.PerGB {
+			total += v
+		}
+		if total <= 0 || r.Breakdown.Samples == 0 {
+			t.Errorf("rung %s: empty CPU breakdown %+v", r.Name, r.Breakdown)
+		}
+		if r.Name != "veth" && r.Breakdown.PerGB["crypto"] <= 0 {
+			t.Errorf("rung %s: no crypto in the CPU breakdown of a WireGuard path: %+v", r.Name, r.Breakdown.PerGB)
+		}
+	}
+	if len(res.Rungs) != len(want)+2 {
+		t.Fatalf("%d rungs, want %d", len(res.Rungs), len(want)+2)
+	}
+	for _, r := range res.Rungs {
+		if _, ok := want[r.Name]; !ok {
+			continue
+		}
 		if r.Error != "" {
 			t.Errorf("rung %s: %s\n%s", r.Name, r.Error, log.String())
 			continue
@@ -63,7 +120,7 @@ func TestQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back harness.Result
-	if err := json.Unmarshal(js, &back); err != nil || len(back.Rungs) != len(want) {
+	if err := json.Unmarshal(js, &back); err != nil || len(back.Rungs) != len(want)+2 {
 		t.Errorf("JSON does not read back: %v", err)
 	}
 	if err := xml.Unmarshal([]byte(res.SVG()), new(struct{ XMLName xml.Name })); err != nil {

@@ -40,7 +40,7 @@ func (r *Result) Markdown() string {
 	fmt.Fprintf(&b, "# skein benchmark ladder, %s\n\n", r.Date.Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "- machine: %s, %d cores, kernel %s, %s\n", r.Machine.CPU, r.Machine.Cores, r.Machine.Kernel, r.Machine.Go)
 	fmt.Fprintf(&b, "- settings: %s\n- CPU placement: %s\n", r.Settings, r.Placement)
-	b.WriteString("- each cell: median [min-max] over the runs; (x.xx) is the ratio of the median to bare wireguard-go\n")
+	b.WriteString("- each cell: median [min-max] over the runs; (x.xx [lo-hi]) is the ratio to bare wireguard-go (to bare wireguard-go beside the same hog for a +hog rung): the geometric mean of the run-by-run ratios of interleaved runs, with its 95% confidence interval\n")
 	b.WriteString("- CPU per GB: user+system seconds of iperf3 (both ends) and the gateway processes per GB received in the 1-stream test; kernel softirq work is charged to whichever of them runs\n\n")
 	for _, rg := range r.Rungs {
 		fmt.Fprintf(&b, "- **%s**: %s", rg.Name, rg.Description)
@@ -71,7 +71,10 @@ func (r *Result) Markdown() string {
 			if len(m.Runs) > 1 {
 				cell += fmt.Sprintf(" [%s-%s]", format(m.Min), format(m.Max))
 			}
-			if base != nil && rg.Name != baseline {
+			if ra, ok := rg.Ratios[mo.key]; ok && !strings.HasSuffix(mo.key, "-loss") {
+				cell += " (" + ra.String() + ")"
+			} else if base != nil && rg.Name != baseline && rg.Ratios == nil {
+				// A report from before the paired ratios: the ratio of the medians.
 				if bm, ok := base.Metrics[mo.key]; ok && bm.Median != 0 && !strings.HasSuffix(mo.key, "-loss") {
 					cell += fmt.Sprintf(" (%.2fx)", m.Median/bm.Median)
 				}
@@ -79,6 +82,62 @@ func (r *Result) Markdown() string {
 			fmt.Fprintf(&b, " %s |", cell)
 		}
 		b.WriteString("\n")
+	}
+	b.WriteString(r.breakdownMarkdown())
+	return b.String()
+}
+
+// breakdownMarkdown is the table of where each rung's CPU per GB goes, or "" when no rung has
+// a breakdown.
+func (r *Result) breakdownMarkdown() string {
+	var rungs []RungResult
+	var missing []string
+	for _, rg := range r.Rungs {
+		switch {
+		case rg.Breakdown != nil:
+			rungs = append(rungs, rg)
+		case rg.BreakdownError != "":
+			missing = append(missing, fmt.Sprintf("%s: %s", rg.Name, rg.BreakdownError))
+		}
+	}
+	if len(rungs) == 0 && len(missing) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## Where the CPU per GB goes\n\n")
+	b.WriteString("CPU seconds per GB received in one extra single-stream TCP test per rung, sampled on every CPU by `perf record -e cpu-clock -g` ")
+	b.WriteString("(iperf3 at both ends, the gateways, and the kernel's softirq work wherever it ran); each sample is put in the first category ")
+	b.WriteString("its stack matches, in the order of the rows (a copy inside a system call is a copy). Sampling costs a little, so the total ")
+	b.WriteString("may differ from the measured CPU per GB above.\n\n")
+	if len(rungs) > 0 {
+		b.WriteString("| category |")
+		for _, rg := range rungs {
+			fmt.Fprintf(&b, " %s |", rg.Name)
+		}
+		b.WriteString("\n|---|")
+		for range rungs {
+			b.WriteString("---|")
+		}
+		b.WriteString("\n")
+		for _, c := range breakdownOrder {
+			fmt.Fprintf(&b, "| %s |", c.title)
+			for _, rg := range rungs {
+				fmt.Fprintf(&b, " %s |", format(rg.Breakdown.PerGB[c.key]))
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("| **total** |")
+		for _, rg := range rungs {
+			var t float64
+			for _, v := range rg.Breakdown.PerGB {
+				t += v
+			}
+			fmt.Fprintf(&b, " **%s** (%d samples, %.1f GB) |", format(t), rg.Breakdown.Samples, rg.Breakdown.GB)
+		}
+		b.WriteString("\n")
+	}
+	for _, m := range missing {
+		fmt.Fprintf(&b, "\nNo breakdown for %s\n", m)
 	}
 	return b.String()
 }
@@ -111,9 +170,15 @@ func (r *Result) SVG() string {
 		}
 		fmt.Fprintf(&b, `<text x="%d" y="45">%s</text>`+"\n", x0, chart.title)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", x0, bottom, x0+chartW, bottom)
-		n := max(len(r.Rungs), 1)
+		var plain []RungResult // the +hog rungs are in the tables only
+		for _, rg := range r.Rungs {
+			if !strings.HasSuffix(rg.Name, contendedSuffix) {
+				plain = append(plain, rg)
+			}
+		}
+		n := max(len(plain), 1)
 		bw := chartW / n
-		for i, rg := range r.Rungs {
+		for i, rg := range plain {
 			m := rg.Metrics[chart.key]
 			scale := func(v float64) int { return bottom - int(v/maxV*float64(bottom-top)) }
 			x := x0 + i*bw + bw/6

@@ -1,11 +1,13 @@
 // Command bench runs skein's benchmark ladder (bench/harness) on this machine and writes the
 // report: a markdown table (also printed), a JSON file and an SVG chart. Run it as root.
 //
-//	bench [--quick] [--runs 3] [--duration 4s] [--rungs veth,wireguard-go,kernel-nat,skein,skein-nonat] [--out bench/results] [--profile DIR] [--hold]
+//	bench [--quick] [--runs 5] [--duration 4s] [--rungs veth,wireguard-go,kernel-nat,skein,skein-nonat] [--out bench/results]
+//	      [--contention 0.5] [--contention-rungs wireguard-go,kernel-nat,skein] [--no-breakdown] [--compare OLD.json] [--profile DIR] [--hold]
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -24,21 +26,29 @@ func main() {
 		fmt.Fprint(fs.Output(), `bench measures skein against the alternatives on this machine: each rung of the ladder is a
 topology of network namespaces (built and removed by the harness), measured with iperf3
 (TCP 1 and 10 streams both ways, UDP packets per second with loss) and skein-probe's
-request/response latency, CPU seconds per GB and the gateways' peak RSS. Needs root and the
-Debian packages iperf3 and wireguard-tools (.ci/install-deps).
+request/response latency, CPU seconds per GB and the gateways' peak RSS. Runs are interleaved
+across rungs and each ratio to bare wireguard-go is paired run by run, with a 95% confidence
+interval. The contended rungs (NAME+hog) are measured again beside a CPU hog pinned to core 0;
+the CPU breakdown says where each rung's CPU per GB goes (perf); --compare says which figures
+moved against an earlier report. Needs root and the Debian packages iperf3, wireguard-tools
+and linux-perf (.ci/install-deps).
 
 Flags:
 `)
 		fs.PrintDefaults()
 	}
 	quick := fs.Bool("quick", false, "smoke mode: one run of 1 s measurements (about a minute)")
-	runs := fs.Int("runs", 0, "runs per rung, interleaved across rungs (default 3, 1 with --quick)")
+	runs := fs.Int("runs", 0, "runs per rung, interleaved across rungs (default 5, 1 with --quick; with 3 or fewer a side no change is significant)")
 	duration := fs.Duration("duration", 0, "length of each throughput measurement (default 4s, 1s with --quick)")
 	rungs := fs.String("rungs", "", "comma-separated rungs to run (default all: veth, wireguard-go, kernel-nat, skein, skein-nonat)")
 	out := fs.String("out", "bench/results", "directory for the report files (DATE.md, DATE.json, DATE.svg)")
 	prefix := fs.String("prefix", "skb", "prefix of the namespaces the harness makes")
 	profile := fs.String("profile", "", "directory for CPU profiles of the skein gateways during the first single-stream test (go tool pprof -top FILE)")
 	hold := fs.Bool("hold", false, "build and check the rungs, then keep them up without measuring until interrupted (to inspect them by hand)")
+	contention := fs.Float64("contention", -1, "share of one core (0-1) a CPU hog pinned to core 0 takes while the contended rungs are measured again as NAME+hog (default 0.5, 0 with --quick; 0 turns them off)")
+	contentionRungs := fs.String("contention-rungs", "wireguard-go,kernel-nat,skein", "comma-separated rungs measured again beside the hog")
+	noBreakdown := fs.Bool("no-breakdown", false, "skip the CPU breakdown (one more single-stream test per rung under perf record; needs perf, Debian package linux-perf)")
+	compare := fs.String("compare", "", "an earlier report's JSON file: print which figures changed significantly (Mann-Whitney U, p < 0.05) and write DATE-compare.md")
 	_ = fs.Parse(os.Args[1:])
 	if os.Geteuid() != 0 {
 		fail("bench needs root (network namespaces)")
@@ -54,7 +64,25 @@ Flags:
 	if err := harness.Prepare(ctx, bin); err != nil {
 		fail(err.Error())
 	}
-	o := harness.Options{Quick: *quick, Runs: *runs, Duration: *duration, Prefix: *prefix, Log: os.Stderr, ProfileDir: *profile, Hold: *hold}
+	var old *harness.Result
+	if *compare != "" {
+		b, err := os.ReadFile(*compare)
+		if err != nil {
+			fail(fmt.Sprintf("--compare: %v", err))
+		}
+		old = new(harness.Result)
+		if err := json.Unmarshal(b, old); err != nil || len(old.Rungs) == 0 {
+			fail(fmt.Sprintf("--compare %s: not a bench report's JSON (%v)", *compare, err))
+		}
+	}
+	if *contention < 0 {
+		*contention = 0.5
+		if *quick {
+			*contention = 0
+		}
+	}
+	o := harness.Options{Quick: *quick, Runs: *runs, Duration: *duration, Prefix: *prefix, Log: os.Stderr, ProfileDir: *profile, Hold: *hold,
+		Contention: *contention, ContentionRungs: strings.Split(*contentionRungs, ","), NoBreakdown: *noBreakdown}
 	if *profile != "" {
 		if err := os.MkdirAll(*profile, 0o755); err != nil {
 			fail(err.Error())
@@ -82,12 +110,19 @@ Flags:
 		fail(err.Error())
 	}
 	base := filepath.Join(*out, res.Date.Format("2006-01-02"))
-	for ext, data := range map[string][]byte{".md": []byte(md), ".json": js, ".svg": []byte(res.SVG())} {
+	files := map[string][]byte{".md": []byte(md), ".json": js, ".svg": []byte(res.SVG()), ".bench.txt": []byte(res.GoBench())}
+	if old != nil {
+		cmp := res.CompareMarkdown(old)
+		fmt.Print("\n" + cmp)
+		files["-compare.md"] = []byte(cmp)
+	}
+	for ext, data := range files {
 		if err := os.WriteFile(base+ext, data, 0o644); err != nil {
 			fail(err.Error())
 		}
 	}
-	fmt.Fprintf(os.Stderr, "bench: done in %.0fs; wrote %s.{md,json,svg}\n", time.Since(start).Seconds(), base)
+	fmt.Fprintf(os.Stderr, "bench: done in %.0fs; wrote %s.{md,json,svg,bench.txt}%s (benchstat OLD.bench.txt NEW.bench.txt compares two)\n",
+		time.Since(start).Seconds(), base, map[bool]string{true: " and " + base + "-compare.md"}[old != nil])
 	for _, r := range res.Rungs {
 		if r.Error != "" {
 			os.Exit(1)

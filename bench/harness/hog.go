@@ -1,0 +1,52 @@
+package harness
+
+import (
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The contention rungs: production gateways share their node with other work, so the ladder is
+// measured again with a CPU hog beside it. The hog is one thread of the harness pinned to CPU 0
+// that spins for share of every 10 ms and sleeps the rest: a fixed share of one core, taken
+// whatever the rung does. The rung's processes are not pinned; the kernel moves them away from
+// the hog or shares the core with it, as it would on a busy node. The hog's CPU time is the
+// harness's own and is not charged to the rung's CPU per GB.
+
+// hogPeriod is the hog's duty cycle.
+const hogPeriod = 10 * time.Millisecond
+
+// startHog starts the hog and returns the function that stops it (and waits until it has).
+// share is clamped to [0, 1]; 0 starts nothing.
+func startHog(share float64) (stop func()) {
+	share = min(max(share, 0), 1)
+	if share == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// The thread is never unlocked: it exits with the goroutine, taking its affinity
+		// with it instead of handing a pinned thread back to the scheduler.
+		runtime.LockOSThread()
+		var set unix.CPUSet
+		set.Set(0)
+		_ = unix.SchedSetaffinity(0, &set) // 0: this thread
+		busy := time.Duration(share * float64(hogPeriod))
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for start := time.Now(); time.Since(start) < busy; {
+			}
+			if idle := hogPeriod - busy; idle > 0 {
+				time.Sleep(idle)
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}

@@ -1,0 +1,302 @@
+package harness
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"strings"
+)
+
+// Statistics for decisions of a few percent: with interleaved runs, run i of every rung saw the
+// same moment of the machine, so a rung's ratio to the baseline is taken run by run (paired)
+// and summarised as the geometric mean of those ratios with a 95% confidence interval from
+// Student's t on their logarithms. Two reports of the same rung are compared with the
+// Mann-Whitney U test, as benchstat does, so that "changed" means more than noise.
+
+// Ratio is a rung's figure over the baseline's.
+type Ratio struct {
+	// Mean is the geometric mean of the per-run ratios.
+	Mean float64 `json:"mean"`
+	// Low and High bound the 95% confidence interval of Mean; both are zero with fewer than
+	// two paired runs.
+	Low  float64 `json:"low,omitempty"`
+	High float64 `json:"high,omitempty"`
+	// Pairs is the number of runs paired.
+	Pairs int `json:"pairs"`
+}
+
+// tQuantile975 is the 0.975 quantile of Student's t with df degrees of freedom.
+func tQuantile975(df int) float64 {
+	table := []float64{0, 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+		2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086}
+	switch {
+	case df <= 0:
+		return math.Inf(1)
+	case df < len(table):
+		return table[df]
+	default:
+		return 1.96 + 2.4/float64(df) // within 0.5% of the exact value beyond 20
+	}
+}
+
+// pairedRatio compares rung runs a with baseline runs b, pairing them by position (run i of
+// both was taken in the same round). Pairs where either figure is not positive are left out.
+func pairedRatio(a, b []float64) (Ratio, bool) {
+	var logs []float64
+	for i := range min(len(a), len(b)) {
+		if a[i] > 0 && b[i] > 0 && !math.IsInf(a[i], 0) && !math.IsInf(b[i], 0) {
+			logs = append(logs, math.Log(a[i]/b[i]))
+		}
+	}
+	if len(logs) == 0 {
+		return Ratio{}, false
+	}
+	var mean float64
+	for _, l := range logs {
+		mean += l
+	}
+	mean /= float64(len(logs))
+	r := Ratio{Mean: math.Exp(mean), Pairs: len(logs)}
+	if len(logs) > 1 {
+		var ss float64
+		for _, l := range logs {
+			ss += (l - mean) * (l - mean)
+		}
+		se := math.Sqrt(ss/float64(len(logs)-1)) / math.Sqrt(float64(len(logs)))
+		h := tQuantile975(len(logs)-1) * se
+		r.Low, r.High = math.Exp(mean-h), math.Exp(mean+h)
+	}
+	return r, true
+}
+
+// String is "0.94x [0.91-0.97]", or "0.94x" without an interval.
+func (r Ratio) String() string {
+	if r.Pairs < 2 {
+		return fmt.Sprintf("%.2fx", r.Mean)
+	}
+	return fmt.Sprintf("%.2fx [%.2f-%.2f]", r.Mean, r.Low, r.High)
+}
+
+// mannWhitneyP is the two-sided p-value of the Mann-Whitney U test that samples x and y come
+// from the same distribution: exact (by counting the rank arrangements) when there are no
+// ties, otherwise the normal approximation with the tie correction.
+func mannWhitneyP(x, y []float64) float64 {
+	n1, n2 := len(x), len(y)
+	if n1 == 0 || n2 == 0 {
+		return 1
+	}
+	type obs struct {
+		v     float64
+		first bool
+	}
+	all := make([]obs, 0, n1+n2)
+	for _, v := range x {
+		all = append(all, obs{v, true})
+	}
+	for _, v := range y {
+		all = append(all, obs{v, false})
+	}
+	slices.SortFunc(all, func(a, b obs) int {
+		switch {
+		case a.v < b.v:
+			return -1
+		case a.v > b.v:
+			return 1
+		}
+		return 0
+	})
+	// Mid-ranks; ties collected for the variance correction.
+	var r1, tieTerm float64
+	ties := false
+	for i := 0; i < len(all); {
+		j := i
+		for j < len(all) && all[j].v == all[i].v {
+			j++
+		}
+		rank := float64(i+j+1) / 2 // ranks i+1..j averaged
+		for k := i; k < j; k++ {
+			if all[k].first {
+				r1 += rank
+			}
+		}
+		if t := float64(j - i); t > 1 {
+			ties = true
+			tieTerm += t*t*t - t
+		}
+		i = j
+	}
+	u := r1 - float64(n1*(n1+1))/2
+	mean := float64(n1*n2) / 2
+	if !ties && n1+n2 <= 60 {
+		// counts[k] = arrangements giving U = k; built by the recurrence on the largest value.
+		dist := exactU(n1, n2)
+		var total, tail float64
+		lo := math.Min(u, float64(n1*n2)-u)
+		for k, c := range dist {
+			total += c
+			if float64(k) <= lo+1e-9 {
+				tail += c
+			}
+		}
+		return math.Min(1, 2*tail/total)
+	}
+	n := float64(n1 + n2)
+	v := float64(n1*n2) / 12 * (n + 1 - tieTerm/(n*(n-1)))
+	if v <= 0 {
+		return 1
+	}
+	z := (math.Abs(u-mean) - 0.5) / math.Sqrt(v)
+	if z < 0 {
+		z = 0
+	}
+	return math.Erfc(z / math.Sqrt2)
+}
+
+// exactU returns, for samples of sizes m and n without ties, the number of rank arrangements
+// giving each value of U (index 0..m*n).
+func exactU(m, n int) []float64 {
+	// f[i][j] is the distribution for sizes i and j; f(i,j,u) = f(i-1,j,u-j) + f(i,j-1,u).
+	f := make([][][]float64, m+1)
+	for i := range f {
+		f[i] = make([][]float64, n+1)
+		for j := range f[i] {
+			d := make([]float64, i*j+1)
+			switch {
+			case i == 0 || j == 0:
+				d[0] = 1
+			default:
+				for u := range d {
+					if u-j >= 0 && u-j < len(f[i-1][j]) {
+						d[u] += f[i-1][j][u-j]
+					}
+					if u < len(f[i][j-1]) {
+						d[u] += f[i][j-1][u]
+					}
+				}
+			}
+			f[i][j] = d
+		}
+	}
+	return f[m][n]
+}
+
+// Change is one figure that differs between an old and a new report.
+type Change struct {
+	Rung, Metric string
+	Old, New     float64 // medians
+	Delta        float64 // (New-Old)/Old
+	P            float64
+	// Significant: the runs differ at p < 0.05.
+	Significant bool
+}
+
+// Compare sets every figure of r against old's (same rung, same metric) and returns them all,
+// significant or not, in report order. Rungs or figures missing from either are skipped.
+func (r *Result) Compare(old *Result) []Change {
+	var out []Change
+	for _, rg := range r.Rungs {
+		og := old.rung(rg.Name)
+		if og == nil {
+			continue
+		}
+		for _, mo := range metricOrder {
+			nm, ok1 := rg.Metrics[mo.key]
+			om, ok2 := og.Metrics[mo.key]
+			if !ok1 || !ok2 || len(nm.Runs) == 0 || len(om.Runs) == 0 {
+				continue
+			}
+			c := Change{Rung: rg.Name, Metric: mo.key, Old: om.Median, New: nm.Median, P: mannWhitneyP(om.Runs, nm.Runs)}
+			if om.Median != 0 {
+				c.Delta = (nm.Median - om.Median) / om.Median
+			}
+			c.Significant = c.P < 0.05
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// CompareMarkdown is the report of Compare: the significant changes first, then how many
+// figures did not change, with the smallest p-value the run counts allow (with 3 runs a side
+// nothing can reach p < 0.05).
+func (r *Result) CompareMarkdown(old *Result) string {
+	var b strings.Builder
+	changes := r.Compare(old)
+	fmt.Fprintf(&b, "## Compared with the report of %s\n\n", old.Date.Format("2006-01-02 15:04 UTC"))
+	var same int
+	b.WriteString("| rung | metric | old median | new median | change | p |\n|---|---|---|---|---|---|\n")
+	for _, c := range changes {
+		if !c.Significant {
+			same++
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %+.1f%% | %.3f |\n", c.Rung, title(c.Metric), format(c.Old), format(c.New), 100*c.Delta, c.P)
+	}
+	fmt.Fprintf(&b, "\n%d of %d figures show no significant change (Mann-Whitney U, p >= 0.05).", same, len(changes))
+	if n := minRuns(r, old); n > 0 {
+		fmt.Fprintf(&b, " With %d runs a side the smallest possible p is %.3f.", n, mannWhitneyP(ones(n, 0), ones(n, 1)))
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+func ones(n int, v float64) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = v + float64(i)/float64(2*n) // distinct values, all below v+0.5
+	}
+	return s
+}
+
+func minRuns(a, b *Result) int {
+	n := 0
+	for _, r := range []*Result{a, b} {
+		for _, rg := range r.Rungs {
+			if m, ok := rg.Metrics["tcp1"]; ok && (n == 0 || len(m.Runs) < n) {
+				n = len(m.Runs)
+			}
+		}
+	}
+	return n
+}
+
+func title(key string) string {
+	for _, mo := range metricOrder {
+		if mo.key == key {
+			return mo.title + " (" + mo.unit + ")"
+		}
+	}
+	return key
+}
+
+// GoBench is the result in the Go benchmark format, one line per rung and run with every
+// figure as a value-unit pair, so that `benchstat old.txt new.txt` compares two reports:
+//
+//	BenchmarkLadder/rung=skein 1 2782 tcp1-Mbit/s 2776 tcp1-reverse-Mbit/s ...
+func (r *Result) GoBench() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "goos: linux\ngoarch: %s\ncpu: %s\npkg: github.com/skein-net/skein/bench/harness\n", runtime.GOARCH, r.Machine.CPU)
+	runs := 0
+	for _, rg := range r.Rungs {
+		for _, m := range rg.Metrics {
+			runs = max(runs, len(m.Runs))
+		}
+	}
+	for run := range runs {
+		for _, rg := range r.Rungs {
+			var line strings.Builder
+			for _, mo := range metricOrder {
+				m, ok := rg.Metrics[mo.key]
+				if !ok || run >= len(m.Runs) {
+					continue
+				}
+				fmt.Fprintf(&line, " %g %s-%s", m.Runs[run], mo.key, strings.ReplaceAll(mo.unit, "%", "pct"))
+			}
+			if line.Len() > 0 {
+				fmt.Fprintf(&b, "BenchmarkLadder/rung=%s 1%s\n", rg.Name, line.String())
+			}
+		}
+	}
+	return b.String()
+}

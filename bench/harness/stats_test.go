@@ -1,0 +1,142 @@
+package harness
+
+import (
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPairedRatio(t *testing.T) {
+	// Every run 10% faster than the baseline's of the same round, whatever the drift.
+	base := []float64{100, 200, 150, 120, 180}
+	a := make([]float64, len(base))
+	for i, v := range base {
+		a[i] = 1.1 * v
+	}
+	r, ok := pairedRatio(a, base)
+	if !ok || math.Abs(r.Mean-1.1) > 1e-9 || math.Abs(r.Low-1.1) > 1e-9 || math.Abs(r.High-1.1) > 1e-9 || r.Pairs != 5 {
+		t.Errorf("constant ratio: %+v", r)
+	}
+	// Ratios 0.9 and 1.1 alternately: the interval must hold 1 and be wider than the spread
+	// of the geometric mean alone.
+	r, _ = pairedRatio([]float64{90, 110, 90, 110}, []float64{100, 100, 100, 100})
+	if !(r.Low < 1 && r.High > 1) || r.Low > 0.9 || r.High < 1.1 {
+		t.Errorf("alternating ratios: %+v, want an interval over [0.9, 1.1] holding 1", r)
+	}
+	// A failed figure (0) in one round leaves that pair out.
+	r, _ = pairedRatio([]float64{0, 110, 110}, []float64{100, 100, 100})
+	if r.Pairs != 2 || math.Abs(r.Mean-1.1) > 1e-9 {
+		t.Errorf("zero figure: %+v", r)
+	}
+	if _, ok := pairedRatio(nil, []float64{1}); ok {
+		t.Error("no pairs reported a ratio")
+	}
+	if s := (Ratio{Mean: 0.94, Low: 0.91, High: 0.97, Pairs: 5}).String(); s != "0.94x [0.91-0.97]" {
+		t.Errorf("String: %q", s)
+	}
+}
+
+func TestMannWhitney(t *testing.T) {
+	for _, c := range []struct {
+		x, y []float64
+		p    float64
+	}{
+		// Fully separated samples: the exact two-sided p is 2/C(n1+n2, n1).
+		{[]float64{1, 2, 3}, []float64{4, 5, 6}, 2.0 / 20},
+		{[]float64{1, 2, 3, 4, 5}, []float64{6, 7, 8, 9, 10}, 2.0 / 252},
+		{[]float64{6, 7, 8, 9, 10}, []float64{1, 2, 3, 4, 5}, 2.0 / 252},
+		// Interleaved samples: U = 10 of 25, P(U <= 10) = 87/252, far from significant.
+		{[]float64{1, 3, 5, 7, 9}, []float64{2, 4, 6, 8, 10}, 174.0 / 252},
+		// U = 1 of 25 (one inversion): P(U <= 1) = 2/252, two-sided 4/252.
+		{[]float64{1, 2, 3, 4, 6}, []float64{5, 7, 8, 9, 10}, 4.0 / 252},
+	} {
+		if p := mannWhitneyP(c.x, c.y); math.Abs(p-c.p) > 1e-9 {
+			t.Errorf("p(%v, %v) = %v, want %v", c.x, c.y, p, c.p)
+		}
+	}
+	// Ties take the normal approximation: identical samples are never significant, separated
+	// ones with a tie inside each still are at 8 a side.
+	if p := mannWhitneyP([]float64{1, 1, 1}, []float64{1, 1, 1}); p != 1 {
+		t.Errorf("identical samples: p = %v", p)
+	}
+	if p := mannWhitneyP([]float64{1, 1, 2, 3, 4, 5, 6, 7}, []float64{10, 10, 11, 12, 13, 14, 15, 16}); p >= 0.01 {
+		t.Errorf("separated samples with ties: p = %v, want < 0.01", p)
+	}
+	// The distribution of U sums to C(m+n, m).
+	var sum float64
+	for _, c := range exactU(6, 4) {
+		sum += c
+	}
+	if sum != 210 {
+		t.Errorf("exactU(6, 4) sums to %v, want 210", sum)
+	}
+}
+
+func result(runs map[string][]float64) *Result {
+	r := &Result{Date: time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC), Machine: Machine{CPU: "test cpu", Cores: 2}}
+	for name, v := range runs {
+		r.Rungs = append(r.Rungs, RungResult{Name: name, Metrics: map[string]Metric{"tcp1": summarize(v), "rr-p50": summarize([]float64{200, 201, 199, 200, 202})}})
+	}
+	return r
+}
+
+func TestCompare(t *testing.T) {
+	old := result(map[string][]float64{"skein": {2800, 2790, 2810, 2805, 2795}})
+	cur := result(map[string][]float64{"skein": {3000, 3010, 2990, 3005, 2995}})
+	changes := cur.Compare(old)
+	if len(changes) != 2 {
+		t.Fatalf("%d changes, want 2 (tcp1 and rr-p50): %+v", len(changes), changes)
+	}
+	for _, c := range changes {
+		switch c.Metric {
+		case "tcp1":
+			if !c.Significant || math.Abs(c.Delta-(3000.0-2800)/2800) > 1e-9 {
+				t.Errorf("tcp1: %+v, want a significant +7.1%%", c)
+			}
+		case "rr-p50":
+			if c.Significant {
+				t.Errorf("rr-p50 did not change: %+v", c)
+			}
+		}
+	}
+	md := cur.CompareMarkdown(old)
+	if !strings.Contains(md, "| skein | TCP 1 stream (Mbit/s) | 2800 | 3000 | +7.1% |") || !strings.Contains(md, "1 of 2 figures show no significant change") {
+		t.Errorf("compare report:\n%s", md)
+	}
+	if !strings.Contains(md, "smallest possible p is 0.008") {
+		t.Errorf("compare report does not give the smallest p for 5 runs:\n%s", md)
+	}
+}
+
+// TestGoBench checks the benchstat input: the Go benchmark format's line grammar (name,
+// iterations, then value-unit pairs with units free of spaces), one line per rung and run.
+func TestGoBench(t *testing.T) {
+	r := result(map[string][]float64{"skein": {1, 2, 3, 4, 5}, "wireguard-go": {1, 2, 3, 4, 5}})
+	r.Rungs[0].Metrics["udp64-loss"] = summarize([]float64{1, 2, 3, 4, 5})
+	line := regexp.MustCompile(`^Benchmark[^\s]+ 1( \S+ \S+)+$`)
+	n := 0
+	for _, l := range strings.Split(strings.TrimSpace(r.GoBench()), "\n") {
+		if !strings.HasPrefix(l, "Benchmark") {
+			continue
+		}
+		n++
+		if !line.MatchString(l) {
+			t.Errorf("not a benchmark line: %q", l)
+		}
+		f := strings.Fields(l)
+		for i := 2; i < len(f); i += 2 {
+			if _, err := strconv.ParseFloat(f[i], 64); err != nil {
+				t.Errorf("value %q in %q", f[i], l)
+			}
+			if strings.Contains(f[i+1], "%") {
+				t.Errorf("unit %q has a %% (benchstat reads it as a format)", f[i+1])
+			}
+		}
+	}
+	if n != 10 {
+		t.Errorf("%d benchmark lines, want 10 (2 rungs x 5 runs):\n%s", n, r.GoBench())
+	}
+}
