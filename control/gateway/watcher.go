@@ -270,19 +270,22 @@ func (w *Watcher) gather(ctx context.Context) (Objects, error) {
 			return o, err
 		}
 	}
+	// Nodes and Pods come as shallow copies of what the cache holds, not deep ones: FromObjects
+	// only reads them, and at 150,000 pods deep copies cost 300,000 allocations per reconcile.
+	shared := client.UnsafeDisableDeepCopy
 	var inodes netv1alpha1.InternalNodeList
-	if err := w.cache.List(ctx, &inodes); err != nil {
+	if err := w.cache.List(ctx, &inodes, shared); err != nil {
 		return o, err
 	}
 	o.InternalNodes = inodes.Items
 	var nodes corev1.NodeList
-	if err := w.cache.List(ctx, &nodes); err != nil {
+	if err := w.cache.List(ctx, &nodes, shared); err != nil {
 		return o, err
 	}
 	o.Nodes = nodes.Items
 	if w.opts.WatchPods {
 		var pods corev1.PodList
-		if err := w.cache.List(ctx, &pods); err != nil {
+		if err := w.cache.List(ctx, &pods, shared); err != nil {
 			return o, err
 		}
 		o.Pods = pods.Items
