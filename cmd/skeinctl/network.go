@@ -599,7 +599,27 @@ nothing of the tunnel; it issues new services tokens.`,
 	return cmd
 }
 
+// phases times the steps of a connect, for the breakdown --wait prints at the end.
+type phases struct {
+	start, last time.Time
+	steps       []string
+}
+
+func newPhases() *phases { now := time.Now(); return &phases{start: now, last: now} }
+
+// done ends the step called what.
+func (p *phases) done(what string) {
+	now := time.Now()
+	p.steps = append(p.steps, fmt.Sprintf("%s %.1fs", what, now.Sub(p.last).Seconds()))
+	p.last = now
+}
+
+func (p *phases) String() string {
+	return fmt.Sprintf("%.1fs (%s)", p.last.Sub(p.start).Seconds(), strings.Join(p.steps, ", "))
+}
+
 func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait bool) error {
+	took := newPhases()
 	quiet := &globals{kubeconfig: g.kubeconfig, context: g.context, liqoNamespace: g.liqoNamespace, namespace: g.namespace,
 		timeout: g.timeout, out: io.Discard, err: g.err}
 	if err := quiet.init(ctx, l, r, true); err != nil {
@@ -610,6 +630,7 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 	}
 	g.info(l, "Network correctly initialized")
 	g.info(r, "Network correctly initialized")
+	took.done("network init")
 
 	// The server, in the remote cluster, for this (local) cluster: the peering's own if there
 	// is one (labelled with our id in the remote's namespace of the peering), else a new one.
@@ -684,6 +705,7 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 		if err := g.waitGatewayPod(ctx, r, srvNS, srvName); err != nil {
 			return err
 		}
+		took.done("server and its pod")
 	}
 	if err := waitFor(ctx, func() (bool, error) {
 		err := r.c.Get(ctx, client.ObjectKeyFromObject(gs), gs)
@@ -693,6 +715,7 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 			srvNS, srvName, readyNote(gs.Status.Conditions), err)
 	}
 	g.info(r, "Gateway server Service created successfully")
+	took.done("server endpoint")
 
 	// The client, here, for the remote cluster.
 	cliNS := l.ns
@@ -759,6 +782,7 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 		if err := g.waitGatewayPod(ctx, l, cliNS, cliName); err != nil {
 			return err
 		}
+		took.done("client and its pod")
 	}
 
 	// Keys: the server's to the local cluster, the client's to the remote one.
@@ -789,6 +813,7 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 	if !wait {
 		return nil
 	}
+	took.done("keys exchanged")
 	for _, s := range []struct {
 		sd       *side
 		ns, name string
@@ -801,6 +826,7 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 		}
 		g.info(s.sd, "Connection created successfully")
 	}
+	took.done("connections created")
 	for _, s := range []struct {
 		sd       *side
 		ns, name string
@@ -816,7 +842,9 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 				s.sd.label, s.ns, s.name, conn.Status.Value, readyNote(conn.Status.Conditions), err)
 		}
 		g.info(s.sd, "Connection is established")
+		took.done(s.sd.label + " connected")
 	}
+	fmt.Fprintf(g.out, "INFO   Connected in %s\n", took)
 	return nil
 }
 
