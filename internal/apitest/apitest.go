@@ -80,6 +80,9 @@ func StartMain() (*Env, func(), error) {
 		ControlPlaneStartTimeout: 90 * time.Second,
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
+	// envtest's default service range, a /24, runs out of ClusterIPs at about 250 Services
+	// (BenchmarkPeerings1000 makes a gateway Service per peering).
+	env.ControlPlane.APIServer.Configure().Set("service-cluster-ip-range", "10.0.0.0/16")
 	stop := func() {
 		_ = env.Stop()
 		_ = os.RemoveAll(shims)
