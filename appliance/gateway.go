@@ -150,13 +150,22 @@ func New(plan *config.Gateway, opts Options) (_ *Gateway, err error) {
 	if standby {
 		g.prober.Pause()
 	}
-	g.wgDone.Add(1)
+	connected := make(chan struct{})
+	g.wgDone.Add(2)
+	go func() {
+		defer g.wgDone.Done()
+		g.trimMemory(ctx, connected)
+	}()
 	go func() {
 		defer g.wgDone.Done()
 		last := netstack.Connecting
 		g.prober.Run(ctx, func(s netstack.ProbeStatus) {
 			if s.State != last {
 				log.Info("connection", "state", string(s.State), "rtt", s.RTT.Round(time.Microsecond), "lost", s.Lost)
+				if s.State == netstack.Connected && connected != nil {
+					close(connected)
+					connected = nil
+				}
 				last = s.State
 			}
 			if fn := g.observer.Load(); fn != nil {

@@ -24,7 +24,9 @@ func (g *Gateway) serveHTTP(addr string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&collector{g: g}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("gateway"))
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// Uncompressed: a scrape is some 30 KiB on a local network, and each gzip writer would
+	// hold 700 KiB of the gateway's memory.
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{DisableCompression: true}))
 	if g.plan.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -66,7 +66,8 @@ var errQueueFull = errors.New("inject: queue into the tunnel is full")
 // gateway originates (netstack, ICMP errors), at most the capacity given to init, and what a
 // batch from the overlay socket did not fit into wireguard-go's slots, for which the queue
 // grows as needed (Read takes from the socket only when the queue is empty, so that is at
-// most one batch). Slots are allocated on first use and reused.
+// most one batch). Slots are allocated on first use and reused; an emptied queue starts again
+// at its first slot, so a trickle of packets holds one buffer, not one per slot.
 type injectQueue struct {
 	pending    atomic.Int32 // size, readable without the lock
 	mu         sync.Mutex
@@ -157,6 +158,11 @@ func (q *injectQueue) drain(bufs [][]byte, sizes []int, offset int) int {
 		n++
 		q.head = (q.head + 1) % len(q.slots)
 		q.size--
+	}
+	if q.size == 0 {
+		// Start again at the first slot: one packet at a time (probes, their replies) then
+		// reuses one buffer instead of giving every slot of the ring one in turn.
+		q.head = 0
 	}
 	q.pending.Store(int32(q.size))
 	return n
