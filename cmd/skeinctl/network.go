@@ -778,14 +778,9 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 		}
 		g.info(l, "Gateway client already set up")
 	}
-	if wait {
-		if err := g.waitGatewayPod(ctx, l, cliNS, cliName); err != nil {
-			return err
-		}
-		took.done("client and its pod")
-	}
-
-	// Keys: the server's to the local cluster, the client's to the remote one.
+	// Keys: the server's to the local cluster, the client's to the remote one, while the
+	// client's pod starts: a client that handshakes before the server knows its key is
+	// ignored and tries again only after WireGuard's 5 s.
 	srvSecret, err := gatewaySecret(ctx, r, gs.Namespace, func() *netv1alpha1.ObjectRef {
 		r.c.Get(ctx, client.ObjectKeyFromObject(gs), gs)
 		return gs.Status.SecretRef
@@ -813,7 +808,11 @@ func (g *globals) connect(ctx context.Context, l, r *side, c *connectOpts, wait 
 	if !wait {
 		return nil
 	}
-	took.done("keys exchanged")
+	took.done("client and keys")
+	if err := g.waitGatewayPod(ctx, l, cliNS, cliName); err != nil {
+		return err
+	}
+	took.done("client pod")
 	for _, s := range []struct {
 		sd       *side
 		ns, name string

@@ -193,11 +193,19 @@ func (el *elector) try(ctx context.Context) (held bool, other string, err error)
 	if el.blind {
 		el.graceUntil = now.Add(el.e.PostOutageGrace)
 	}
-	if record != el.seen || el.blind {
+	unchanged := record == el.seen && !el.blind
+	if !unchanged {
 		el.seen, el.seenAt, el.blind = record, now, false
 	}
 	if holder != "" && holder != me {
-		if now.Before(el.seenAt.Add(el.e.LeaseDuration)) {
+		// A holder that did not renew since the last try and whose pod no longer exists
+		// cannot be forwarding: take over now instead of after LeaseDuration. This is the
+		// Lease a deleted gateway's pod left behind (a disconnect removes its RBAC before
+		// it can release the Lease), found by the next connect's replica. A live holder
+		// renews every RetryPeriod, so the pod is read only when a renewal is late.
+		if unchanged && el.gone(ctx, holder) {
+			el.e.Log.Info("the gateway's Lease is held by a pod that no longer exists: taking over", "holder", holder)
+		} else if now.Before(el.seenAt.Add(el.e.LeaseDuration)) {
 			return false, holder, nil
 		}
 		if now.Before(el.graceUntil) && el.running(ctx, holder) {
@@ -214,6 +222,12 @@ func (el *elector) try(ctx context.Context) (held bool, other string, err error)
 		return false, "", err
 	}
 	return true, "", nil
+}
+
+// gone reports whether the holder's pod does not exist (when unsure: false).
+func (el *elector) gone(ctx context.Context, holder string) bool {
+	_, err := el.pods.Get(ctx, holder, metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
 }
 
 // running reports whether the holder's pod still exists and runs (when unsure: true).

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -33,6 +34,7 @@ func TestElectionAfterHungConnections(t *testing.T) {
 
 	var aActive, bActive atomic.Bool
 	run := func(name string, cfgHost bool, active *atomic.Bool) chan error {
+		runningPod(ctx, t, env, ns, name)
 		el := e
 		el.PodName = name
 		cfg := env.Config
@@ -91,11 +93,7 @@ func TestElectionAfterSharedOutage(t *testing.T) {
 		r := &replica{proxy: env.Proxy(t), done: make(chan error, 1)}
 		cfg, err := clientcmd.BuildConfigFromFlags("", r.proxy.KubeconfigFile(t, env))
 		apitest.Must(t, err)
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "gateway", Image: "skein-gateway"}}}}
-		apitest.Must(t, env.Client.Create(ctx, pod))
-		pod.Status.Phase = corev1.PodRunning
-		apitest.Must(t, env.Client.Status().Update(ctx, pod))
+		runningPod(ctx, t, env, ns, name)
 		el := e
 		el.PodName = name
 		go func() {
@@ -134,4 +132,64 @@ func TestElectionAfterSharedOutage(t *testing.T) {
 	cancel()
 	<-a.done
 	<-b.done
+}
+
+// runningPod creates a replica's pod, Running: every replica has one in a cluster, and the
+// election reads the holder's.
+func runningPod(ctx context.Context, t *testing.T, env *apitest.Env, ns, name string) {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "gateway", Image: "skein-gateway"}}}}
+	apitest.Must(t, env.Client.Create(ctx, pod))
+	pod.Status.Phase = corev1.PodRunning
+	apitest.Must(t, env.Client.Status().Update(ctx, pod))
+}
+
+// TestElectionLeaseOfDeletedPod: a disconnect deletes the gateway (its pods and RBAC) but not
+// the Lease, whose holder, a pod that no longer exists, could not release it; the next connect
+// recreates the gateway under the same name. Its replica takes the Lease over as soon as it
+// sees nobody renews it, not after LeaseDuration (connect waited 6 s for it on each side).
+// A holder whose pod exists but stopped renewing still gets its LeaseDuration.
+func TestElectionLeaseOfDeletedPod(t *testing.T) {
+	env := apitest.Start(t)
+	ns := env.Namespace(t, "leftover")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const leaseDuration = 30 * time.Second
+	e := gateway.Election{LeaseDuration: leaseDuration, RenewDeadline: 2 * time.Second, RetryPeriod: 300 * time.Millisecond}
+	leftover := func(name, holder string) {
+		now := metav1.NewMicroTime(time.Now())
+		secs := int32(leaseDuration / time.Second)
+		apitest.Must(t, env.Client.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now}}))
+	}
+	elect := func(gw, pod string) (*atomic.Bool, chan error) {
+		runningPod(ctx, t, env, ns, pod)
+		var active atomic.Bool
+		el := e
+		el.PodName = pod
+		done := make(chan error, 1)
+		go func() {
+			done <- gateway.RunElection(ctx, env.Config, ns, gw, el, func() { active.Store(true) }, func() { active.Store(false) })
+		}()
+		return &active, done
+	}
+
+	leftover("gw-new", "gw-old-pod-deleted")
+	start := time.Now()
+	active, done := elect("gw-new", "gw-new-pod")
+	apitest.Eventually(t, "the new replica holds the Lease its deleted predecessor left", leaseDuration/3, active.Load)
+	t.Logf("took over the Lease of a deleted pod in %v (LeaseDuration %v)", time.Since(start).Round(10*time.Millisecond), leaseDuration)
+
+	// The holder's pod exists (it may still be forwarding): no early takeover.
+	runningPod(ctx, t, env, ns, "gw-silent-pod")
+	leftover("gw-silent", "gw-silent-pod")
+	other, otherDone := elect("gw-silent", "gw-standby-pod")
+	time.Sleep(3 * time.Second)
+	if other.Load() {
+		t.Error("a standby took the Lease of a holder whose pod exists before LeaseDuration")
+	}
+	cancel()
+	<-done
+	<-otherDone
 }
