@@ -145,6 +145,7 @@ var metricOrder = []struct{ key, title, unit string }{
 	{"rr-p99", "RR p99", "us"},
 	{"cpu-per-gb", "CPU per GB", "s"},
 	{"gateway-rss-idle", "gateway RSS idle, connected", "MiB"},
+	{"gateway-anon-idle", "gateway private (anonymous) RSS idle: what each more gateway on a node costs", "MiB"},
 	{"gateway-rss", "gateway peak RSS, up to 10 streams", "MiB"},
 	{"gateway-rss-32", "gateway peak RSS, 32 streams", "MiB"},
 }
@@ -504,6 +505,9 @@ func measure(ctx context.Context, e *Env, p *Path, o Options, mo measureOptions)
 		// Connected (the rung's check passed) and nothing measured yet.
 		for _, g := range p.Gateways {
 			m["gateway-rss-idle"] = max(m["gateway-rss-idle"], statusMiB(g.Process.Pid, "VmRSS:"))
+			// The rest is the executable's pages, shared through the page cache by every
+			// gateway on the node.
+			m["gateway-anon-idle"] = max(m["gateway-anon-idle"], statusMiB(g.Process.Pid, "RssAnon:"))
 		}
 	}
 

@@ -101,7 +101,7 @@ func TestQuick(t *testing.T) {
 		}
 		keys := []string{"tcp1", "tcp1-reverse", "tcp10", "tcp10-reverse", "udp64-pps", "udpmtu-pps", "rr-p50", "rr-p99", "cpu-per-gb"}
 		if want[r.Name] {
-			keys = append(keys, "gateway-rss-idle", "gateway-rss", "gateway-rss-32")
+			keys = append(keys, "gateway-rss-idle", "gateway-anon-idle", "gateway-rss", "gateway-rss-32")
 		}
 		for _, k := range keys {
 			if m, ok := r.Metrics[k]; !ok || m.Median <= 0 {
