@@ -28,10 +28,16 @@ func startHog(share float64) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		// The thread is never unlocked: it exits with the goroutine, taking its affinity
-		// with it instead of handing a pinned thread back to the scheduler.
+		// The thread is pinned for the hog and unpinned after, then handed back to the
+		// scheduler: it must not exit with the goroutine, as the rungs' processes die with
+		// the thread that started them (Pdeathsig), and this thread may have been that one.
 		runtime.LockOSThread()
-		var set unix.CPUSet
+		defer runtime.UnlockOSThread()
+		var was, set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &was); err != nil {
+			return
+		}
+		defer func() { _ = unix.SchedSetaffinity(0, &was) }()
 		set.Set(0)
 		_ = unix.SchedSetaffinity(0, &set) // 0: this thread
 		busy := time.Duration(share * float64(hogPeriod))
