@@ -40,7 +40,7 @@ func (r *Result) Markdown() string {
 	fmt.Fprintf(&b, "# skein benchmark ladder, %s\n\n", r.Date.Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "- machine: %s, %d cores, kernel %s, %s\n", r.Machine.CPU, r.Machine.Cores, r.Machine.Kernel, r.Machine.Go)
 	fmt.Fprintf(&b, "- settings: %s\n- CPU placement: %s\n", r.Settings, r.Placement)
-	b.WriteString("- each cell: median [min-max] over the runs; (x.xx [lo-hi]) is the ratio to bare wireguard-go (to bare wireguard-go beside the same hog for a +hog rung): the geometric mean of the run-by-run ratios of interleaved runs, with its 95% confidence interval\n")
+	b.WriteString("- each cell: median [min-max] over the runs; (x.xx [lo-hi]) is the ratio to bare wireguard-go (for a +hog rung to wireguard-go+hog, and for wireguard-go+hog to wireguard-go without the hog): the geometric mean of the run-by-run ratios of interleaved runs, with its 95% confidence interval\n")
 	b.WriteString("- CPU per GB: user+system seconds of iperf3 (both ends) and the gateway processes per GB received in the 1-stream test; kernel softirq work is charged to whichever of them runs\n\n")
 	for _, rg := range r.Rungs {
 		fmt.Fprintf(&b, "- **%s**: %s", rg.Name, rg.Description)

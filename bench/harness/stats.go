@@ -224,6 +224,11 @@ func (r *Result) CompareMarkdown(old *Result) string {
 	var b strings.Builder
 	changes := r.Compare(old)
 	fmt.Fprintf(&b, "## Compared with the report of %s\n\n", old.Date.Format("2006-01-02 15:04 UTC"))
+	if old.Machine.CPU != r.Machine.CPU || old.Machine.Cores != r.Machine.Cores || old.Machine.Kernel != r.Machine.Kernel {
+		fmt.Fprintf(&b, "The reports come from different machines (%s, %d cores, kernel %s; now %s, %d cores, kernel %s): "+
+			"the changes below are the machines' as much as the code's.\n\n",
+			old.Machine.CPU, old.Machine.Cores, old.Machine.Kernel, r.Machine.CPU, r.Machine.Cores, r.Machine.Kernel)
+	}
 	var same int
 	b.WriteString("| rung | metric | old median | new median | change | p |\n|---|---|---|---|---|---|\n")
 	for _, c := range changes {
@@ -234,8 +239,8 @@ func (r *Result) CompareMarkdown(old *Result) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %+.1f%% | %.3f |\n", c.Rung, title(c.Metric), format(c.Old), format(c.New), 100*c.Delta, c.P)
 	}
 	fmt.Fprintf(&b, "\n%d of %d figures show no significant change (Mann-Whitney U, p >= 0.05).", same, len(changes))
-	if n := minRuns(r, old); n > 0 {
-		fmt.Fprintf(&b, " With %d runs a side the smallest possible p is %.3f.", n, mannWhitneyP(ones(n, 0), ones(n, 1)))
+	if n, m := minRuns(r), minRuns(old); n > 0 && m > 0 {
+		fmt.Fprintf(&b, " With %d runs against %d the smallest possible p is %.3f.", n, m, mannWhitneyP(ones(n, 0), ones(m, 1)))
 	}
 	b.WriteString("\n")
 	return b.String()
@@ -249,13 +254,12 @@ func ones(n int, v float64) []float64 {
 	return s
 }
 
-func minRuns(a, b *Result) int {
+// minRuns is the fewest runs any rung of r has.
+func minRuns(r *Result) int {
 	n := 0
-	for _, r := range []*Result{a, b} {
-		for _, rg := range r.Rungs {
-			if m, ok := rg.Metrics["tcp1"]; ok && (n == 0 || len(m.Runs) < n) {
-				n = len(m.Runs)
-			}
+	for _, rg := range r.Rungs {
+		if m, ok := rg.Metrics["tcp1"]; ok && (n == 0 || len(m.Runs) < n) {
+			n = len(m.Runs)
 		}
 	}
 	return n
@@ -299,4 +303,27 @@ func (r *Result) GoBench() string {
 		}
 	}
 	return b.String()
+}
+
+// Recompute fills every rung's Ratios again from the runs its report holds, as Run does: for
+// a report read back from JSON, written by an older harness or before a change to the ratios.
+func (r *Result) Recompute() {
+	for i := range r.Rungs {
+		rg := &r.Rungs[i]
+		base := baseline
+		if strings.HasSuffix(rg.Name, contendedSuffix) && rg.Name != baseline+contendedSuffix {
+			base += contendedSuffix
+		}
+		b := r.rung(base)
+		if b == nil || b.Name == rg.Name {
+			rg.Ratios = nil
+			continue
+		}
+		rg.Ratios = map[string]Ratio{}
+		for k, m := range rg.Metrics {
+			if ra, ok := pairedRatio(m.Runs, b.Metrics[k].Runs); ok {
+				rg.Ratios[k] = ra
+			}
+		}
+	}
 }

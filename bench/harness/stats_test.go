@@ -106,8 +106,15 @@ func TestCompare(t *testing.T) {
 	if !strings.Contains(md, "| skein | TCP 1 stream (Mbit/s) | 2800 | 3000 | +7.1% |") || !strings.Contains(md, "1 of 2 figures show no significant change") {
 		t.Errorf("compare report:\n%s", md)
 	}
-	if !strings.Contains(md, "smallest possible p is 0.008") {
-		t.Errorf("compare report does not give the smallest p for 5 runs:\n%s", md)
+	if !strings.Contains(md, "With 5 runs against 5 the smallest possible p is 0.008") || strings.Contains(md, "different machines") {
+		t.Errorf("compare report does not give the smallest p for 5 runs, or calls the same machine different:\n%s", md)
+	}
+	// 5 runs against 3 (an older report): 2/C(8,3).
+	old3 := result(map[string][]float64{"skein": {2800, 2790, 2810}})
+	old3.Machine.CPU = "another cpu"
+	md = cur.CompareMarkdown(old3)
+	if !strings.Contains(md, "With 5 runs against 3 the smallest possible p is 0.036") || !strings.Contains(md, "different machines") {
+		t.Errorf("compare with a 3-run report from another machine:\n%s", md)
 	}
 }
 

@@ -49,7 +49,18 @@ Flags:
 	contentionRungs := fs.String("contention-rungs", "wireguard-go,kernel-nat,skein", "comma-separated rungs measured again beside the hog")
 	noBreakdown := fs.Bool("no-breakdown", false, "skip the CPU breakdown (one more single-stream test per rung under perf record; needs perf, Debian package linux-perf)")
 	compare := fs.String("compare", "", "an earlier report's JSON file: print which figures changed significantly (Mann-Whitney U, p < 0.05) and write DATE-compare.md")
+	fromJSON := fs.String("from-json", "", "measure nothing: write the report files again from an earlier report's JSON (ratios recomputed from its runs), into --out")
 	_ = fs.Parse(os.Args[1:])
+	var old *harness.Result
+	if *compare != "" {
+		old = readReport("--compare", *compare)
+	}
+	if *fromJSON != "" {
+		res := readReport("--from-json", *fromJSON)
+		res.Recompute()
+		write(res, old, *out, nil)
+		return
+	}
 	if os.Geteuid() != 0 {
 		fail("bench needs root (network namespaces)")
 	}
@@ -63,17 +74,6 @@ Flags:
 	fmt.Fprintln(os.Stderr, "bench: building wireguard-go, skein-probe, skein-gateway")
 	if err := harness.Prepare(ctx, bin); err != nil {
 		fail(err.Error())
-	}
-	var old *harness.Result
-	if *compare != "" {
-		b, err := os.ReadFile(*compare)
-		if err != nil {
-			fail(fmt.Sprintf("--compare: %v", err))
-		}
-		old = new(harness.Result)
-		if err := json.Unmarshal(b, old); err != nil || len(old.Rungs) == 0 {
-			fail(fmt.Sprintf("--compare %s: not a bench report's JSON (%v)", *compare, err))
-		}
 	}
 	if *contention < 0 {
 		*contention = 0.5
@@ -100,16 +100,40 @@ Flags:
 	if err != nil {
 		fail(err.Error())
 	}
+	write(res, old, *out, &start)
+	for _, r := range res.Rungs {
+		if r.Error != "" {
+			os.Exit(1)
+		}
+	}
+}
+
+// readReport reads a report's JSON for flag.
+func readReport(flag, path string) *harness.Result {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fail(fmt.Sprintf("%s: %v", flag, err))
+	}
+	r := new(harness.Result)
+	if err := json.Unmarshal(b, r); err != nil || len(r.Rungs) == 0 {
+		fail(fmt.Sprintf("%s %s: not a bench report's JSON (%v)", flag, path, err))
+	}
+	return r
+}
+
+// write prints the report and writes its files (DATE.md, .json, .svg, .bench.txt and, with
+// old, DATE-compare.md) into dir.
+func write(res, old *harness.Result, dir string, start *time.Time) {
 	md := res.Markdown()
 	fmt.Print(md)
 	js, err := res.JSON()
 	if err != nil {
 		fail(err.Error())
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		fail(err.Error())
 	}
-	base := filepath.Join(*out, res.Date.Format("2006-01-02"))
+	base := filepath.Join(dir, res.Date.Format("2006-01-02"))
 	files := map[string][]byte{".md": []byte(md), ".json": js, ".svg": []byte(res.SVG()), ".bench.txt": []byte(res.GoBench())}
 	if old != nil {
 		cmp := res.CompareMarkdown(old)
@@ -121,13 +145,12 @@ Flags:
 			fail(err.Error())
 		}
 	}
-	fmt.Fprintf(os.Stderr, "bench: done in %.0fs; wrote %s.{md,json,svg,bench.txt}%s (benchstat OLD.bench.txt NEW.bench.txt compares two)\n",
-		time.Since(start).Seconds(), base, map[bool]string{true: " and " + base + "-compare.md"}[old != nil])
-	for _, r := range res.Rungs {
-		if r.Error != "" {
-			os.Exit(1)
-		}
+	took := ""
+	if start != nil {
+		took = fmt.Sprintf(" in %.0fs", time.Since(*start).Seconds())
 	}
+	fmt.Fprintf(os.Stderr, "bench: done%s; wrote %s.{md,json,svg,bench.txt}%s (benchstat OLD.bench.txt NEW.bench.txt compares two)\n",
+		took, base, map[bool]string{true: " and " + base + "-compare.md"}[old != nil])
 }
 
 func fail(msg string) {
