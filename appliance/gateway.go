@@ -150,21 +150,22 @@ func New(plan *config.Gateway, opts Options) (_ *Gateway, err error) {
 	if standby {
 		g.prober.Pause()
 	}
+	// connected is closed when the prober first says Connected (trimMemory waits for it).
 	connected := make(chan struct{})
+	var connectedOnce sync.Once
 	g.wgDone.Add(2)
-	go func() {
+	go func(connected <-chan struct{}) {
 		defer g.wgDone.Done()
 		g.trimMemory(ctx, connected)
-	}()
+	}(connected)
 	go func() {
 		defer g.wgDone.Done()
 		last := netstack.Connecting
 		g.prober.Run(ctx, func(s netstack.ProbeStatus) {
 			if s.State != last {
 				log.Info("connection", "state", string(s.State), "rtt", s.RTT.Round(time.Microsecond), "lost", s.Lost)
-				if s.State == netstack.Connected && connected != nil {
-					close(connected)
-					connected = nil
+				if s.State == netstack.Connected {
+					connectedOnce.Do(func() { close(connected) })
 				}
 				last = s.State
 			}
