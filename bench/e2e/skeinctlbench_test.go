@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/skein-net/skein/bench/harness"
 )
 
 // benchResult is the part of skeinctl bench -o json the suite reads.
@@ -134,10 +136,15 @@ func (e *env) skeinctlBench(ctx context.Context) {
 		iperfRuns = append(iperfRuns, res.End.SumReceived.BitsPerSecond/1e6)
 	}
 	pm, im := median(probeRuns), median(iperfRuns)
-	e.reportf("skeinctl-bench: TCP 1 stream between the same pods, %d interleaved 4 s runs: skein-probe %.0f Mbit/s (%.0f), iperf3 %.0f Mbit/s (%.0f); ratio %.2f",
-		len(probeRuns), pm, probeRuns, im, iperfRuns, pm/im)
-	if math.Abs(pm/im-1) > 0.10 {
-		e.t.Errorf("skein-probe's TCP throughput %.0f Mbit/s is not within 10%% of iperf3's %.0f Mbit/s between the same pods", pm, im)
+	// The medians alone decide nothing on two shared cores (iperf3 alone gave 503-786 Mbit/s
+	// in one run): the tools disagree when their medians are more than 10% apart and their
+	// runs differ significantly (Mann-Whitney U, p < 0.05; 6 runs a side can reach 0.002).
+	p := harness.MannWhitneyP(probeRuns, iperfRuns)
+	e.reportf("skeinctl-bench: TCP 1 stream between the same pods, %d interleaved 4 s runs: skein-probe %.0f Mbit/s (%.0f), iperf3 %.0f Mbit/s (%.0f); ratio %.2f, p %.3f",
+		len(probeRuns), pm, probeRuns, im, iperfRuns, pm/im, p)
+	if math.Abs(pm/im-1) > 0.10 && p < 0.05 {
+		e.t.Errorf("skein-probe's TCP throughput %.0f Mbit/s is not within 10%% of iperf3's %.0f Mbit/s between the same pods (runs %.0f against %.0f differ, p %.3f)",
+			pm, im, probeRuns, iperfRuns, p)
 	}
 }
 

@@ -78,6 +78,9 @@ func (r Ratio) String() string {
 	return fmt.Sprintf("%.2fx [%.2f-%.2f]", r.Mean, r.Low, r.High)
 }
 
+// MannWhitneyP is mannWhitneyP, for the suites that compare two tools' measurements.
+func MannWhitneyP(x, y []float64) float64 { return mannWhitneyP(x, y) }
+
 // mannWhitneyP is the two-sided p-value of the Mann-Whitney U test that samples x and y come
 // from the same distribution: exact (by counting the rank arrangements) when there are no
 // ties, otherwise the normal approximation with the tie correction.
