@@ -88,9 +88,10 @@ type appliedKey struct {
 // appliedRecord is an object as this controller last applied it: the hash of what it sent and
 // the object's UID and resourceVersion in the API server's answer.
 type appliedRecord struct {
-	hash [sha256.Size]byte
-	uid  types.UID
-	rv   string
+	hash  [sha256.Size]byte
+	uid   types.UID
+	rv    string
+	owner types.NamespacedName // the gateway the object belongs to
 }
 
 // SetupWithManager registers the reconciler, watching what it creates.
@@ -460,12 +461,12 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 		if err := controllerutil.SetControllerReference(owner, obj, r.Client.Scheme()); err != nil {
 			return err
 		}
-		if err := r.applyChanged(ctx, obj); err != nil {
+		if err := r.applyChanged(ctx, owner, obj); err != nil {
 			return err
 		}
 	}
 	for _, crb := range crbs {
-		if err := r.applyChanged(ctx, crb); err != nil {
+		if err := r.applyChanged(ctx, owner, crb); err != nil {
 			return err
 		}
 	}
@@ -479,7 +480,7 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 // reconciled several times as it comes up (its finalizer, its Service, its pods, its status);
 // applying each object every time made 1,000 peerings cost the API server some 30,000 writes
 // that changed nothing. An object someone else changed is applied again, which repairs it.
-func (r *GatewayReconciler) applyChanged(ctx context.Context, obj client.Object) error {
+func (r *GatewayReconciler) applyChanged(ctx context.Context, owner, obj client.Object) error {
 	gvk, err := apiutil.GVKForObject(obj, r.Client.Scheme())
 	if err != nil {
 		return err
@@ -492,7 +493,7 @@ func (r *GatewayReconciler) applyChanged(ctx context.Context, obj client.Object)
 	hash := sha256.Sum256(content)
 	if v, ok := r.applied.Load(key); ok && v.(appliedRecord).hash == hash {
 		rec := v.(appliedRecord)
-		if existing, err := r.cachedCopy(ctx, gvk, obj); err == nil && existing != nil &&
+		if existing, err := r.fromCache(ctx, obj); err == nil && existing != nil &&
 			existing.GetUID() == rec.uid && existing.GetResourceVersion() == rec.rv {
 			return nil
 		}
@@ -502,21 +503,21 @@ func (r *GatewayReconciler) applyChanged(ctx context.Context, obj client.Object)
 		r.applied.Delete(key)
 		return err
 	}
-	r.applied.Store(key, appliedRecord{hash: hash, uid: u.GetUID(), rv: u.GetResourceVersion()})
+	r.applied.Store(key, appliedRecord{hash: hash, uid: u.GetUID(), rv: u.GetResourceVersion(),
+		owner: types.NamespacedName{Namespace: owner.GetNamespace(), Name: owner.GetName()}})
 	return nil
 }
 
-// cachedCopy reads obj's namesake from the cache only (nil when the cache does not hold it).
-func (r *GatewayReconciler) cachedCopy(ctx context.Context, gvk schema.GroupVersionKind, obj client.Object) (client.Object, error) {
-	o, err := r.Client.Scheme().New(gvk)
-	if err != nil {
-		return nil, err
-	}
-	existing := o.(client.Object)
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), existing); err != nil {
-		return nil, client.IgnoreNotFound(err)
-	}
-	return existing, nil
+// forgetApplied drops the applied records of owner's objects (owner is being deleted), so the
+// records do not grow with gateway churn over the controller's lifetime.
+func (r *GatewayReconciler) forgetApplied(owner client.Object) {
+	o := types.NamespacedName{Namespace: owner.GetNamespace(), Name: owner.GetName()}
+	r.applied.Range(func(k, v any) bool {
+		if v.(appliedRecord).owner == o {
+			r.applied.Delete(k)
+		}
+		return true
+	})
 }
 
 // observePods shows the gateway's running pods and their nodes to PodRoutes, and says so in an
@@ -708,6 +709,7 @@ func clusterBindingName(ns, name string) string { return "skein-gateway-" + ns +
 // removeAll deletes what the gateway owns (the API server's garbage collector would too, but
 // it may not run, and users expect a deleted gateway to be gone at once) and its Connection.
 func (r *GatewayReconciler) removeAll(ctx context.Context, owner client.Object) error {
+	r.forgetApplied(owner)
 	name, ns := owner.GetName(), owner.GetNamespace()
 	meta := metav1.ObjectMeta{Name: name, Namespace: ns}
 	var errs []error

@@ -51,6 +51,13 @@ func startGatewaysWith(t *testing.T, env *apitest.Env, routes *controller.PodRou
 // the manager's own).
 func startGatewaysClient(t *testing.T, env *apitest.Env, routes *controller.PodRoutes, wrap func(client.Client) client.Client) func() {
 	t.Helper()
+	_, stop := startGatewayReconcilers(t, env, routes, wrap)
+	return stop
+}
+
+// startGatewayReconcilers is startGatewaysClient returning the two reconcilers too.
+func startGatewayReconcilers(t *testing.T, env *apitest.Env, routes *controller.PodRoutes, wrap func(client.Client) client.Client) ([]*controller.GatewayReconciler, func()) {
+	t.Helper()
 	skip := true
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: controller.CacheOptions(), Controller: crconfig.Controller{SkipNameValidation: &skip}})
@@ -63,15 +70,18 @@ func startGatewaysClient(t *testing.T, env *apitest.Env, routes *controller.PodR
 	if wrap != nil {
 		c = wrap(c)
 	}
+	var recs []*controller.GatewayReconciler
 	for _, server := range []bool{true, false} {
-		if err := (&controller.GatewayReconciler{Client: c, Reader: mgr.GetAPIReader(), Overlay: ov, Server: server, PodRoutes: routes}).SetupWithManager(mgr); err != nil {
+		r := &controller.GatewayReconciler{Client: c, Reader: mgr.GetAPIReader(), Overlay: ov, Server: server, PodRoutes: routes}
+		if err := r.SetupWithManager(mgr); err != nil {
 			t.Fatal(err)
 		}
+		recs = append(recs, r)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	return func() { cancel(); <-done }
+	return recs, func() { cancel(); <-done }
 }
 
 // installTemplates applies the default templates from deploy/templates into ns.
@@ -484,8 +494,9 @@ func TestGatewayAppliesOnlyChanges(t *testing.T) {
 	ctx := context.Background()
 	installTemplates(t, c, ns)
 	counting := &countingClient{}
-	stop := startGatewaysClient(t, env, nil, func(c client.Client) client.Client { counting.Client = c; return counting })
+	recs, stop := startGatewayReconcilers(t, env, nil, func(c client.Client) client.Client { counting.Client = c; return counting })
 	defer stop()
+	server := recs[0]
 
 	gs := &netv1alpha1.GatewayServer{
 		ObjectMeta: metav1.ObjectMeta{Name: "server", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b"}},
@@ -537,4 +548,14 @@ func TestGatewayAppliesOnlyChanges(t *testing.T) {
 	apitest.Eventually(t, "the Deployment's label restored", 20*time.Second, func() bool {
 		return c.Get(ctx, key, dep) == nil && dep.Labels[controller.ManagedByLabel] != ""
 	})
+
+	// The records of what was applied go with the gateway.
+	if n := controller.AppliedRecords(server); n == 0 {
+		t.Fatal("no applied records kept for a running gateway")
+	}
+	apitest.Must(t, c.Delete(ctx, gs))
+	apitest.Eventually(t, "the gateway gone", 30*time.Second, func() bool { return apierrors.IsNotFound(c.Get(ctx, key, gs)) })
+	if n := controller.AppliedRecords(server); n != 0 {
+		t.Errorf("%d applied records kept after the gateway was deleted, want 0", n)
+	}
 }

@@ -36,45 +36,48 @@ func isOwned(owner, existing client.Object) bool {
 // controller labelled, then (on a miss) from the API server around it. It returns nil when
 // there is none.
 func (r *GatewayReconciler) lookup(ctx context.Context, obj client.Object) (client.Object, error) {
+	existing, err := r.fromCache(ctx, obj)
+	if err != nil || existing != nil || r.Reader == nil {
+		return existing, err
+	}
+	if existing, err = r.empty(obj); err != nil {
+		return nil, err
+	}
+	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(obj), existing); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return existing, nil
+}
+
+// fromCache is the cache's half of lookup: obj's namesake as the cache holds it, nil when the
+// cache does not hold it (or does not cache obj's kind).
+func (r *GatewayReconciler) fromCache(ctx context.Context, obj client.Object) (client.Object, error) {
+	// Connections are written by the gateways and not cached here (reading one through the
+	// cache would start an informer the controller's role does not allow).
+	if _, uncached := obj.(*netv1alpha1.Connection); uncached {
+		return nil, nil
+	}
+	existing, err := r.empty(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), existing); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return existing, nil
+}
+
+// empty is a new, empty object of obj's kind.
+func (r *GatewayReconciler) empty(obj client.Object) (client.Object, error) {
 	gvk, err := apiutil.GVKForObject(obj, r.Client.Scheme())
 	if err != nil {
 		return nil, err
 	}
-	fresh := func() (client.Object, error) {
-		o, err := r.Client.Scheme().New(gvk)
-		if err != nil {
-			return nil, err
-		}
-		return o.(client.Object), nil
-	}
-	existing, err := fresh()
+	o, err := r.Client.Scheme().New(gvk)
 	if err != nil {
 		return nil, err
 	}
-	key := client.ObjectKeyFromObject(obj)
-	// Connections are written by the gateways and not cached here (reading one through the
-	// cache would start an informer the controller's role does not allow).
-	if _, uncached := obj.(*netv1alpha1.Connection); !uncached {
-		if err := r.Client.Get(ctx, key, existing); err == nil {
-			return existing, nil
-		} else if !apierrors.IsNotFound(err) {
-			return nil, err
-		}
-	}
-	reader := r.Reader
-	if reader == nil {
-		return nil, nil
-	}
-	if existing, err = fresh(); err != nil {
-		return nil, err
-	}
-	if err := reader.Get(ctx, key, existing); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	return existing, nil
+	return o.(client.Object), nil
 }
 
 // claim returns a conflictError when an object of obj's kind and key exists and is not owner's.
