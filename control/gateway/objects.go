@@ -28,10 +28,10 @@ type Objects struct {
 	Secret *corev1.Secret
 	// InternalNodes, Nodes and Pods map local pods to node VTEPs: a node's pod CIDRs come
 	// from its Node; Pods add /32 routes for pods outside their node's CIDRs (CNIs that do not
-	// allocate per-node ranges).
+	// allocate per-node ranges). PodAddrOf makes a Pod's entry.
 	InternalNodes []netv1alpha1.InternalNode
 	Nodes         []corev1.Node
-	Pods          []corev1.Pod
+	Pods          []PodAddr
 }
 
 // Local is what the gateway knows about itself from flags and its pod.
@@ -228,12 +228,9 @@ func nodes(o Objects) ([]dataplane.Node, error) {
 	// gateway VTEP to point at, which needs this gateway running. It starts without nodes (what
 	// comes from the tunnel for the pods is dropped as unroutable) and gets them live.
 	for _, p := range o.Pods {
-		i, ok := index[p.Spec.NodeName]
-		if !ok || p.Spec.HostNetwork || p.Status.PodIP == "" {
-			continue
-		}
-		a, err := netip.ParseAddr(p.Status.PodIP)
-		if err != nil || !a.Is4() {
+		i, ok := index[p.Node]
+		a := p.IP
+		if !ok || !a.Is4() {
 			continue
 		}
 		n := &out[i]

@@ -41,12 +41,24 @@ func objects() gateway.Objects {
 			{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{PodCIDRs: []string{"10.244.1.0/24"}}},
 			{ObjectMeta: metav1.ObjectMeta{Name: "n2"}}, // no pod CIDR: its pods get /32 routes
 		},
-		Pods: []corev1.Pod{
-			{Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{PodIP: "10.244.1.9"}},
-			{Spec: corev1.PodSpec{NodeName: "n2"}, Status: corev1.PodStatus{PodIP: "10.244.7.3"}},
-			{Spec: corev1.PodSpec{NodeName: "n2", HostNetwork: true}, Status: corev1.PodStatus{PodIP: "192.168.77.2"}},
-		},
+		Pods: podAddrs(
+			corev1.Pod{Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{PodIP: "10.244.1.9"}},
+			corev1.Pod{Spec: corev1.PodSpec{NodeName: "n2"}, Status: corev1.PodStatus{PodIP: "10.244.7.3"}},
+			corev1.Pod{Spec: corev1.PodSpec{NodeName: "n2", HostNetwork: true}, Status: corev1.PodStatus{PodIP: "192.168.77.2"}},
+			corev1.Pod{Spec: corev1.PodSpec{NodeName: "n9"}, Status: corev1.PodStatus{PodIP: "10.244.9.3"}}, // no such node
+		),
 	}
+}
+
+// podAddrs is the pod watch's view of pods: the PodAddr of each that has one.
+func podAddrs(pods ...corev1.Pod) []gateway.PodAddr {
+	var out []gateway.PodAddr
+	for i := range pods {
+		if a, ok := gateway.PodAddrOf(&pods[i]); ok {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 var local = gateway.Local{PodIP: netip.MustParseAddr("10.244.1.20")}

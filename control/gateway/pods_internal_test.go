@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net/netip"
 	"runtime"
 	"strings"
 	"testing"
@@ -59,52 +60,85 @@ func realisticPod(i int) *corev1.Pod {
 	}
 }
 
-// TestSlimPodKeepsWhatFromObjectsReads: the transform keeps every field nodes() reads.
-func TestSlimPodKeepsWhatFromObjectsReads(t *testing.T) {
-	p := realisticPod(7)
-	p.Spec.HostNetwork = true
-	s, err := slimPod(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := s.(*corev1.Pod)
-	if q.Name != p.Name || q.Namespace != p.Namespace || q.UID != p.UID || q.ResourceVersion != p.ResourceVersion ||
-		q.Spec.NodeName != p.Spec.NodeName || !q.Spec.HostNetwork || q.Status.PodIP != p.Status.PodIP || q.Status.Phase != p.Status.Phase {
-		t.Errorf("slim pod %+v lost a field of %+v", q, p)
-	}
-	if len(q.ManagedFields) != 0 || len(q.Spec.Containers) != 0 || len(q.Labels) != 0 {
-		t.Errorf("slim pod keeps what nothing reads: %+v", q)
-	}
-	if o, _ := slimPod("tombstone"); o != "tombstone" {
-		t.Errorf("a non-Pod is changed: %v", o)
+// TestPodAddrOf: a pod's route is its node and first IPv4 address, and there is none for a pod
+// that owns no address of its own or no longer owns it.
+func TestPodAddrOf(t *testing.T) {
+	base := realisticPod(7)
+	want := PodAddr{Node: base.Spec.NodeName, IP: netip.MustParseAddr(base.Status.PodIP)}
+	for _, tc := range []struct {
+		name string
+		edit func(*corev1.Pod)
+		want PodAddr
+		ok   bool
+	}{
+		{"running", func(*corev1.Pod) {}, want, true},
+		{"pending with an address", func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }, want, true},
+		{"unknown phase", func(p *corev1.Pod) { p.Status.Phase = "" }, want, true},
+		{"podIPs first", func(p *corev1.Pod) {
+			p.Status.PodIPs = []corev1.PodIP{{IP: "10.9.9.9"}, {IP: "fd00::9"}}
+		}, PodAddr{Node: base.Spec.NodeName, IP: netip.MustParseAddr("10.9.9.9")}, true},
+		{"dual-stack, IPv6 first", func(p *corev1.Pod) {
+			p.Status.PodIP, p.Status.PodIPs = "fd00::9", []corev1.PodIP{{IP: "fd00::9"}, {IP: "10.9.9.8"}}
+		}, PodAddr{Node: base.Spec.NodeName, IP: netip.MustParseAddr("10.9.9.8")}, true},
+		{"IPv6 only", func(p *corev1.Pod) { p.Status.PodIP, p.Status.PodIPs = "fd00::9", []corev1.PodIP{{IP: "fd00::9"}} }, PodAddr{}, false},
+		{"host network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }, PodAddr{}, false},
+		{"not scheduled", func(p *corev1.Pod) { p.Spec.NodeName = "" }, PodAddr{}, false},
+		{"no address yet", func(p *corev1.Pod) { p.Status.PodIP = "" }, PodAddr{}, false},
+		{"address does not parse", func(p *corev1.Pod) { p.Status.PodIP = "10.1.2.300" }, PodAddr{}, false},
+		{"succeeded", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }, PodAddr{}, false},
+		{"failed", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, PodAddr{}, false},
+	} {
+		p := realisticPod(7)
+		tc.edit(p)
+		got, ok := PodAddrOf(p)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: PodAddrOf = %v, %v; want %v, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
 	}
 }
 
-// BenchmarkPodCacheMemory reports the heap a cache of N pods holds, whole (what the informer
-// kept before) and slimmed (what it keeps): bytes per pod, and MiB for N.
-func BenchmarkPodCacheMemory(b *testing.B) {
+// BenchmarkPodWatchMemory reports the heap N pods hold: whole (as an informer without a
+// transform keeps them), slimmed to the fields the gateway reads (as its informer kept them
+// before pods.go) and in the pod watch (PodAddrs): bytes per pod, and MiB for N.
+func BenchmarkPodWatchMemory(b *testing.B) {
 	for _, n := range []int{10_000, 150_000} {
-		for _, slim := range []bool{false, true} {
-			b.Run(fmt.Sprintf("pods=%d/slim=%v", n, slim), func(b *testing.B) {
+		for _, kept := range []string{"whole", "slim", "podwatch"} {
+			b.Run(fmt.Sprintf("pods=%d/kept=%s", n, kept), func(b *testing.B) {
 				var perPod float64
 				for range b.N {
 					held := make([]any, 0, n)
+					pw := newPodWatch(nil, func() {}, nil)
 					before := heapInUse()
 					for i := range n {
-						var o any = realisticPod(i)
-						if slim {
-							o, _ = slimPod(o)
+						p := realisticPod(i)
+						switch kept {
+						case "whole":
+							held = append(held, p)
+						case "slim":
+							held = append(held, slim(p))
+						default:
+							pw.update(p, false)
 						}
-						held = append(held, o)
 					}
 					after := heapInUse()
 					perPod = float64(after-before) / float64(n)
 					runtime.KeepAlive(held)
+					runtime.KeepAlive(pw)
 				}
 				b.ReportMetric(perPod, "bytes/pod")
 				b.ReportMetric(perPod*float64(n)/(1<<20), "MiB")
 			})
 		}
+	}
+}
+
+// slim is the transform the gateway's informer applied to Pods before pods.go: the fields
+// FromObjects read, and what the cache itself needs.
+func slim(p *corev1.Pod) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion},
+		Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
+		Status:     corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
 	}
 }
 

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"fmt"
+	"net/netip"
 	"runtime"
 	"slices"
 	"testing"
@@ -22,13 +23,13 @@ const (
 	limitPods  = 150_000
 )
 
-// limitObjects is objects() at the limits, as the watcher's cache holds them with WatchPods
-// (slimmed, see slim.go): limitNodes Nodes without pod CIDRs, each with its InternalNode's
+// limitObjects is objects() at the limits, as the watcher holds them with WatchPods (Nodes
+// slimmed, see slim.go; Pods as PodAddrs, see pods.go): limitNodes Nodes without pod CIDRs, each with its InternalNode's
 // VTEP, and limitPods running pods spread evenly over them, node n's in the n-th /26 of
 // 10.64.0.0/12.
 func limitObjects() gateway.Objects {
 	o := objects()
-	o.InternalNodes, o.Nodes, o.Pods = nil, nil, make([]corev1.Pod, 0, limitPods)
+	o.InternalNodes, o.Nodes, o.Pods = nil, nil, make([]gateway.PodAddr, 0, limitPods)
 	for n := range limitNodes {
 		name := fmt.Sprintf("node-%04d", n)
 		vtep := fmt.Sprintf("172.20.%d.%d", (n+1)>>8, (n+1)&255)
@@ -40,19 +41,15 @@ func limitObjects() gateway.Objects {
 	for i := range limitPods {
 		n, k := i%limitNodes, i/limitNodes
 		a := 10<<24 | 64<<16 + n*64 + 1 + k
-		ip := fmt.Sprintf("%d.%d.%d.%d", a>>24, a>>16&255, a>>8&255, a&255)
-		name := fmt.Sprintf("web-%06d", i)
-		o.Pods = append(o.Pods, corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: types.UID(name), ResourceVersion: "1"},
-			Spec:       corev1.PodSpec{NodeName: o.Nodes[n].Name},
-			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}},
-		})
+		ip := netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)})
+		o.Pods = append(o.Pods, gateway.PodAddr{Node: o.Nodes[n].Name, IP: ip})
 	}
 	return o
 }
 
-// listed copies the objects as the cache's List hands them to the watcher (which lists with
-// UnsafeDisableDeepCopy): each cached object copied, shallow, into the list's items.
+// listed copies the objects as the watcher gathers them: each cached Node and InternalNode
+// copied, shallow, into a list's items (it lists with UnsafeDisableDeepCopy) and the pod
+// watch's PodAddrs appended to a slice.
 func listed(o gateway.Objects) gateway.Objects {
 	c := o
 	c.Nodes = slices.Clone(o.Nodes)
@@ -65,7 +62,7 @@ func listed(o gateway.Objects) gateway.Objects {
 // and InternalNodes, 150,000 Pods, all /32 routes): "translate" is FromObjects alone (with
 // config.Build, which validates the dataplane config by compiling it), reporting the heap the
 // resulting config keeps; "reconcile" is what the watcher does on each change or resync of a
-// running gateway: the objects listed from the cache (shallow copies), FromObjects, and
+// running gateway: the objects listed from the cache and the pod watch, FromObjects, and
 // Dataplane.Reconfig with one pod more or less than before. Only the API server is left out.
 func BenchmarkFromObjectsAtLimits(b *testing.B) {
 	o := limitObjects()
@@ -102,11 +99,7 @@ func BenchmarkFromObjectsAtLimits(b *testing.B) {
 		}
 		defer dp.Close()
 		plus := o
-		plus.Pods = append(o.Pods[:len(o.Pods):len(o.Pods)], corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "web-new", Namespace: "shop", UID: "web-new", ResourceVersion: "2"},
-			Spec:       corev1.PodSpec{NodeName: o.Nodes[0].Name},
-			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.64.0.63"},
-		})
+		plus.Pods = append(o.Pods[:len(o.Pods):len(o.Pods)], gateway.PodAddr{Node: o.Nodes[0].Name, IP: netip.MustParseAddr("10.64.0.63")})
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
 			cur := o
