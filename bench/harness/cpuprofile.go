@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,6 +32,23 @@ type Breakdown struct {
 	GB float64 `json:"gb"`
 	// Samples counted (idle and foreign processes excluded).
 	Samples int `json:"samples"`
+	// Seconds the profiled test ran and the machine's CPUs: the rung's CPU seconds over
+	// Seconds is how many of the CPUs it kept busy. A single stream that keeps every CPU busy
+	// is bound by its CPU per GB; one that leaves some idle, by its longest serial chain.
+	Seconds float64 `json:"seconds,omitempty"`
+	CPUs    int     `json:"cpus,omitempty"`
+}
+
+// CoresBusy is the CPUs the rung kept busy during the profiled test (0 when unknown).
+func (b *Breakdown) CoresBusy() float64 {
+	if b.Seconds <= 0 {
+		return 0
+	}
+	var perGB float64
+	for _, v := range b.PerGB {
+		perGB += v
+	}
+	return perGB * b.GB / b.Seconds
 }
 
 // The categories, in the order they are tried and reported.
@@ -232,7 +250,7 @@ func profileBreakdown(ctx context.Context, e *Env, p *Path, o Options) (*Breakdo
 	if err := script.Wait(); err != nil || perr != nil {
 		return nil, fmt.Errorf("perf script: %v %v", err, perr)
 	}
-	b := &Breakdown{PerGB: map[string]float64{}, GB: gb, Samples: samples}
+	b := &Breakdown{PerGB: map[string]float64{}, GB: gb, Samples: samples, Seconds: r.End.SumReceived.Seconds, CPUs: runtime.NumCPU()}
 	for k, v := range ns {
 		b.PerGB[k] = v / 1e9 / gb
 	}

@@ -106,3 +106,20 @@ func TestParsePerfScript(t *testing.T) {
 		t.Errorf("categories missing from the report order: %v", want)
 	}
 }
+
+// TestCoresBusy: CPU seconds per GB times GB over the test's seconds, and the report's row.
+func TestCoresBusy(t *testing.T) {
+	b := &Breakdown{PerGB: map[string]float64{"crypto": 2, "softirq": 4}, GB: 1.2, Samples: 7200, Seconds: 4, CPUs: 2}
+	if got := b.CoresBusy(); got < 1.7999 || got > 1.8001 {
+		t.Errorf("CoresBusy = %v, want 1.8", got)
+	}
+	old := &Breakdown{PerGB: map[string]float64{"crypto": 2}, GB: 1}
+	if got := old.CoresBusy(); got != 0 {
+		t.Errorf("a report without seconds: CoresBusy = %v, want 0 (unknown)", got)
+	}
+	r := &Result{Rungs: []RungResult{{Name: "skein", Breakdown: b}, {Name: "old", Breakdown: old}}}
+	md := r.breakdownMarkdown()
+	if !strings.Contains(md, "| CPUs kept busy (rung CPU seconds / test seconds) | 1.80 of 2 | - |") {
+		t.Errorf("no busy row in:\n%s", md)
+	}
+}

@@ -445,6 +445,7 @@ type iperfResult struct {
 		SumReceived struct {
 			Bytes         float64 `json:"bytes"`
 			BitsPerSecond float64 `json:"bits_per_second"`
+			Seconds       float64 `json:"seconds"`
 		} `json:"sum_received"`
 		Sum struct {
 			Packets     float64 `json:"packets"`

@@ -84,6 +84,10 @@ func TestQuick(t *testing.T) {
 		if total <= 0 || r.Breakdown.Samples == 0 {
 			t.Errorf("rung %s: empty CPU breakdown %+v", r.Name, r.Breakdown)
 		}
+		// perf records a little before and after the test: allow for the idle work there.
+		if c := r.Breakdown.CoresBusy(); c <= 0 || c > 1.15*float64(r.Breakdown.CPUs) {
+			t.Errorf("rung %s: %.2f of %d CPUs busy", r.Name, c, r.Breakdown.CPUs)
+		}
 		if r.Name != "veth" && r.Breakdown.PerGB["crypto"] <= 0 {
 			t.Errorf("rung %s: no crypto in the CPU breakdown of a WireGuard path: %+v", r.Name, r.Breakdown.PerGB)
 		}

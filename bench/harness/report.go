@@ -134,6 +134,14 @@ func (r *Result) breakdownMarkdown() string {
 			}
 			fmt.Fprintf(&b, " **%s** (%d samples, %.1f GB) |", format(t), rg.Breakdown.Samples, rg.Breakdown.GB)
 		}
+		b.WriteString("\n| CPUs kept busy (rung CPU seconds / test seconds) |")
+		for _, rg := range rungs {
+			if c := rg.Breakdown.CoresBusy(); c > 0 {
+				fmt.Fprintf(&b, " %.2f of %d |", c, rg.Breakdown.CPUs)
+			} else {
+				b.WriteString(" - |")
+			}
+		}
 		b.WriteString("\n")
 	}
 	for _, m := range missing {
