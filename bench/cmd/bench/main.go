@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -108,15 +107,11 @@ Flags:
 	}
 }
 
-// readReport reads a report's JSON for flag.
+// readReport reads a report's JSON for flag, or fails saying what is wrong with the file.
 func readReport(flag, path string) *harness.Result {
-	b, err := os.ReadFile(path)
+	r, err := harness.ReadReport(path)
 	if err != nil {
 		fail(fmt.Sprintf("%s: %v", flag, err))
-	}
-	r := new(harness.Result)
-	if err := json.Unmarshal(b, r); err != nil || len(r.Rungs) == 0 {
-		fail(fmt.Sprintf("%s %s: not a bench report's JSON (%v)", flag, path, err))
 	}
 	return r
 }
