@@ -42,11 +42,14 @@ func tQuantile975(df int) float64 {
 
 // pairedRatio compares rung runs a with baseline runs b, pairing them by position (run i of
 // both was taken in the same round). Pairs where either figure is not positive are left out.
+// There is no ratio (false) when one of its figures would not be a finite positive number
+// (figures so far apart that their ratio or its interval overflows): the report would print
+// "+Inf" or "NaN", and its JSON could not be written at all.
 func pairedRatio(a, b []float64) (Ratio, bool) {
 	var logs []float64
 	for i := range min(len(a), len(b)) {
 		if a[i] > 0 && b[i] > 0 && !math.IsInf(a[i], 0) && !math.IsInf(b[i], 0) {
-			logs = append(logs, math.Log(a[i]/b[i]))
+			logs = append(logs, math.Log(a[i])-math.Log(b[i])) // a[i]/b[i] itself may overflow
 		}
 	}
 	if len(logs) == 0 {
@@ -66,6 +69,10 @@ func pairedRatio(a, b []float64) (Ratio, bool) {
 		se := math.Sqrt(ss/float64(len(logs)-1)) / math.Sqrt(float64(len(logs)))
 		h := tQuantile975(len(logs)-1) * se
 		r.Low, r.High = math.Exp(mean-h), math.Exp(mean+h)
+	}
+	usable := func(v float64) bool { return v > 0 && !math.IsInf(v, 0) } // NaN is not > 0
+	if !usable(r.Mean) || r.Pairs > 1 && (!usable(r.Low) || !usable(r.High)) {
+		return Ratio{}, false
 	}
 	return r, true
 }

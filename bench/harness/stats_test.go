@@ -147,3 +147,32 @@ func TestGoBench(t *testing.T) {
 		t.Errorf("%d benchmark lines, want 10 (2 rungs x 5 runs):\n%s", n, r.GoBench())
 	}
 }
+
+// TestPairedRatioExtremes: figures a report may hold (read back by --from-json) whose ratio or
+// interval does not fit a float64. A ratio of +Inf or an interval of [0-+Inf] was printed as
+// such, and the report's JSON then failed to marshal, so no file was written.
+func TestPairedRatioExtremes(t *testing.T) {
+	for _, c := range []struct{ a, b []float64 }{
+		{[]float64{1e300, 1e300}, []float64{1e-300, 1e-290}}, // the ratio overflows
+		{[]float64{1e-300, 1e300}, []float64{1, 1}},          // its interval does
+		{[]float64{1e-308}, []float64{1e308}},                // it underflows to 0
+	} {
+		if r, ok := pairedRatio(c.a, c.b); ok {
+			t.Errorf("pairedRatio(%v, %v) = %+v (%s)", c.a, c.b, r, r)
+		}
+	}
+	// One pair, identical pairs, and every pair equal: a ratio, an interval only from two.
+	if r, ok := pairedRatio([]float64{2}, []float64{1}); !ok || r.Mean != 2 || r.Pairs != 1 || r.String() != "2.00x" {
+		t.Errorf("one pair: %+v", r)
+	}
+	if r, ok := pairedRatio([]float64{5, 5}, []float64{5, 5}); !ok || r.Mean != 1 || r.Low != 1 || r.High != 1 {
+		t.Errorf("identical pairs: %+v", r)
+	}
+
+	// --from-json of such a report writes its JSON, with the ratio left out.
+	res := result(map[string][]float64{"skein": {1e300, 1e300}, "wireguard-go": {1e-300, 1e-290}})
+	res.Recompute()
+	if _, err := res.JSON(); err != nil {
+		t.Errorf("JSON of a recomputed report: %v", err)
+	}
+}
