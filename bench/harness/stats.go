@@ -195,8 +195,10 @@ func exactU(m, n int) []float64 {
 type Change struct {
 	Rung, Metric string
 	Old, New     float64 // medians
-	Delta        float64 // (New-Old)/Old
-	P            float64
+	// Delta is (New-Old)/Old; NaN when Old is not positive (a loss of 0%), where a relative
+	// change means nothing.
+	Delta float64
+	P     float64
 	// Significant: the runs differ at p < 0.05.
 	Significant bool
 }
@@ -217,7 +219,8 @@ func (r *Result) Compare(old *Result) []Change {
 				continue
 			}
 			c := Change{Rung: rg.Name, Metric: mo.key, Old: om.Median, New: nm.Median, P: mannWhitneyP(om.Runs, nm.Runs)}
-			if om.Median != 0 {
+			c.Delta = math.NaN()
+			if om.Median > 0 {
 				c.Delta = (nm.Median - om.Median) / om.Median
 			}
 			c.Significant = c.P < 0.05
@@ -246,7 +249,28 @@ func (r *Result) CompareMarkdown(old *Result) string {
 			same++
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %+.1f%% | %.3f |\n", c.Rung, title(c.Metric), format(c.Old), format(c.New), 100*c.Delta, c.P)
+		change := fmt.Sprintf("%+.1f%%", 100*c.Delta)
+		if math.IsNaN(c.Delta) {
+			change = "n/a (old median " + format(c.Old) + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.3f |\n", c.Rung, title(c.Metric), format(c.Old), format(c.New), change, c.P)
+	}
+	if onlyNew, onlyOld := unpaired(r, old), unpaired(old, r); len(onlyNew)+len(onlyOld) > 0 {
+		b.WriteString("\nNot compared: ")
+		if len(onlyNew) > 0 {
+			fmt.Fprintf(&b, "rungs only in this report: %s", strings.Join(onlyNew, ", "))
+			if len(onlyOld) > 0 {
+				b.WriteString("; ")
+			}
+		}
+		if len(onlyOld) > 0 {
+			fmt.Fprintf(&b, "rungs only in the old report: %s", strings.Join(onlyOld, ", "))
+		}
+		b.WriteString(".\n")
+	}
+	if len(changes) == 0 {
+		b.WriteString("\nNo figure is in both reports: nothing was compared.\n")
+		return b.String()
 	}
 	fmt.Fprintf(&b, "\n%d of %d figures show no significant change (Mann-Whitney U, p >= 0.05).", same, len(changes))
 	if n, m := minRuns(r), minRuns(old); n > 0 && m > 0 {
@@ -254,6 +278,17 @@ func (r *Result) CompareMarkdown(old *Result) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// unpaired names the rungs of r that other does not have.
+func unpaired(r, other *Result) []string {
+	var out []string
+	for _, rg := range r.Rungs {
+		if other.rung(rg.Name) == nil {
+			out = append(out, rg.Name)
+		}
+	}
+	return out
 }
 
 func ones(n int, v float64) []float64 {

@@ -148,6 +148,37 @@ func TestGoBench(t *testing.T) {
 	}
 }
 
+// TestCompareAwkwardReports: reports --compare may be given that the happy path does not
+// cover. A figure whose old median is 0 (a UDP loss of 0%) has no relative change: it was
+// printed as a significant "+0.0%". Reports without a rung in common said "0 of 0 figures
+// show no significant change", which reads as "nothing changed".
+func TestCompareAwkwardReports(t *testing.T) {
+	old := result(map[string][]float64{"skein": {2800, 2790, 2810, 2805, 2795}})
+	cur := result(map[string][]float64{"skein": {2800, 2790, 2810, 2805, 2795}})
+	old.Rungs[0].Metrics["udp64-loss"] = summarize([]float64{0, 0, 0, 0, 0})
+	cur.Rungs[0].Metrics["udp64-loss"] = summarize([]float64{2, 3, 2.5, 4, 3})
+	md := cur.CompareMarkdown(old)
+	if !strings.Contains(md, "| skein | UDP 64 B loss (%) | 0 | 3.00 | n/a (old median 0) |") {
+		t.Errorf("a loss from 0%% to 3%%:\n%s", md)
+	}
+	for _, bad := range []string{"+0.0%", "NaN", "Inf"} {
+		if strings.Contains(md, bad) {
+			t.Errorf("the report says %q:\n%s", bad, md)
+		}
+	}
+
+	other := result(map[string][]float64{"skein-nonat": {1, 2, 3, 4, 5}})
+	md = cur.CompareMarkdown(other)
+	if !strings.Contains(md, "No figure is in both reports") || strings.Contains(md, "0 of 0") ||
+		!strings.Contains(md, "rungs only in this report: skein; rungs only in the old report: skein-nonat") {
+		t.Errorf("reports without a rung in common:\n%s", md)
+	}
+	both := result(map[string][]float64{"skein": {2800, 2790, 2810, 2805, 2795}, "kernel-nat": {1, 2, 3, 4, 5}})
+	if md = both.CompareMarkdown(old); !strings.Contains(md, "Not compared: rungs only in this report: kernel-nat.") {
+		t.Errorf("a rung the old report lacks is not named:\n%s", md)
+	}
+}
+
 // TestPairedRatioExtremes: figures a report may hold (read back by --from-json) whose ratio or
 // interval does not fit a float64. A ratio of +Inf or an interval of [0-+Inf] was printed as
 // such, and the report's JSON then failed to marshal, so no file was written.
