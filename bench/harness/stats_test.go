@@ -2,7 +2,10 @@ package harness
 
 import (
 	"math"
+	"math/bits"
+	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -206,4 +209,100 @@ func TestPairedRatioExtremes(t *testing.T) {
 	if _, err := res.JSON(); err != nil {
 		t.Errorf("JSON of a recomputed report: %v", err)
 	}
+}
+
+// TestMannWhitneySmallSamples: the sample sizes and values a comparison meets with few runs.
+// Ties (figures in whole microseconds, identical runs) took the normal approximation, which
+// called 3 runs against 3 significant although no arrangement of 6 values can be; the exact
+// test with ties is checked against counting every split of the pooled values by brute force.
+func TestMannWhitneySmallSamples(t *testing.T) {
+	for _, c := range []struct {
+		x, y []float64
+		p    float64
+	}{
+		{nil, nil, 1},
+		{nil, []float64{1, 2}, 1},
+		{[]float64{1}, []float64{2}, 1},
+		{[]float64{1}, []float64{1}, 1},
+		{[]float64{1, 1}, []float64{1, 1}, 1},
+		{[]float64{1, 2}, []float64{3, 4}, 2.0 / 6},
+		{[]float64{9, 9, 9}, []float64{10, 10, 10}, 2.0 / 20}, // was 0.047: "significant"
+		{[]float64{9, 9, 9, 9, 9}, []float64{10, 10, 10, 10, 10}, 2.0 / 252},
+		{[]float64{5, 5, 5, 5, 5}, []float64{5, 5, 5, 5, 5}, 1},
+	} {
+		if p := mannWhitneyP(c.x, c.y); math.Abs(p-c.p) > 1e-9 {
+			t.Errorf("p(%v, %v) = %v, want %v", c.x, c.y, p, c.p)
+		}
+	}
+	if p := MannWhitneyP([]float64{9, 9, 9}, []float64{10, 10, 10}); p < 0.05 {
+		t.Errorf("3 runs against 3 are significant: p = %v", p)
+	}
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		n1, n2 := 1+rng.IntN(6), 1+rng.IntN(6)
+		var x, y []float64
+		for range n1 {
+			x = append(x, float64(rng.IntN(4)))
+		}
+		for range n2 {
+			y = append(y, float64(rng.IntN(4)))
+		}
+		if got, want := mannWhitneyP(x, y), bruteForceP(x, y); math.Abs(got-want) > 1e-9 {
+			t.Errorf("p(%v, %v) = %v, counting every split gives %v", x, y, got, want)
+		}
+	}
+	// 60 tied values, the most the exact test takes.
+	x, y := make([]float64, 30), make([]float64, 30)
+	for i := range x {
+		x[i], y[i] = float64(i%5), float64(i%5+1)
+	}
+	if p := mannWhitneyP(x, y); !(p > 0 && p < 0.05) {
+		t.Errorf("30 against 30 shifted by one, with ties: p = %v", p)
+	}
+}
+
+// bruteForceP is the two-sided rank-sum p-value by trying every split of the pooled values
+// into samples of x's and y's sizes (ties given their mid-ranks).
+func bruteForceP(x, y []float64) float64 {
+	pool := append(slices.Clone(x), y...)
+	rank := func(v float64) float64 { // the mid-rank of v in pool
+		below, equal := 0, 0
+		for _, w := range pool {
+			switch {
+			case w < v:
+				below++
+			case w == v:
+				equal++
+			}
+		}
+		return float64(below) + float64(equal+1)/2
+	}
+	sum := func(s []float64) float64 {
+		var r float64
+		for _, v := range s {
+			r += rank(v)
+		}
+		return r
+	}
+	n, n1 := len(pool), len(x)
+	mean := float64(n1*(n+1)) / 2
+	obs := math.Abs(sum(x) - mean)
+	var all, tail float64
+	for mask := 0; mask < 1<<n; mask++ {
+		if bits.OnesCount(uint(mask)) != n1 {
+			continue
+		}
+		var r float64
+		for i := range n {
+			if mask&(1<<i) != 0 {
+				r += rank(pool[i])
+			}
+		}
+		all++
+		if math.Abs(r-mean) >= obs-1e-9 {
+			tail++
+		}
+	}
+	return tail / all
 }
