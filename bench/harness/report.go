@@ -11,6 +11,15 @@ import (
 // baseline is the rung ratios are given against.
 const baseline = "wireguard-go"
 
+// baselineOf is the rung name's ratios are given against: baseline, or baseline beside the
+// hog for a contended rung other than that one (which is set against baseline).
+func baselineOf(name string) string {
+	if strings.HasSuffix(name, contendedSuffix) && name != baseline+contendedSuffix {
+		return baseline + contendedSuffix
+	}
+	return baseline
+}
+
 func (r *Result) rung(name string) *RungResult {
 	for i := range r.Rungs {
 		if r.Rungs[i].Name == name {
@@ -58,7 +67,6 @@ func (r *Result) Markdown() string {
 		b.WriteString("---|")
 	}
 	b.WriteString("\n")
-	base := r.rung(baseline)
 	for _, mo := range metricOrder {
 		fmt.Fprintf(&b, "| %s (%s) |", mo.title, mo.unit)
 		for _, rg := range r.Rungs {
@@ -73,8 +81,10 @@ func (r *Result) Markdown() string {
 			}
 			if ra, ok := rg.Ratios[mo.key]; ok && !strings.HasSuffix(mo.key, "-loss") {
 				cell += " (" + ra.String() + ")"
-			} else if base != nil && rg.Name != baseline && rg.Ratios == nil {
-				// A report from before the paired ratios: the ratio of the medians.
+			} else if base := r.rung(baselineOf(rg.Name)); base != nil && base.Name != rg.Name && rg.Ratios == nil {
+				// A report from before the paired ratios: the ratio of the medians (to the
+				// rung's own baseline: a +hog rung's is wireguard-go+hog, and without it
+				// there is no ratio, not one to wireguard-go without the hog).
 				if bm, ok := base.Metrics[mo.key]; ok && bm.Median != 0 && !strings.HasSuffix(mo.key, "-loss") {
 					cell += fmt.Sprintf(" (%.2fx)", m.Median/bm.Median)
 				}

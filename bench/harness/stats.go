@@ -405,11 +405,7 @@ func (r *Result) GoBench() string {
 func (r *Result) Recompute() {
 	for i := range r.Rungs {
 		rg := &r.Rungs[i]
-		base := baseline
-		if strings.HasSuffix(rg.Name, contendedSuffix) && rg.Name != baseline+contendedSuffix {
-			base += contendedSuffix
-		}
-		b := r.rung(base)
+		b := r.rung(baselineOf(rg.Name))
 		if b == nil || b.Name == rg.Name {
 			rg.Ratios = nil
 			continue

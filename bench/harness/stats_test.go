@@ -306,3 +306,27 @@ func bruteForceP(x, y []float64) float64 {
 	}
 	return tail / all
 }
+
+// TestMarkdownContendedWithoutItsBaseline: a +hog rung without wireguard-go+hog beside it
+// (--contention-rungs skein, or wireguard-go+hog failed) has no ratio. The report's fallback
+// for reports from before the paired ratios divided its medians by bare wireguard-go's, a
+// contended figure over an uncontended one, printed as if it were its ratio.
+func TestMarkdownContendedWithoutItsBaseline(t *testing.T) {
+	r := result(map[string][]float64{"skein+hog": {5, 6, 7, 8, 9}, "wireguard-go": {10, 10, 10, 10, 10}, "skein": {20, 20, 20, 20, 20}})
+	for _, recompute := range []bool{false, true} { // as Run leaves it, and as --from-json does
+		if recompute {
+			r.Recompute()
+		}
+		for _, l := range strings.Split(r.Markdown(), "\n") {
+			if !strings.HasPrefix(l, "| TCP 1 stream (Mbit/s) |") {
+				continue
+			}
+			if strings.Contains(l, "0.70x") {
+				t.Errorf("recomputed %v: skein+hog set against wireguard-go without the hog: %s", recompute, l)
+			}
+			if !strings.Contains(l, "(2.00x") {
+				t.Errorf("recomputed %v: skein has no ratio to wireguard-go: %s", recompute, l)
+			}
+		}
+	}
+}
