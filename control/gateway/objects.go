@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -172,20 +174,37 @@ func FromObjects(o Objects, l Local) (*config.Gateway, error) {
 			Field: fmt.Sprintf("configuration %s/%s %s CIDR %s remapped to %s", c.Namespace, c.Name, r.Field, r.CIDR, as),
 			Real:  real.Masked(), Seen: as.Masked()})
 	}
-	if s.Nodes, err = nodes(o); err != nil {
+	// Addresses no pod's /32 may take: the gateway's own and the peer's networks as seen here.
+	tunnel := l.TunnelCIDR
+	if !tunnel.IsValid() {
+		tunnel = netip.MustParsePrefix(config.DefaultTunnelCIDR)
+	}
+	reserved := func(a netip.Addr) bool {
+		if a == s.Overlay.IP || tunnel.Contains(a) {
+			return true
+		}
+		for _, r := range s.Remote {
+			if r.Seen.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	if s.Nodes, err = nodes(o, reserved); err != nil {
 		return nil, err
 	}
 	return config.Build(s)
 }
 
-// nodes maps local pods to node VTEPs.
-func nodes(o Objects) ([]dataplane.Node, error) {
+// nodes maps local pods to node VTEPs. reserved reports the addresses no pod's /32 may take.
+func nodes(o Objects, reserved func(netip.Addr) bool) ([]dataplane.Node, error) {
 	var out []dataplane.Node
 	nodes := map[string]*corev1.Node{}
 	for i := range o.Nodes {
 		nodes[o.Nodes[i].Name] = &o.Nodes[i]
 	}
 	index := map[string]int{}
+	nodeAddrs := map[netip.Addr]bool{} // the nodes' VTEPs and external addresses
 	for _, in := range o.InternalNodes {
 		v := in.Status.VTEP
 		if v == nil {
@@ -219,30 +238,97 @@ func nodes(o Objects) ([]dataplane.Node, error) {
 		if in.Spec.ExternalIP != nil {
 			if a, err := netip.ParseAddr(string(*in.Spec.ExternalIP)); err == nil && a.Is4() {
 				n.Pods = append(n.Pods, a)
+				nodeAddrs[a] = true
 			}
 		}
+		nodeAddrs[n.VTEP] = true
 		index[in.Name] = len(out)
 		out = append(out, n)
 	}
 	// No node may have published its VTEP yet: the agents publish once a peering has an active
 	// gateway VTEP to point at, which needs this gateway running. It starts without nodes (what
 	// comes from the tunnel for the pods is dropped as unroutable) and gets them live.
-	for _, p := range o.Pods {
-		i, ok := index[p.Node]
-		a := p.IP
-		if !ok || !a.Is4() {
-			continue
-		}
-		n := &out[i]
-		if slices.ContainsFunc(n.PodCIDRs, func(c netip.Prefix) bool { return c.Contains(a) }) {
-			continue
-		}
-		n.Pods = append(n.Pods, a)
+	for _, c := range podClaims(o.Pods, index, out, nodeAddrs, reserved) {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], c.ip)
+		out[c.node].Pods = append(out[c.node].Pods, netip.AddrFrom4(b))
 	}
 	for i := range out {
 		slices.SortFunc(out[i].Pods, func(a, b netip.Addr) int { return a.Compare(b) })
 	}
 	return out, nil
+}
+
+// podClaim is a pod's IPv4 address (as a number, to sort) and the index of its node.
+type podClaim struct {
+	ip   uint32
+	node int
+}
+
+func ip4Uint32(a netip.Addr) uint32 {
+	b := a.As4()
+	return binary.BigEndian.Uint32(b[:])
+}
+
+// podClaims are the pod addresses routed by /32 to the node each runs on: those outside
+// their node's pod CIDRs (which route them already), each once. An address is routed to one
+// node only, and not at all when pods on two nodes claim it: a finished pod's address handed
+// to a new pod on another node before the first pod's status says it finished, a pod left
+// on a node that went silent, or a kubelet that lies. Routing it to either could be wrong,
+// and routing it to both is not possible (the route table refuses a /32 with two next hops,
+// so one such pod made every change of the gateway's configuration fail, in any namespace).
+// A pod on another node claiming an address of a node's pod CIDR that a pod of that node has
+// leaves it to the CIDR: its /32 would win over the CIDR and take that pod's traffic. Nor
+// may a pod take a node's VTEP or external address, or a reserved one (the gateway's own,
+// the peer's networks).
+func podClaims(pods []PodAddr, index map[string]int, out []dataplane.Node, nodeAddrs map[netip.Addr]bool, reserved func(netip.Addr) bool) []podClaim {
+	inCIDRs := func(cidrs []netip.Prefix, a netip.Addr) bool {
+		return slices.ContainsFunc(cidrs, func(c netip.Prefix) bool { return c.Contains(a) })
+	}
+	var claims []podClaim
+	for _, p := range pods {
+		i, ok := index[p.Node]
+		a := p.IP
+		if !ok || !a.Is4() || inCIDRs(out[i].PodCIDRs, a) || nodeAddrs[a] || reserved(a) {
+			continue
+		}
+		claims = append(claims, podClaim{ip: ip4Uint32(a), node: i})
+	}
+	if len(claims) == 0 {
+		return nil
+	}
+	slices.SortFunc(claims, func(x, y podClaim) int { return cmp.Or(cmp.Compare(x.ip, y.ip), cmp.Compare(x.node, y.node)) })
+	claims = slices.Compact(claims) // the same address twice on one node
+	// claimsOf is where the claims of ip are in claims.
+	claimsOf := func(ip uint32) (int, int) {
+		lo, _ := slices.BinarySearchFunc(claims, ip, func(c podClaim, ip uint32) int { return cmp.Compare(c.ip, ip) })
+		hi := lo
+		for hi < len(claims) && claims[hi].ip == ip {
+			hi++
+		}
+		return lo, hi
+	}
+	for lo := 0; lo < len(claims); {
+		_, hi := claimsOf(claims[lo].ip)
+		if hi-lo > 1 {
+			for k := lo; k < hi; k++ {
+				claims[k].node = -1
+			}
+		}
+		lo = hi
+	}
+	// A claim of an address its node's pod CIDR routes to a pod of that node.
+	for _, p := range pods {
+		i, ok := index[p.Node]
+		if !ok || len(out[i].PodCIDRs) == 0 || !p.IP.Is4() || !inCIDRs(out[i].PodCIDRs, p.IP) {
+			continue
+		}
+		lo, hi := claimsOf(ip4Uint32(p.IP))
+		for k := lo; k < hi; k++ {
+			claims[k].node = -1
+		}
+	}
+	return slices.DeleteFunc(claims, func(c podClaim) bool { return c.node < 0 })
 }
 
 // nodeHasAddress reports whether ip is one of node's addresses; a Node that lists none (not

@@ -2,6 +2,8 @@ package gateway_test
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
 	"testing"
@@ -215,5 +217,43 @@ func TestForeignVTEPIgnored(t *testing.T) {
 	}
 	if len(g.Dataplane.Nodes) != 1 || g.Dataplane.Nodes[0].Name != "n1" {
 		t.Errorf("nodes %+v: want n1 alone (n2's VTEP is n1's address)", g.Dataplane.Nodes)
+	}
+}
+
+// TestFromObjectsPodAddressClaims: Pods are made by anyone who may create pods, their
+// addresses by the nodes' kubelets and CNIs, and an address can show on two pods at once (a
+// finished pod's address reused on another node before the first's status says so, a pod
+// left on a node that went silent, a kubelet that lies). One such pair made FromObjects fail
+// (the route table refuses a /32 with two next hops), and so every change of the gateway's
+// configuration until it went; so did a pod with the gateway's own overlay or tunnel address,
+// or a node's external address. A pod on another node with the address of a pod inside a
+// node's pod CIDR got a /32 that won over that CIDR and took the pod's traffic.
+func TestFromObjectsPodAddressClaims(t *testing.T) {
+	pod := func(node, ip string) gateway.PodAddr { return gateway.PodAddr{Node: node, IP: netip.MustParseAddr(ip)} }
+	o := objects()
+	// n1 routes 10.244.1.0/24 and its external address 10.70.0.1; n2 has no pod CIDR.
+	o.Pods = []gateway.PodAddr{
+		pod("n1", "10.244.1.9"), pod("n2", "10.244.1.9"), // n1's pod, by its CIDR; n2 claims it too
+		pod("n1", "10.244.7.3"), pod("n2", "10.244.7.3"), // claimed from two nodes outside any CIDR
+		pod("n2", "10.244.1.50"),                         // in n1's CIDR, but no pod of n1 has it (a CNI ignoring the Node's podCIDR)
+		pod("n2", "10.244.8.8"),                          // an ordinary pod
+		pod("n2", "10.244.8.9"), pod("n2", "10.244.8.9"), // the same pod address twice on one node
+		pod("n2", "10.80.0.1"),     // the gateway's overlay address
+		pod("n2", "169.254.100.1"), // the tunnel's
+		pod("n2", "10.70.0.1"),     // n1's external address
+		pod("n2", "192.168.77.1"),  // n1's VTEP
+		pod("n2", "10.71.0.5"),     // in the peer's pod CIDR as seen here
+		pod("n9", "10.244.9.9"),    // on a node that does not exist
+	}
+	g, err := gateway.FromObjects(o, local)
+	if err != nil {
+		t.Fatalf("one pod address on two nodes: %v", err)
+	}
+	got := map[string]string{}
+	for _, n := range g.Dataplane.Nodes {
+		got[n.Name] = fmt.Sprint(n.Pods)
+	}
+	if want := map[string]string{"n1": "[10.70.0.1]", "n2": "[10.244.1.50 10.244.8.8 10.244.8.9]"}; !maps.Equal(got, want) {
+		t.Errorf("/32 routes %v, want %v", got, want)
 	}
 }
