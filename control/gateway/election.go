@@ -162,6 +162,9 @@ type elector struct {
 	seen   string
 	seenAt time.Time
 	blind  bool
+	// selfFound: this replica's own pod was found by name in the Lease's namespace, so a
+	// holder's pod that is not found there is gone (see trusted).
+	selfFound, selfWarned bool
 }
 
 // try acquires or renews the Lease. held: this replica holds it now; other: the holder when
@@ -227,7 +230,7 @@ func (el *elector) try(ctx context.Context) (held bool, other string, err error)
 // gone reports whether the holder's pod does not exist (when unsure: false).
 func (el *elector) gone(ctx context.Context, holder string) bool {
 	_, err := el.pods.Get(ctx, holder, metav1.GetOptions{})
-	return apierrors.IsNotFound(err)
+	return apierrors.IsNotFound(err) && el.trusted(ctx)
 }
 
 // running reports whether the holder's pod still exists and runs (when unsure: true).
@@ -235,11 +238,32 @@ func (el *elector) running(ctx context.Context, holder string) bool {
 	pod, err := el.pods.Get(ctx, holder, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return false
+		return !el.trusted(ctx)
 	case err != nil:
 		return true
 	}
 	return pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning
+}
+
+// trusted reports whether a holder's pod that is not found is gone: only when this replica
+// finds its own pod the same way, by its identity in the Lease's namespace. A replica whose
+// identity is not its pod's name (--pod-name set to something else, a host name) or whose pods
+// run in another namespace than --gateway-namespace would find no holder's pod, and take over
+// from a live holder each time a renewal came a little late (a try that took longer than
+// RetryPeriod is followed by one at once): two active replicas, back and forth.
+func (el *elector) trusted(ctx context.Context) bool {
+	if el.selfFound {
+		return true
+	}
+	_, err := el.pods.Get(ctx, el.e.PodName, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		el.selfFound = true
+	case apierrors.IsNotFound(err) && !el.selfWarned:
+		el.selfWarned = true
+		el.e.Log.Warn("this replica's pod is not found under its identity in the Lease's namespace: a holder whose pod is not found either is waited for (LeaseDuration) as if it still ran", "identity", el.e.PodName)
+	}
+	return el.selfFound
 }
 
 // spec is the Lease held by this replica from now, after old (nil for a new Lease).

@@ -2,14 +2,19 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/internal/apitest"
@@ -192,4 +197,91 @@ func TestElectionLeaseOfDeletedPod(t *testing.T) {
 	cancel()
 	<-done
 	<-otherDone
+}
+
+// TestElectionNoEarlyTakeoverWhenUnsure: a standby takes a silent holder's Lease before
+// LeaseDuration only when the holder's pod is surely gone. The holder's identity is a string
+// anyone who may write the Lease sets; a NotFound is proof only when the standby finds its own
+// pod the same way; a forbidden or malformed read is no proof at all. Otherwise a replica that
+// takes over whenever a live holder's renewal is late makes two active gateways. Each case
+// gets its own Lease and standby, LeaseDuration 30 s; none may take over within 3 s, while a
+// standby whose holder's pod is gone (the control) does.
+func TestElectionNoEarlyTakeoverWhenUnsure(t *testing.T) {
+	env := apitest.Start(t)
+	ns := env.Namespace(t, "unsure")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const leaseDuration = 30 * time.Second
+	e := gateway.Election{LeaseDuration: leaseDuration, RenewDeadline: 2 * time.Second, RetryPeriod: 300 * time.Millisecond}
+	leftover := func(name, holder string) {
+		now := metav1.NewMicroTime(time.Now())
+		secs := int32(leaseDuration / time.Second)
+		apitest.Must(t, env.Client.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now}}))
+	}
+	var dones []chan error
+	elect := func(gw, pod string, cfg *rest.Config) *atomic.Bool {
+		var active atomic.Bool
+		el := e
+		el.PodName = pod
+		done := make(chan error, 1)
+		dones = append(dones, done)
+		go func() {
+			done <- gateway.RunElection(ctx, cfg, ns, gw, el, func() { active.Store(true) }, func() { active.Store(false) })
+		}()
+		return &active
+	}
+
+	// A standby that may read Leases but not Pods: every holder's pod is Forbidden.
+	noPods := rest.CopyConfig(env.Config)
+	noPods.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":no-pods"}
+	apitest.Must(t, env.Client.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "leases-only", Namespace: ns},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}}}))
+	apitest.Must(t, env.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "leases-only", Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "leases-only"},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: noPods.Impersonate.UserName}}}))
+	// A holder whose pod is being deleted (held by a finalizer): it may still be forwarding.
+	terminating := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gw-terminating-pod", Namespace: ns, Finalizers: []string{"skein.test/hold"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "gateway", Image: "skein-gateway"}}}}
+	apitest.Must(t, env.Client.Create(ctx, terminating))
+	apitest.Must(t, env.Client.Delete(ctx, terminating))
+	t.Cleanup(func() {
+		terminating.Finalizers = nil
+		_ = env.Client.Patch(context.Background(), terminating, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	})
+
+	unsure := map[string]*atomic.Bool{}
+	for _, c := range []struct {
+		what, holder, standby string
+		standbyPod            bool
+		cfg                   *rest.Config
+	}{
+		{"a standby that may not read pods", "gw-gone-pod-1", "gw-standby-1", true, noPods},
+		{"a holder named with a namespace (ns/pod)", "other-ns/gw-pod", "gw-standby-2", true, env.Config},
+		{"a holder whose pod is being deleted", terminating.Name, "gw-standby-3", true, env.Config},
+		{"a standby whose identity is not its pod's name", "gw-gone-pod-4", "node-4.example", false, env.Config},
+	} {
+		gw := fmt.Sprintf("gw-%d", len(unsure)+1)
+		leftover(gw, c.holder)
+		if c.standbyPod {
+			runningPod(ctx, t, env, ns, c.standby)
+		}
+		unsure[c.what] = elect(gw, c.standby, c.cfg)
+	}
+	leftover("gw-control", "gw-gone-pod-control")
+	runningPod(ctx, t, env, ns, "gw-standby-control")
+	control := elect("gw-control", "gw-standby-control", env.Config)
+
+	start := time.Now()
+	apitest.Eventually(t, "the control takes over from a holder whose pod is gone", 10*time.Second, control.Load)
+	time.Sleep(max(0, 3*time.Second-time.Since(start)))
+	for what, active := range unsure {
+		if active.Load() {
+			t.Errorf("%s: took over a silent holder's Lease before LeaseDuration", what)
+		}
+	}
+	cancel()
+	for _, d := range dones {
+		<-d
+	}
 }
