@@ -303,7 +303,6 @@ func setIP(t *testing.T, pods interface {
 	}
 }
 
-
 // BenchmarkPodWatchAtLimits runs the pod watch against a real API server holding the 150,000
 // pods of the Kubernetes scalability limits (SKEIN_BENCH_PODS overrides the count), over 5,000
 // nodes: the first sync (paged protobuf list), the heap it keeps after a full collection, the
