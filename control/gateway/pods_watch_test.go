@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/skein-net/skein/internal/apitest"
 )
@@ -87,15 +88,6 @@ func kept(p *podWatch) []string {
 	return out
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // TestPodWatch drives the pod watch through what an API server does: a failed list, a list in
 // pages, watch events that change a route and events that do not, a bookmark, a watch the
 // server closes, an expired resourceVersion (relist, also when a continue token expires between
@@ -138,14 +130,14 @@ func TestPodWatch(t *testing.T) {
 	moved := testPod("a", "n3", "10.0.0.1")
 	moved.ResourceVersion = "12"
 	w.Modify(&moved)
-	w.Add(ptr(testPod("d", "n3", "10.0.0.4")))
-	w.Delete(ptr(testPod("b", "n2", "10.0.0.2")))
+	w.Add(ptr.To(testPod("d", "n3", "10.0.0.4")))
+	w.Delete(ptr.To(testPod("b", "n2", "10.0.0.2")))
 	done1 := testPod("c", "n2", "10.0.0.3")
 	done1.Status.Phase = corev1.PodSucceeded // its address is free now
 	w.Modify(&done1)
-	w.Delete(ptr(testPod("never-seen", "n1", "")))
+	w.Delete(ptr.To(testPod("never-seen", "n1", "")))
 	w.Action(watch.Bookmark, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "20"}})
-	waitFor(t, "the events", func() bool { return len(kept(p)) == 2 })
+	apitest.Eventually(t, "the events", 10*time.Second, func() bool { return len(kept(p)) == 2 })
 	if got, want := kept(p), []string{"n3=10.0.0.1", "n3=10.0.0.4"}; !slices.Equal(got, want) {
 		t.Errorf("after the events: %v, want %v", got, want)
 	}
@@ -200,8 +192,6 @@ func TestPodWatch(t *testing.T) {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // TestPodWatchAPIServer runs the pod watch against a real API server, protobuf as the gateway
 // speaks it, with pages of two: it lists what exists, follows pods created, given an address,
 // finished and deleted, and reports no change for a change it does not route by.
@@ -246,7 +236,7 @@ func TestPodWatchAPIServer(t *testing.T) {
 	apitest.Must(t, err)
 	before := changes.Load()
 	setIP(t, pods, later, "10.2.0.1", corev1.PodRunning)
-	waitFor(t, "the new pod's address", func() bool { return slices.Contains(kept(p), "n2=10.2.0.1") })
+	apitest.Eventually(t, "the new pod's address", 10*time.Second, func() bool { return slices.Contains(kept(p), "n2=10.2.0.1") })
 	if changes.Load() == before {
 		t.Error("a new route and no change reported")
 	}
@@ -265,9 +255,9 @@ func TestPodWatchAPIServer(t *testing.T) {
 	later, err = pods.Get(ctx, "later", metav1.GetOptions{})
 	apitest.Must(t, err)
 	setIP(t, pods, later, "10.2.0.1", corev1.PodSucceeded)
-	waitFor(t, "the finished pod gone", func() bool { return !slices.Contains(kept(p), "n2=10.2.0.1") })
-	apitest.Must(t, pods.Delete(ctx, "before-0", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}))
-	waitFor(t, "the deleted pod gone", func() bool { return !slices.Contains(kept(p), "n1=10.1.0.1") })
+	apitest.Eventually(t, "the finished pod gone", 10*time.Second, func() bool { return !slices.Contains(kept(p), "n2=10.2.0.1") })
+	apitest.Must(t, pods.Delete(ctx, "before-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}))
+	apitest.Eventually(t, "the deleted pod gone", 10*time.Second, func() bool { return !slices.Contains(kept(p), "n1=10.1.0.1") })
 	if got := kept(p); len(got) != 4 {
 		t.Errorf("at the end: %v, want the 4 pods left with addresses", got)
 	}
