@@ -12,10 +12,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -57,7 +59,16 @@ type ConfigurationReconciler struct {
 	restore      sync.Once
 	restErr      error
 	endpointsErr sync.Once
+
+	apiMu    sync.Mutex
+	apiAddrs []netip.Addr
+	apiRead  time.Time // when apiAddrs was read (zero: never)
 }
+
+// apiServerAddressesTTL is how long the API server's addresses are reused before they are read
+// again: they are read for every reconcile, and 1,000 peerings coming up at once made some
+// 1,800 reads of an EndpointSlice that hardly ever changes.
+const apiServerAddressesTTL = 30 * time.Second
 
 // apiServerAddresses are the API server's endpoint addresses (nodes reach the API server
 // there, beside the pod network).
@@ -65,6 +76,16 @@ func (r *ConfigurationReconciler) apiServerAddresses(ctx context.Context) []neti
 	if r.Reader == nil {
 		return nil
 	}
+	r.apiMu.Lock()
+	defer r.apiMu.Unlock()
+	if !r.apiRead.IsZero() && time.Since(r.apiRead) < apiServerAddressesTTL {
+		return r.apiAddrs
+	}
+	r.apiAddrs, r.apiRead = r.readAPIServerAddresses(ctx), time.Now()
+	return r.apiAddrs
+}
+
+func (r *ConfigurationReconciler) readAPIServerAddresses(ctx context.Context) []netip.Addr {
 	key := r.APIServerEndpoints
 	if key.Name == "" {
 		key = types.NamespacedName{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}
@@ -229,15 +250,12 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	}
 	if !c.DeletionTimestamp.IsZero() {
 		r.IPAM.ReleaseOwner(ownerOf(c.Namespace, c.Name))
+		// Earlier versions put a finalizer on every Configuration; it held nothing the
+		// release above (or Restore, after a restart) does not, and cost a write per peering.
 		if controllerutil.RemoveFinalizer(c, ipamFinalizer) {
 			return ctrl.Result{}, r.Client.Update(ctx, c)
 		}
 		return ctrl.Result{}, nil
-	}
-	if controllerutil.AddFinalizer(c, ipamFinalizer) {
-		if err := r.Client.Update(ctx, c); err != nil {
-			return ctrl.Result{}, err
-		}
 	}
 
 	// One Configuration per remote cluster: the oldest wins.
@@ -316,33 +334,38 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		}
 		reason, msg = "Remapped", fmt.Sprintf("seen here as %s (%s)", strings.Join(seen, ", "), strings.Join(why, "; "))
 	}
-	patch := client.MergeFrom(c.DeepCopy())
+	before := c.DeepCopy()
 	c.Status.Remote = &netv1alpha1.ClusterConfig{CIDR: out}
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: netv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: c.Generation})
-	return ctrl.Result{}, r.Client.Status().Patch(ctx, c, patch)
+	return ctrl.Result{}, r.patchStatus(ctx, before, c)
+}
+
+// patchStatus writes c's status as changed from before's, and nothing when it has not changed
+// (an empty patch is still a request, and every status write wakes this reconciler again).
+func (r *ConfigurationReconciler) patchStatus(ctx context.Context, before, c *netv1alpha1.Configuration) error {
+	if equality.Semantic.DeepEqual(before.Status, c.Status) {
+		return nil
+	}
+	return r.Client.Status().Patch(ctx, c, client.MergeFrom(before))
 }
 
 // unmap takes a Configuration out of use: its prefixes released, status.remote removed (the
 // node agents withdraw its routes), Ready false with the reason.
 func (r *ConfigurationReconciler) unmap(ctx context.Context, c *netv1alpha1.Configuration, reason, msg string) error {
 	r.IPAM.ReleaseOwner(ownerOf(c.Namespace, c.Name))
-	if c.Status.Remote != nil {
-		patch := client.MergeFrom(c.DeepCopy())
-		c.Status.Remote = nil
-		if err := r.Client.Status().Patch(ctx, c, patch); err != nil {
-			return err
-		}
-	}
-	return r.notReady(ctx, c, reason, msg)
+	before := c.DeepCopy()
+	c.Status.Remote = nil
+	return r.notReady(ctx, before, c, reason, msg)
 }
 
-func (r *ConfigurationReconciler) notReady(ctx context.Context, c *netv1alpha1.Configuration, reason, msg string) error {
+// notReady sets c's Ready condition false with the reason, and writes c's status as changed
+// from before's.
+func (r *ConfigurationReconciler) notReady(ctx context.Context, before, c *netv1alpha1.Configuration, reason, msg string) error {
 	if r.Events != nil {
 		r.Events.Eventf(c, nil, corev1.EventTypeWarning, reason, "Map", "%s", msg)
 	}
-	patch := client.MergeFrom(c.DeepCopy())
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: netv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: msg, ObservedGeneration: c.Generation})
-	return r.Client.Status().Patch(ctx, c, patch)
+	return r.patchStatus(ctx, before, c)
 }
 
 // keysOf are the allocator keys of the given CIDRs of c.

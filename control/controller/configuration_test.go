@@ -7,11 +7,13 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -471,5 +473,109 @@ func TestConfigurationEdits(t *testing.T) {
 		}
 		cond := meta.FindStatusCondition(cf.Status.Conditions, "Ready")
 		return cf.Status.Remote == nil && cond != nil && cond.Reason == "DuplicateClusterID"
+	})
+}
+
+// writeCounter counts a client's writes: updates and patches of objects and of their status.
+type writeCounter struct {
+	client.Client
+	writes atomic.Int64
+}
+
+func (w *writeCounter) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	w.writes.Add(1)
+	return w.Client.Update(ctx, obj, opts...)
+}
+
+func (w *writeCounter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	w.writes.Add(1)
+	return w.Client.Patch(ctx, obj, patch, opts...)
+}
+
+func (w *writeCounter) Status() client.SubResourceWriter {
+	return &statusWriteCounter{SubResourceWriter: w.Client.Status(), writes: &w.writes}
+}
+
+type statusWriteCounter struct {
+	client.SubResourceWriter
+	writes *atomic.Int64
+}
+
+func (s *statusWriteCounter) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	s.writes.Add(1)
+	return s.SubResourceWriter.Update(ctx, obj, opts...)
+}
+
+func (s *statusWriteCounter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	s.writes.Add(1)
+	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+}
+
+// TestConfigurationWritesOnlyChanges: a Configuration costs one status write to map, none for
+// reconciles that change nothing, and no finalizer (1,000 peerings made 1,000 finalizer updates
+// and 800 empty status patches; BenchmarkPeerings1000). The API server's addresses are read once
+// for many reconciles. A Configuration still carrying the finalizer of earlier versions is
+// deleted all the same.
+func TestConfigurationWritesOnlyChanges(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "confwrites")
+	ctx := context.Background()
+	apiES := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "apiserver", Namespace: ns}, AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"172.31.3.4"}}}}
+	apitest.Must(t, c.Create(ctx, apiES))
+	counter := &writeCounter{}
+	apiReads := &atomic.Int64{}
+	stop := startConfigurations(t, env, func(r *controller.ConfigurationReconciler) {
+		counter.Client = r.Client
+		r.Client = counter
+		r.Reader = &countingReader{Reader: r.Reader, reads: apiReads}
+		r.APIServerEndpoints = client.ObjectKeyFromObject(apiES)
+	})
+	defer stop()
+
+	apitest.Must(t, c.Create(ctx, conf(ns, "peer", "cluster-peer", "10.244.0.0/16", "10.70.0.0/16")))
+	got := waitStatus(t, c, ns, "peer")["peer"]
+	if got.Status.Remote == nil {
+		t.Fatalf("not mapped: %+v", got.Status)
+	}
+	if len(got.Finalizers) != 0 {
+		t.Errorf("finalizers %v, want none", got.Finalizers)
+	}
+	settled := func() int64 {
+		for last := int64(-1); ; time.Sleep(time.Second) {
+			if n := counter.writes.Load(); n == last {
+				return n
+			}
+			last = counter.writes.Load()
+		}
+	}
+	if n := settled(); n != 1 {
+		t.Errorf("%d writes to map one Configuration, want 1 (its status)", n)
+	}
+	readsBefore := apiReads.Load()
+	key := client.ObjectKeyFromObject(got)
+	for i := range 5 { // an annotation is an update event, and so a reconcile
+		apitest.Must(t, c.Get(ctx, key, got))
+		metav1.SetMetaDataAnnotation(&got.ObjectMeta, "test/poke", fmt.Sprint(i))
+		apitest.Must(t, c.Update(ctx, got))
+		time.Sleep(300 * time.Millisecond)
+	}
+	if n := settled(); n != 1 {
+		t.Errorf("%d writes after 5 reconciles that changed nothing, want still 1", n)
+	}
+	// Each reconcile reads the Configurations of the same cluster and the nodes from the cache;
+	// around it, only the API server's EndpointSlice, and that once in a while.
+	if n := apiReads.Load() - readsBefore; n > 1 {
+		t.Errorf("%d reads around the cache for 5 reconciles, want at most 1", n)
+	}
+
+	legacy := conf(ns, "legacy", "cluster-legacy", "10.245.0.0/16", "10.71.0.0/16")
+	legacy.Finalizers = []string{"networking.liqo.io/ipam"}
+	apitest.Must(t, c.Create(ctx, legacy))
+	waitStatus(t, c, ns, "legacy")
+	apitest.Must(t, c.Delete(ctx, legacy))
+	apitest.Eventually(t, "the Configuration with the old finalizer deleted", 30*time.Second, func() bool {
+		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(legacy), &netv1alpha1.Configuration{}))
 	})
 }

@@ -67,12 +67,17 @@ func startGatewayReconcilers(t *testing.T, env *apitest.Env, routes *controller.
 	hosts, _ := ipam.NewHosts(netip.MustParsePrefix("10.80.0.0/16"), 0)
 	ov := &controller.OverlayAddresses{Hosts: hosts, Reader: mgr.GetAPIReader()}
 	c := mgr.GetClient()
+	var reader client.Reader = mgr.GetAPIReader()
 	if wrap != nil {
 		c = wrap(c)
+		// A wrapper that counts reads around the cache wraps the API reader too.
+		if rw, ok := c.(interface{ wrapReader(client.Reader) client.Reader }); ok {
+			reader = rw.wrapReader(reader)
+		}
 	}
 	var recs []*controller.GatewayReconciler
 	for _, server := range []bool{true, false} {
-		r := &controller.GatewayReconciler{Client: c, Reader: mgr.GetAPIReader(), Overlay: ov, Server: server, PodRoutes: routes}
+		r := &controller.GatewayReconciler{Client: c, Reader: reader, Overlay: ov, Server: server, PodRoutes: routes}
 		if err := r.SetupWithManager(mgr); err != nil {
 			t.Fatal(err)
 		}
@@ -476,6 +481,26 @@ func TestParsePodRoutes(t *testing.T) {
 type countingClient struct {
 	client.Client
 	applies atomic.Int64
+	reads   atomic.Int64 // reads around the cache, from the API server
+}
+
+func (c *countingClient) wrapReader(r client.Reader) client.Reader {
+	return &countingReader{Reader: r, reads: &c.reads}
+}
+
+type countingReader struct {
+	client.Reader
+	reads *atomic.Int64
+}
+
+func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.reads.Add(1)
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+func (r *countingReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	r.reads.Add(1)
+	return r.Reader.List(ctx, list, opts...)
 }
 
 func (c *countingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
@@ -523,6 +548,10 @@ func TestGatewayAppliesOnlyChanges(t *testing.T) {
 	if before == 0 {
 		t.Fatal("no apply counted: the test does not see the reconciler's writes")
 	}
+	if counting.reads.Load() == 0 {
+		t.Fatal("no read around the cache counted: the test does not see the reconciler's reads")
+	}
+	readsBefore := counting.reads.Load()
 	// Five more reconciles with nothing to change (an annotation is an update event).
 	for i := range 5 {
 		apitest.Must(t, c.Get(ctx, key, gs))
@@ -535,6 +564,12 @@ func TestGatewayAppliesOnlyChanges(t *testing.T) {
 	}
 	if after := settled(); after != before {
 		t.Errorf("%d applies for 5 reconciles that changed nothing, want 0", after-before)
+	}
+	// Nor do they read around the cache: the objects it would read (the ones it applied, and the
+	// PodDisruptionBudget and pods ClusterRoleBinding it does not render) are all labelled, so
+	// the cache holds any of them that exists.
+	if n := counting.reads.Load() - readsBefore; n != 0 {
+		t.Errorf("%d reads from the API server for 5 reconciles that changed nothing, want 0", n)
 	}
 
 	// Someone else removes the label the controller set on the Deployment: it comes back.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
@@ -180,6 +182,7 @@ func benchmarkPeerings(b *testing.B, n, bits int) {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	time.Sleep(2 * time.Second)
 	pod, external := netv1alpha1.CIDR(fmt.Sprintf("10.244.0.0/%d", bits)), netv1alpha1.CIDR(fmt.Sprintf("10.70.0.0/%d", bits))
+	requestsBefore := apiRequests(b, env)
 	began := time.Now()
 	var wg sync.WaitGroup
 	work := make(chan int)
@@ -234,6 +237,27 @@ func benchmarkPeerings(b *testing.B, n, bits int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	b.ReportMetric(time.Since(began).Seconds(), fmt.Sprintf("s/%d-peerings", n))
+	after := apiRequests(b, env)
+	var writes, reads float64
+	var rows []string
+	for k, v := range after {
+		d := v - requestsBefore[k]
+		if d <= 0 {
+			continue
+		}
+		verb, _, _ := strings.Cut(k, " ")
+		switch verb {
+		case "GET", "LIST", "WATCH":
+			reads += d
+		default:
+			writes += d
+		}
+		rows = append(rows, fmt.Sprintf("%s %.0f", k, d))
+	}
+	sort.Strings(rows)
+	b.Logf("API requests during the run (the test's own creates are 2 per peering):\n%s", strings.Join(rows, "\n"))
+	b.ReportMetric(writes/float64(n), "writes/peering")
+	b.ReportMetric(reads/float64(n), "reads/peering")
 	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
 	for _, l := range strings.Split(string(status), "\n") {
 		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
@@ -262,4 +286,47 @@ func TestSetupRefusesPodCIDRs(t *testing.T) {
 			t.Errorf("pod CIDRs %v: %v, want an error saying %q", tc.cidrs, err, tc.says)
 		}
 	}
+}
+
+// apiRequests reads the API server's apiserver_request_total counters, summed by verb and
+// resource (with subresource), as "VERB resource[/subresource]" -> count.
+func apiRequests(tb testing.TB, env *apitest.Env) map[string]float64 {
+	tb.Helper()
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		tb.Fatalf("API server metrics: %v", err)
+	}
+	counts := map[string]float64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		labels, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(labels, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		get := func(name string) string {
+			_, rest, ok := strings.Cut(","+labels, ","+name+`="`)
+			if !ok {
+				return ""
+			}
+			val, _, _ := strings.Cut(rest, `"`)
+			return val
+		}
+		key := get("verb") + " " + get("resource")
+		if sub := get("subresource"); sub != "" {
+			key += "/" + sub
+		}
+		counts[key] += v
+	}
+	return counts
 }
