@@ -71,7 +71,9 @@ func startGatewayReconcilers(t *testing.T, env *apitest.Env, routes *controller.
 	if wrap != nil {
 		c = wrap(c)
 		// A wrapper that counts reads around the cache wraps the API reader too.
-		if rw, ok := c.(interface{ wrapReader(client.Reader) client.Reader }); ok {
+		if rw, ok := c.(interface {
+			wrapReader(client.Reader) client.Reader
+		}); ok {
 			reader = rw.wrapReader(reader)
 		}
 	}
