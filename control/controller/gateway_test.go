@@ -71,9 +71,7 @@ func startGatewayReconcilers(t *testing.T, env *apitest.Env, routes *controller.
 	if wrap != nil {
 		c = wrap(c)
 		// A wrapper that counts reads around the cache wraps the API reader too.
-		if rw, ok := c.(interface {
-			wrapReader(client.Reader) client.Reader
-		}); ok {
+		if rw, ok := c.(readerWrapper); ok {
 			reader = rw.wrapReader(reader)
 		}
 	}
@@ -480,6 +478,11 @@ func TestParsePodRoutes(t *testing.T) {
 }
 
 // countingClient counts server-side applies.
+// readerWrapper is a client wrapper that wraps the API reader too.
+type readerWrapper interface {
+	wrapReader(client.Reader) client.Reader
+}
+
 type countingClient struct {
 	client.Client
 	applies atomic.Int64
