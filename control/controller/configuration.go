@@ -81,11 +81,18 @@ func (r *ConfigurationReconciler) apiServerAddresses(ctx context.Context) []neti
 	if !r.apiRead.IsZero() && time.Since(r.apiRead) < apiServerAddressesTTL {
 		return r.apiAddrs
 	}
-	r.apiAddrs, r.apiRead = r.readAPIServerAddresses(ctx), time.Now()
+	addrs, err := r.readAPIServerAddresses(ctx)
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+		// A failed read (a busy or throttled API server) is not "no addresses" for the next
+		// 30 s: the Configurations mapped meanwhile are not checked again. The last addresses
+		// read stand in, and the next reconcile reads again.
+		return r.apiAddrs
+	}
+	r.apiAddrs, r.apiRead = addrs, time.Now()
 	return r.apiAddrs
 }
 
-func (r *ConfigurationReconciler) readAPIServerAddresses(ctx context.Context) []netip.Addr {
+func (r *ConfigurationReconciler) readAPIServerAddresses(ctx context.Context) ([]netip.Addr, error) {
 	key := r.APIServerEndpoints
 	if key.Name == "" {
 		key = types.NamespacedName{Namespace: metav1.NamespaceDefault, Name: "kubernetes"}
@@ -95,7 +102,7 @@ func (r *ConfigurationReconciler) readAPIServerAddresses(ctx context.Context) []
 		r.endpointsErr.Do(func() {
 			ctrl.LoggerFrom(ctx).Info("the API server's addresses are not protected from peers' CIDRs (list them in ipam.nodeCIDRs)", "endpointSlice", key, "err", err.Error())
 		})
-		return nil
+		return nil, err
 	}
 	var out []netip.Addr
 	for _, e := range es.Endpoints {
@@ -105,7 +112,7 @@ func (r *ConfigurationReconciler) readAPIServerAddresses(ctx context.Context) []
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // keyOf names one CIDR of a Configuration in the allocator: "namespace/name/pod",

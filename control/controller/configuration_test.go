@@ -579,3 +579,43 @@ func TestConfigurationWritesOnlyChanges(t *testing.T) {
 		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(legacy), &netv1alpha1.Configuration{}))
 	})
 }
+
+// failingOnceReader fails its first Get of an EndpointSlice as an overloaded API server would.
+type failingOnceReader struct {
+	client.Reader
+	failed atomic.Bool
+}
+
+func (r *failingOnceReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*discoveryv1.EndpointSlice); ok && r.failed.CompareAndSwap(false, true) {
+		return apierrors.NewTooManyRequests("the API server is busy", 1)
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestAPIServerAddressesAfterAFailedRead: one failed read of the API server's addresses (a
+// throttled or busy API server) is not remembered as "no addresses" for the reuse period: a
+// peer's CIDR covering the API server, mapped right after, is still remapped off it (nothing
+// checks it again later).
+func TestAPIServerAddressesAfterAFailedRead(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "apifail")
+	ctx := context.Background()
+	apiES := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "apiserver", Namespace: ns}, AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"172.31.3.4"}}}}
+	apitest.Must(t, c.Create(ctx, apiES))
+	stop := startConfigurations(t, env, func(r *controller.ConfigurationReconciler) {
+		r.Reader = &failingOnceReader{Reader: r.Reader}
+		r.APIServerEndpoints = client.ObjectKeyFromObject(apiES)
+	})
+	defer stop()
+
+	apitest.Must(t, c.Create(ctx, conf(ns, "first", "cluster-first", "10.245.0.0/16", "10.71.0.0/16")))
+	waitStatus(t, c, ns, "first")
+	apitest.Must(t, c.Create(ctx, conf(ns, "vpc", "cluster-vpc", "172.31.0.0/16", "10.204.0.0/16")))
+	vpc := waitStatus(t, c, ns, "vpc")["vpc"]
+	if vpc.Status.Remote == nil || netip.MustParsePrefix(string(vpc.Status.Remote.CIDR.Pod)).Contains(netip.MustParseAddr("172.31.3.4")) {
+		t.Errorf("172.31.0.0/16 covering the API server at 172.31.3.4, mapped after one failed read of its addresses, is seen as %+v", vpc.Status.Remote)
+	}
+}
