@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/skein-net/skein/dataplane/nat"
 	"github.com/skein-net/skein/dataplane/overlay"
@@ -196,6 +197,13 @@ func compile(cfg Config, check bool) (*tables, error) {
 		}
 	}
 
+	for _, p := range append(slices.Clip(c.NAT), c.LocalNAT...) {
+		if p.From.Addr().Is6() || p.To.Addr().Is6() {
+			// The NAT translates IPv6 (nat.RewriteDst6), but the packet path does not carry
+			// IPv6 yet: refuse rather than accept a map that nothing would apply.
+			errs = append(errs, fmt.Errorf("NAT pair %s: the dataplane forwards IPv4 only so far", p))
+		}
+	}
 	in, err := nat.NewPrefixMap(c.NAT...)
 	if err != nil {
 		errs = append(errs, err)

@@ -15,6 +15,12 @@
 // traceroute work across the NAT. Non-first fragments get only their IP header rewritten. IP
 // options are skipped over, not interpreted.
 //
+// IPv6 is translated the same way (RewriteDst6, RewriteSrc6), past the extension headers, with
+// the upper layer's checksums (TCP, UDP and ICMPv6, whose checksum covers the pseudo-header)
+// updated by the pair's precomputed delta. A pair whose two prefixes have the same one's
+// complement sum is checksum-neutral (the idea of RFC 6296 NPTv6, got by choosing the prefix
+// rather than by changing a word of the address): its rewrites change no checksum at all.
+//
 // A PrefixMap is immutable after NewPrefixMap and safe for concurrent use; rewrites allocate
 // nothing.
 package nat
@@ -40,15 +46,17 @@ type pair4 struct {
 }
 
 // PrefixMap is a set of Pairs whose From prefixes are disjoint, and whose To prefixes are
-// disjoint, so that the map and its inverse are both functions.
+// disjoint, so that the map and its inverse are both functions. It holds IPv4 and IPv6 pairs;
+// each pair is of one family.
 type PrefixMap struct {
 	pairs []Pair
 	v4    []pair4
+	v6    []pair6
 }
 
-// NewPrefixMap validates pairs and builds a map. Pairs must be IPv4 (IPv6 NAT is not
-// implemented yet), canonical (no host bits set), of equal length within a pair, and neither
-// From nor To prefixes may overlap each other.
+// NewPrefixMap validates pairs and builds a map. Each pair's prefixes must be of one family
+// (IPv4 or IPv6, not IPv4-mapped IPv6), canonical (no host bits set) and of equal length, and
+// neither From nor To prefixes may overlap each other.
 func NewPrefixMap(pairs ...Pair) (*PrefixMap, error) {
 	m := &PrefixMap{pairs: append([]Pair(nil), pairs...)}
 	for i, p := range pairs {
@@ -56,12 +64,15 @@ func NewPrefixMap(pairs ...Pair) (*PrefixMap, error) {
 			if !side.IsValid() {
 				return nil, fmt.Errorf("nat pair %d (%s): invalid prefix", i, p)
 			}
-			if !side.Addr().Is4() {
-				return nil, fmt.Errorf("nat pair %s: only IPv4 prefixes can be mapped so far", p)
+			if side.Addr().Is4In6() || side.Addr().Zone() != "" {
+				return nil, fmt.Errorf("nat pair %s: %s is an IPv4-mapped or zoned IPv6 prefix; write IPv4 prefixes as IPv4", p, side)
 			}
 			if side.Masked() != side {
 				return nil, fmt.Errorf("nat pair %s: %s has host bits set; did you mean %s?", p, side, side.Masked())
 			}
+		}
+		if p.From.Addr().Is4() != p.To.Addr().Is4() {
+			return nil, fmt.Errorf("nat pair %s: an IPv4 prefix cannot be mapped onto an IPv6 one", p)
 		}
 		if p.From.Bits() != p.To.Bits() {
 			return nil, fmt.Errorf("nat pair %s: prefixes must have the same length (/%d and /%d)", p, p.From.Bits(), p.To.Bits())
@@ -73,6 +84,10 @@ func NewPrefixMap(pairs ...Pair) (*PrefixMap, error) {
 			if p.To.Overlaps(q.To) {
 				return nil, fmt.Errorf("nat pairs %s and %s: target prefixes overlap", q, p)
 			}
+		}
+		if p.From.Addr().Is6() {
+			m.v6 = append(m.v6, newPair6(p))
+			continue
 		}
 		mask := ^uint32(0)
 		if p.From.Bits() < 32 {
@@ -110,6 +125,10 @@ func (m *PrefixMap) Inverse() *PrefixMap {
 	for i, p := range m.v4 {
 		inv.v4[i] = pair4{mask: p.mask, from: p.to, to: p.from, identity: p.identity}
 	}
+	inv.v6 = make([]pair6, len(m.v6))
+	for i, p := range m.v6 {
+		inv.v6[i] = p.inverse()
+	}
 	return inv
 }
 
@@ -138,6 +157,10 @@ func (m *PrefixMap) Map4(a [4]byte) ([4]byte, bool) {
 
 // Map returns where m maps a, and whether any pair matched.
 func (m *PrefixMap) Map(a netip.Addr) (netip.Addr, bool) {
+	if a.Is6() && !a.Is4In6() {
+		out, ok, _ := m.map6(a.As16())
+		return netip.AddrFrom16(out), ok
+	}
 	if !a.Is4() {
 		return a, false
 	}
@@ -164,6 +187,11 @@ const (
 	// Matched: an address matched only pairs that map a prefix onto itself (a peer network
 	// that needs no remap); the packet is unchanged and passes.
 	Matched
+	// Unsupported: an address matched but the packet is of a form the NAT does not translate
+	// (an IPv6 packet whose destination is rewritten while a Routing header has segments left,
+	// or whose extension headers are more than packet.MaxIPv6ExtHeaders); the packet is
+	// unchanged and should be dropped.
+	Unsupported
 
 	// NumResults sizes counter arrays indexed by Result.
 	NumResults
@@ -181,6 +209,8 @@ func (r Result) String() string {
 		return "bad-icmp-quote"
 	case Matched:
 		return "matched"
+	case Unsupported:
+		return "unsupported"
 	}
 	return fmt.Sprintf("Result(%d)", uint8(r))
 }

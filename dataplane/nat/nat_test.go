@@ -331,7 +331,6 @@ func TestNewPrefixMapErrors(t *testing.T) {
 	}{
 		{[]nat.Pair{{From: pfx("10.71.0.0/16"), To: pfx("10.244.0.0/24")}}, "same length"},
 		{[]nat.Pair{{From: pfx("10.71.0.1/16"), To: pfx("10.244.0.0/16")}}, "did you mean 10.71.0.0/16"},
-		{[]nat.Pair{{From: pfx("fd00::/64"), To: pfx("fd01::/64")}}, "only IPv4"},
 		{[]nat.Pair{{To: pfx("10.244.0.0/16")}}, "invalid prefix"},
 		{[]nat.Pair{{From: pfx("10.71.0.0/16"), To: pfx("10.244.0.0/16")}, {From: pfx("10.71.4.0/24"), To: pfx("10.9.0.0/24")}}, "source prefixes overlap"},
 		{[]nat.Pair{{From: pfx("10.71.0.0/16"), To: pfx("10.244.0.0/16")}, {From: pfx("10.72.0.0/16"), To: pfx("10.244.0.0/16")}}, "target prefixes overlap"},

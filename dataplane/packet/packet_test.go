@@ -296,3 +296,87 @@ func BenchmarkChecksum1400(b *testing.B) {
 		packet.Checksum(buf)
 	}
 }
+
+// TestIPv6Upper walks extension headers to the upper layer and refuses what it cannot walk.
+func TestIPv6Upper(t *testing.T) {
+	s, d := "2001:db8::1", "2001:db8::2"
+	udp := packettest.UDP(s, d, 1, 2, []byte("x"), false)
+	hbh, dopt := packettest.ExtHeader(8), packettest.ExtHeader(16)
+	dopt[0] = packet.ProtoDestOpts
+	ah := make([]byte, 16)
+	ah[0], ah[1] = packet.ProtoAH, 2 // (2+2)*4 = 16 bytes
+	for _, tc := range []struct {
+		name string
+		pkt  packettestIPv6
+		want packet.IPv6Upper
+		err  error
+	}{
+		{"no extension headers", packettestIPv6{Next: 17, Payload: udp}, packet.IPv6Upper{Proto: 17, Offset: 40}, nil},
+		{"hop-by-hop and destination options", packettestIPv6{Next: 0, Proto: 17, Ext: [][]byte{hbh, dopt}, Payload: udp}, packet.IPv6Upper{Proto: 17, Offset: 64}, nil},
+		{"authentication header", packettestIPv6{Next: packet.ProtoAH, Proto: 17, Ext: [][]byte{ah}, Payload: udp}, packet.IPv6Upper{Proto: 17, Offset: 56}, nil},
+		{"first fragment", packettestIPv6{Next: 44, Proto: 6, Ext: [][]byte{packettest.FragmentHeader(0, true, 1)}, Payload: udp},
+			packet.IPv6Upper{Proto: 6, Offset: 48, Fragmented: true}, nil},
+		{"later fragment", packettestIPv6{Next: 44, Proto: 6, Ext: [][]byte{packettest.FragmentHeader(1232, false, 1)}, Payload: udp},
+			packet.IPv6Upper{Proto: 6, Offset: 48, Fragmented: true, FragmentOffset: 1232}, nil},
+		{"routing header", packettestIPv6{Next: 43, Proto: 17, Ext: [][]byte{packettest.RoutingHeader(2, d, s)}, Payload: udp},
+			packet.IPv6Upper{Proto: 17, Offset: 80, SegmentsLeft: 2}, nil},
+		{"no next header", packettestIPv6{Next: packet.ProtoNoNext}, packet.IPv6Upper{Proto: packet.ProtoNoNext, Offset: 40}, nil},
+		{"header past the end", packettestIPv6{Next: 0, Payload: []byte{17, 1, 0, 0, 0, 0, 0, 0}}, packet.IPv6Upper{}, packet.ErrTruncated},
+	} {
+		b := packettest.IPv6{Src: s, Dst: d, Next: tc.pkt.Next, Proto: tc.pkt.Proto, Ext: tc.pkt.Ext, Payload: tc.pkt.Payload}.Build()
+		ip, err := packet.ParseIPv6(b)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got, err := ip.Upper()
+		if err != tc.err || (err == nil && got != tc.want) {
+			t.Errorf("%s: %+v %v, want %+v %v", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+	// A chain longer than MaxIPv6ExtHeaders is refused, not walked.
+	var chain [][]byte
+	for range packet.MaxIPv6ExtHeaders + 1 {
+		h := packettest.ExtHeader(8)
+		h[0] = packet.ProtoDestOpts
+		chain = append(chain, h)
+	}
+	ip, _ := packet.ParseIPv6(packettest.IPv6{Src: s, Dst: d, Next: packet.ProtoDestOpts, Proto: 17, Ext: chain, Payload: udp}.Build())
+	if _, err := ip.Upper(); err != packet.ErrUnsupported {
+		t.Errorf("%d extension headers: %v, want ErrUnsupported", len(chain), err)
+	}
+	// Jumbograms are not supported; a payload length past the buffer is truncated.
+	jumbo := packettest.IPv6{Src: s, Dst: d, Next: 0, Proto: 17, Ext: [][]byte{hbh}, Payload: udp}.Build()
+	jumbo[4], jumbo[5] = 0, 0
+	if _, err := packet.ParseIPv6(jumbo); err != packet.ErrUnsupported {
+		t.Errorf("jumbogram: %v, want ErrUnsupported", err)
+	}
+	if _, err := packet.ParseIPv6(jumbo[:39]); err != packet.ErrTruncated {
+		t.Errorf("39 bytes: %v, want ErrTruncated", err)
+	}
+}
+
+// packettestIPv6 is the part of packettest.IPv6 a TestIPv6Upper case varies.
+type packettestIPv6 struct {
+	Next, Proto uint8
+	Ext         [][]byte
+	Payload     []byte
+}
+
+// FuzzIPv6Upper: the walk never panics, and what it returns lies within the packet.
+func FuzzIPv6Upper(f *testing.F) {
+	f.Add(packettest.IPv6{Src: "2001:db8::1", Dst: "2001:db8::2", Next: 0, Proto: 17, Ext: [][]byte{packettest.ExtHeader(8)}, Payload: []byte("12345678")}.Build())
+	f.Add(packettest.IPv6{Src: "2001:db8::1", Dst: "2001:db8::2", Next: 44, Proto: 6, Ext: [][]byte{packettest.FragmentHeader(8, true, 3)}}.Build())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ip, err := packet.ParseIPv6(b)
+		if err != nil {
+			return
+		}
+		u, err := ip.Upper()
+		if err == nil && (u.Offset < packet.IPv6HeaderLen || u.Offset > len(ip)) {
+			t.Fatalf("upper layer at %d of a %d-byte packet", u.Offset, len(ip))
+		}
+		if u.FragmentOffset%8 != 0 {
+			t.Fatalf("fragment offset %d", u.FragmentOffset)
+		}
+	})
+}

@@ -246,3 +246,49 @@ func (m ICMPv4) IsError() bool {
 
 // Payload is what follows the 8-byte header: for errors, the quoted packet.
 func (m ICMPv4) Payload() []byte { return m[ICMPHeaderLen:] }
+
+// ICMPv6 message types the dataplane handles (RFC 4443).
+const (
+	ICMPv6DestUnreach    = 1
+	ICMPv6PacketTooBig   = 2
+	ICMPv6TimeExceeded   = 3
+	ICMPv6ParamProblem   = 4
+	ICMPv6EchoRequest    = 128
+	ICMPv6EchoReply      = 129
+	ICMPv6ChecksumOffset = 2
+)
+
+// ICMPv6 is a view of an ICMPv6 message. Unlike ICMPv4's, its checksum covers the IPv6
+// pseudo-header, so it changes with the packet's addresses.
+type ICMPv6 []byte
+
+// ParseICMPv6 validates b as an ICMPv6 message of at least 8 bytes (the header of every type the
+// dataplane reads).
+func ParseICMPv6(b []byte) (ICMPv6, error) {
+	if len(b) < ICMPHeaderLen {
+		return nil, ErrTruncated
+	}
+	return ICMPv6(b), nil
+}
+
+// Type is the message type.
+func (m ICMPv6) Type() uint8 { return m[0] }
+
+// Code is the message code.
+func (m ICMPv6) Code() uint8 { return m[1] }
+
+// Checksum is the checksum field (over the pseudo-header and the whole message).
+func (m ICMPv6) Checksum() uint16 { return binary.BigEndian.Uint16(m[ICMPv6ChecksumOffset:]) }
+
+// SetChecksum writes the checksum field.
+func (m ICMPv6) SetChecksum(c uint16) { binary.BigEndian.PutUint16(m[ICMPv6ChecksumOffset:], c) }
+
+// MTU is the MTU of a Packet Too Big message.
+func (m ICMPv6) MTU() uint32 { return binary.BigEndian.Uint32(m[4:]) }
+
+// IsError reports whether the message is an error that quotes the offending packet: the types
+// below 128 (RFC 4443 section 2.1), of which 1-4 are defined.
+func (m ICMPv6) IsError() bool { return m.Type() < 128 }
+
+// Payload is what follows the 8-byte header: for errors, the quoted packet.
+func (m ICMPv6) Payload() []byte { return m[ICMPHeaderLen:] }

@@ -37,6 +37,121 @@ func pseudo(src, dst [4]byte, proto uint8, n int) []byte {
 	return p
 }
 
+// pseudo6 is the IPv6 pseudo-header (RFC 8200 section 8.1).
+func pseudo6(src, dst [16]byte, proto uint8, n int) []byte {
+	p := make([]byte, 40)
+	copy(p[0:], src[:])
+	copy(p[16:], dst[:])
+	binary.BigEndian.PutUint32(p[32:], uint32(n))
+	p[39] = proto
+	return p
+}
+
+// pseudoFor is the pseudo-header for addresses written as strings: IPv6 when they are.
+func pseudoFor(src, dst string, proto uint8, n int) []byte {
+	s, d := netip.MustParseAddr(src), netip.MustParseAddr(dst)
+	if s.Is6() != d.Is6() {
+		panic(fmt.Sprintf("packettest: %s and %s are of different families", src, dst))
+	}
+	if s.Is6() {
+		return pseudo6(s.As16(), d.As16(), proto, n)
+	}
+	return pseudo(s.As4(), d.As4(), proto, n)
+}
+
+// IPv6 describes an IPv6 packet to build.
+type IPv6 struct {
+	Src, Dst string // IPv6 addresses
+	HopLimit uint8  // 64 if zero
+	// Next is the protocol of what follows the fixed header: of Ext[0] when there are
+	// extension headers, else of Payload.
+	Next uint8
+	// Ext are extension headers, each complete (its next-header and length bytes included);
+	// Build fills their next-header bytes: each names the following one, the last Proto.
+	Ext [][]byte
+	// Proto is the payload's protocol, used when there are extension headers.
+	Proto        uint8
+	TrafficClass uint8
+	Payload      []byte
+}
+
+// Build returns the packet, its payload and extension headers copied as they are.
+func (p IPv6) Build() []byte {
+	var ext []byte
+	for i, h := range p.Ext {
+		h = append([]byte(nil), h...)
+		if i+1 < len(p.Ext) {
+			h[0] = p.Ext[i+1][0]
+		} else {
+			h[0] = p.Proto
+		}
+		ext = append(ext, h...)
+	}
+	b := make([]byte, 40+len(ext)+len(p.Payload))
+	b[0] = 0x60 | p.TrafficClass>>4
+	b[1] = p.TrafficClass << 4
+	binary.BigEndian.PutUint16(b[4:], uint16(len(b)-40))
+	b[6] = p.Next
+	b[7] = p.HopLimit
+	if b[7] == 0 {
+		b[7] = 64
+	}
+	src, dst := netip.MustParseAddr(p.Src).As16(), netip.MustParseAddr(p.Dst).As16()
+	copy(b[8:], src[:])
+	copy(b[24:], dst[:])
+	copy(b[40:], ext)
+	copy(b[40+len(ext):], p.Payload)
+	return b
+}
+
+// ExtHeader is an IPv6 extension header of the Hop-by-Hop/Routing/Destination Options shape,
+// length n bytes (a multiple of 8, at least 8); its next-header byte is filled by IPv6.Build.
+func ExtHeader(n int) []byte {
+	h := make([]byte, n)
+	h[1] = byte(n/8 - 1)
+	if n > 2 {
+		h[2] = 1 // a PadN option over the rest
+		h[3] = byte(n - 4)
+	}
+	return h
+}
+
+// FragmentHeader is an IPv6 Fragment header for the given byte offset (a multiple of 8).
+func FragmentHeader(offset int, more bool, id uint32) []byte {
+	h := make([]byte, 8)
+	v := uint16(offset)
+	if more {
+		v |= 1
+	}
+	binary.BigEndian.PutUint16(h[2:], v)
+	binary.BigEndian.PutUint32(h[4:], id)
+	return h
+}
+
+// RoutingHeader is a type-4 (segment routing) Routing header listing segs, with segmentsLeft.
+func RoutingHeader(segmentsLeft uint8, segs ...string) []byte {
+	h := make([]byte, 8+16*len(segs))
+	h[1] = byte(2 * len(segs))
+	h[2] = 4
+	h[3] = segmentsLeft
+	for i, s := range segs {
+		a := netip.MustParseAddr(s).As16()
+		copy(h[8+16*i:], a[:])
+	}
+	return h
+}
+
+// ICMPv6 builds an ICMPv6 message for src and dst: type, code, the 4 "rest of header" bytes,
+// and a body, with its checksum over the pseudo-header.
+func ICMPv6(src, dst string, typ, code uint8, rest [4]byte, body []byte) []byte {
+	b := make([]byte, 8+len(body))
+	b[0], b[1] = typ, code
+	copy(b[4:], rest[:])
+	copy(b[8:], body)
+	binary.BigEndian.PutUint16(b[2:], ^sum(pseudoFor(src, dst, 58, len(b)), b))
+	return b
+}
+
 // IPv4 describes a packet to build.
 type IPv4 struct {
 	Src, Dst string // dotted quads
@@ -93,7 +208,8 @@ func (p IPv4) Build() []byte {
 	return b
 }
 
-// TCP builds a TCP segment (header, options, data) with its checksum for src and dst.
+// TCP builds a TCP segment (header, options, data) with its checksum for src and dst (IPv4 or
+// IPv6 addresses).
 func TCP(src, dst string, sport, dport uint16, flags uint8, options, data []byte) []byte {
 	opts := append([]byte(nil), options...)
 	for len(opts)%4 != 0 {
@@ -110,11 +226,11 @@ func TCP(src, dst string, sport, dport uint16, flags uint8, options, data []byte
 	binary.BigEndian.PutUint16(b[14:], 65535)
 	copy(b[20:], opts)
 	copy(b[hl:], data)
-	binary.BigEndian.PutUint16(b[16:], ^sum(pseudo(addr4(src), addr4(dst), 6, len(b)), b))
+	binary.BigEndian.PutUint16(b[16:], ^sum(pseudoFor(src, dst, 6, len(b)), b))
 	return b
 }
 
-// UDP builds a UDP datagram with its checksum for src and dst; zeroChecksum leaves it 0
+// UDP builds a UDP datagram with its checksum for src and dst (IPv4 or IPv6); zeroChecksum leaves it 0
 // ("no checksum").
 func UDP(src, dst string, sport, dport uint16, data []byte, zeroChecksum bool) []byte {
 	b := make([]byte, 8+len(data))
@@ -123,7 +239,7 @@ func UDP(src, dst string, sport, dport uint16, data []byte, zeroChecksum bool) [
 	binary.BigEndian.PutUint16(b[4:], uint16(len(b)))
 	copy(b[8:], data)
 	if !zeroChecksum {
-		c := ^sum(pseudo(addr4(src), addr4(dst), 17, len(b)), b)
+		c := ^sum(pseudoFor(src, dst, 17, len(b)), b)
 		if c == 0 {
 			c = 0xffff
 		}
@@ -184,6 +300,67 @@ func Problem(pkt []byte) string {
 			ihl := int(inner[0]&0x0f) * 4
 			if inner[0]>>4 == 4 && ihl >= 20 && ihl <= len(inner) && sum(inner[:ihl]) != 0xffff {
 				return "quoted IPv4 header checksum does not verify"
+			}
+		}
+	}
+	return ""
+}
+
+// Problem6 is Problem for an IPv6 packet: the upper layer's checksum (TCP, UDP unless zero,
+// ICMPv6) past the extension headers, with the Routing header's last segment as the final
+// destination while segments are left; for ICMPv6 errors whose quote is whole, the quoted
+// packet's too. Fragments are not checked.
+func Problem6(pkt []byte) string {
+	if len(pkt) < 40 || pkt[0]>>4 != 6 {
+		return "not an IPv6 packet"
+	}
+	if 40+int(binary.BigEndian.Uint16(pkt[4:])) != len(pkt) {
+		return "IPv6 payload length does not match the packet"
+	}
+	return problem6(pkt, "")
+}
+
+func problem6(pkt []byte, what string) string {
+	src, dst := [16]byte(pkt[8:24]), [16]byte(pkt[24:40])
+	next, off := pkt[6], 40
+	for {
+		switch next {
+		case 0, 60, 43:
+			if off+8 > len(pkt) {
+				return what + "extension header cut short"
+			}
+			n := (int(pkt[off+1]) + 1) * 8
+			if off+n > len(pkt) {
+				return what + "extension header cut short"
+			}
+			if next == 43 && pkt[off+3] != 0 && n >= 24 {
+				dst = [16]byte(pkt[off+n-16 : off+n])
+			}
+			next, off = pkt[off], off+n
+			continue
+		case 44:
+			return ""
+		}
+		break
+	}
+	l4 := pkt[off:]
+	switch next {
+	case 6:
+		if len(l4) >= 20 && sum(pseudo6(src, dst, 6, len(l4)), l4) != 0xffff {
+			return what + "TCP checksum does not verify"
+		}
+	case 17:
+		if len(l4) >= 8 && binary.BigEndian.Uint16(l4[6:]) != 0 && sum(pseudo6(src, dst, 17, len(l4)), l4) != 0xffff {
+			return what + "UDP checksum does not verify"
+		}
+	case 58:
+		if len(l4) >= 8 && sum(pseudo6(src, dst, 58, len(l4)), l4) != 0xffff {
+			return what + "ICMPv6 checksum does not verify"
+		}
+		if what == "" && len(l4) >= 48 && l4[0] < 128 {
+			inner := l4[8:]
+			if inner[0]>>4 == 6 && 40+int(binary.BigEndian.Uint16(inner[4:])) == len(inner) {
+				return problem6(inner, "quoted ")
 			}
 		}
 	}
