@@ -29,8 +29,10 @@ request/response latency, CPU seconds per GB and the gateways' peak RSS. Runs ar
 across rungs and each ratio to bare wireguard-go is paired run by run, with a 95% confidence
 interval. The contended rungs (NAME+hog) are measured again beside a CPU hog pinned to core 0;
 the CPU breakdown says where each rung's CPU per GB goes (perf); --compare says which figures
-moved against an earlier report. Needs root and the Debian packages iperf3, wireguard-tools
-and linux-perf (.ci/install-deps).
+moved against an earlier report. Besides DATE.md, .json and .svg it writes DATE.bench.txt, every
+run in Go benchmark format for benchstat (golang.org/x/perf/cmd/benchstat; it wants --runs 6 or
+more for a confidence interval). Needs root and the Debian packages iperf3, wireguard-tools and
+linux-perf (.ci/install-deps).
 
 Flags:
 `)
@@ -40,16 +42,22 @@ Flags:
 	runs := fs.Int("runs", 0, "runs per rung, interleaved across rungs (default 5, 1 with --quick; with 3 or fewer a side no change is significant)")
 	duration := fs.Duration("duration", 0, "length of each throughput measurement (default 4s, 1s with --quick)")
 	rungs := fs.String("rungs", "", "comma-separated rungs to run (default all: veth, wireguard-go, kernel-nat, skein, skein-nonat)")
-	out := fs.String("out", "bench/results", "directory for the report files (DATE.md, DATE.json, DATE.svg)")
+	out := fs.String("out", "", "directory for the report files: DATE.md, .json, .svg, .bench.txt and, with --compare, DATE-compare.md (default bench/results, where the committed reports are; bench/results/quick with --quick, so a smoke run never replaces them)")
 	prefix := fs.String("prefix", "skb", "prefix of the namespaces the harness makes")
 	profile := fs.String("profile", "", "directory for CPU profiles of the skein gateways during the first single-stream test (go tool pprof -top FILE)")
 	hold := fs.Bool("hold", false, "build and check the rungs, then keep them up without measuring until interrupted (to inspect them by hand)")
-	contention := fs.Float64("contention", -1, "share of one core (0-1) a CPU hog pinned to core 0 takes while the contended rungs are measured again as NAME+hog (default 0.5, 0 with --quick; 0 turns them off)")
+	contention := fs.Float64("contention", -1, "share of one core (0-1) a CPU hog pinned to core 0 takes while the contended rungs are measured again as NAME+hog; 0 turns them off, and a negative value means 0.5, or 0 with --quick")
 	contentionRungs := fs.String("contention-rungs", "wireguard-go,kernel-nat,skein", "comma-separated rungs measured again beside the hog")
 	noBreakdown := fs.Bool("no-breakdown", false, "skip the CPU breakdown (one more single-stream test per rung under perf record; needs perf, Debian package linux-perf)")
 	compare := fs.String("compare", "", "an earlier report's JSON file: print which figures changed significantly (Mann-Whitney U, p < 0.05) and write DATE-compare.md")
 	fromJSON := fs.String("from-json", "", "measure nothing: write the report files again from an earlier report's JSON (ratios recomputed from its runs), into --out")
 	_ = fs.Parse(os.Args[1:])
+	if *out == "" {
+		*out = "bench/results"
+		if *quick {
+			*out = filepath.Join("bench", "results", "quick")
+		}
+	}
 	var old *harness.Result
 	if *compare != "" {
 		old = readReport("--compare", *compare)
