@@ -105,6 +105,8 @@ type Result struct {
 	Settings  string       `json:"settings"`
 	Placement string       `json:"placement"`
 	Rungs     []RungResult `json:"rungs"`
+	// Scale holds the scale and control-plane benchmarks' figures (RunScale), if they ran.
+	Scale []ScaleFigure `json:"scale,omitempty"`
 }
 
 // Machine is what the figures were measured on.

@@ -94,6 +94,32 @@ func (r *Result) Markdown() string {
 		b.WriteString("\n")
 	}
 	b.WriteString(r.breakdownMarkdown())
+	b.WriteString(r.scaleMarkdown())
+	return b.String()
+}
+
+// scaleMarkdown is the table of the scale and control-plane figures, or "" when they did not
+// run.
+func (r *Result) scaleMarkdown() string {
+	if len(r.Scale) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## Scale and the control plane\n\n")
+	b.WriteString("Go benchmarks run once each after the ladder (the command under each group reproduces it): the gateway's route table and configuration at the Kubernetes limits (5,000 nodes, 150,000 pod routes), its pod watch's memory per pod, the node agent programming 1,000 peerings in a network namespace, and the controller filling the status of 1,000 peerings created at once against a real API server.\n\n")
+	b.WriteString("| benchmark | figure | target |\n|---|---|---|\n")
+	last := ""
+	for _, f := range r.Scale {
+		if f.Command != last {
+			fmt.Fprintf(&b, "| `%s` | | |\n", f.Command)
+			last = f.Command
+		}
+		if f.Error != "" {
+			fmt.Fprintf(&b, "| %s | FAILED: %s | |\n", f.Benchmark, strings.ReplaceAll(f.Error, "|", "/"))
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s %s | %s |\n", strings.TrimPrefix(f.Benchmark, "Benchmark"), format(f.Value), f.Unit, f.Target)
+	}
 	return b.String()
 }
 

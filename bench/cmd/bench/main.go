@@ -29,7 +29,8 @@ request/response latency, CPU seconds per GB and the gateways' peak RSS. Runs ar
 across rungs and each ratio to bare wireguard-go is paired run by run, with a 95% confidence
 interval. The contended rungs (NAME+hog) are measured again beside a CPU hog pinned to core 0;
 the CPU breakdown says where each rung's CPU per GB goes (perf); --compare says which figures
-moved against an earlier report. Besides DATE.md, .json and .svg it writes DATE.bench.txt, every
+moved against an earlier report; the scale section runs the Go benchmarks of the gateway's
+tables at the Kubernetes limits and of the agent and the controller with 1,000 peerings. Besides DATE.md, .json and .svg it writes DATE.bench.txt, every
 run in Go benchmark format for benchstat (golang.org/x/perf/cmd/benchstat; it wants --runs 6 or
 more for a confidence interval). Needs root and the Debian packages iperf3, wireguard-tools and
 linux-perf (.ci/install-deps).
@@ -48,6 +49,7 @@ Flags:
 	hold := fs.Bool("hold", false, "build and check the rungs, then keep them up without measuring until interrupted (to inspect them by hand)")
 	contention := fs.Float64("contention", -1, "share of one core (0-1) a CPU hog pinned to core 0 takes while the contended rungs are measured again as NAME+hog; 0 turns them off, and a negative value means 0.5, or 0 with --quick")
 	contentionRungs := fs.String("contention-rungs", "wireguard-go,kernel-nat,skein", "comma-separated rungs measured again beside the hog")
+	noScale := fs.Bool("no-scale", false, "skip the scale section: go test benchmarks of the gateway's tables at the Kubernetes limits, the agent and the controller with 1,000 peerings (about 2 minutes; the controller's needs the Kubernetes binaries of make k8s-binaries); --quick skips it too")
 	noBreakdown := fs.Bool("no-breakdown", false, "skip the CPU breakdown (one more single-stream test per rung under perf record; needs perf, Debian package linux-perf)")
 	compare := fs.String("compare", "", "an earlier report's JSON file: print which figures changed significantly (Mann-Whitney U, p < 0.05) and write DATE-compare.md")
 	fromJSON := fs.String("from-json", "", "measure nothing: write the report files again from an earlier report's JSON (ratios recomputed from its runs), into --out")
@@ -106,6 +108,12 @@ Flags:
 	}
 	if err != nil {
 		fail(err.Error())
+	}
+	if !*noScale && !*quick && ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, "bench: the scale section (go test benchmarks)")
+		if res.Scale, err = harness.RunScale(ctx, os.Stderr); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: the scale section stopped: %v\n", err)
+		}
 	}
 	write(res, old, *out, &start)
 	for _, r := range res.Rungs {
