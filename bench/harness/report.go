@@ -111,7 +111,8 @@ func (r *Result) scaleMarkdown() string {
 	last := ""
 	for _, f := range r.Scale {
 		if f.Command != last {
-			fmt.Fprintf(&b, "| `%s` | | |\n", f.Command)
+			// A | inside a table cell ends it, even between backquotes, unless escaped.
+			fmt.Fprintf(&b, "| `%s` | | |\n", strings.ReplaceAll(f.Command, "|", `\|`))
 			last = f.Command
 		}
 		if f.Error != "" {

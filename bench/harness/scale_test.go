@@ -35,9 +35,10 @@ PASS
 		t.Errorf("without targets: %+v", got)
 	}
 
+	got = append(got, ScaleFigure{Benchmark: "BenchmarkX", Unit: "s", Value: 1, Command: "go test -bench 'A|B'"})
 	r := &Result{Scale: append(got, ScaleFigure{Benchmark: "^BenchmarkAgent1000$", Command: "go test agent", Error: "exit status 1: needs root | really"})}
 	md := r.scaleMarkdown()
-	for _, s := range []string{"## Scale and the control plane", "| `go test` | | |", "| Build_150k | 34.5 ms/build |", "FAILED: exit status 1: needs root / really"} {
+	for _, s := range []string{"## Scale and the control plane", "| `go test` | | |", "| Build_150k | 34.5 ms/build |", "FAILED: exit status 1: needs root / really", "| `go test -bench 'A\\|B'` | | |"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("the section lacks %q:\n%s", s, md)
 		}
