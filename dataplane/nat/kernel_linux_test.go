@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,15 @@ func TestKernelNAT6(t *testing.T) {
 	send := rawSocket(t, src, "in")
 	recv := rawSocket(t, dst, "out")
 	local, seen := "fd00:a::2", "fd71:0:0:1202::7"
+	// The way back, for the ICMPv6 error: src's MAC for local, known without discovery.
+	srcMAC := strings.TrimSpace(src.Run(t, "cat", "/sys/class/net/in/address"))
+	router.Run(t, "ip", "-6", "neigh", "replace", local, "lladdr", srcMAC, "dev", "in", "nud", "permanent")
+	routerOutMAC, err := net.ParseMAC(strings.TrimSpace(router.Run(t, "cat", "/sys/class/net/out/address")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvIn := rawSocket(t, src, "in")
+	sendBack := rawSocket(t, dst, "out")
 	for i, tc := range []struct {
 		name string
 		pkt  []byte
@@ -97,6 +107,43 @@ func TestKernelNAT6(t *testing.T) {
 			}
 		})
 	}
+	// An error about a translated packet comes back translated: its source, and the quoted
+	// packet's destination with the quoted UDP checksum, and the ICMPv6 checksum over both.
+	t.Run("destination unreachable quoting a translated datagram", func(t *testing.T) {
+		got, want := icmpErrorThroughKernel(t, m, send, recv, sendBack, recvIn, routerMAC, routerOutMAC, local, seen)
+		if !bytes.Equal(got, want) {
+			t.Errorf("the kernel wrote\n% x\nRewriteSrc6 wrote\n% x", got, want)
+		}
+	})
+}
+
+// icmpErrorThroughKernel sends a UDP datagram from local to seen through the kernel's NAT,
+// then from the real pod behind it an ICMPv6 destination unreachable quoting the datagram as it
+// arrived, and returns what the kernel forwards back and what RewriteSrc6 of the inverse map
+// makes of the same error.
+func icmpErrorThroughKernel(t *testing.T, m *nat.PrefixMap, send, recvOut, sendBack, recvIn rawSock, routerIn, routerOut net.HardwareAddr, local, seen string) (got, want []byte) {
+	t.Helper()
+	dgram := udp6(local, seen, []byte("to a closed port"), false)
+	frame := append(append(append([]byte{}, routerIn...), 2, 0, 0, 0, 0, 0x10), 0x86, 0xdd)
+	if err := unix.Sendto(send.fd, append(frame, dgram...), 0, &unix.SockaddrLinklayer{Ifindex: send.ifindex, Halen: 6, Protocol: htons(unix.ETH_P_IPV6)}); err != nil {
+		t.Fatal(err)
+	}
+	arrived := recvOut.next(t, dgram[packet.IPv6SrcOffset:packet.IPv6SrcOffset+16])
+	real := packet.IPv6(arrived).DstAddr().String()
+	unreach := icmp6(real, local, packet.ICMPv6DestUnreach, 4, [4]byte{}, arrived)
+	frame = append(append(append([]byte{}, routerOut...), 2, 0, 0, 0, 0, 0x11), 0x86, 0xdd)
+	if err := unix.Sendto(sendBack.fd, append(frame, unreach...), 0, &unix.SockaddrLinklayer{Ifindex: sendBack.ifindex, Halen: 6, Protocol: htons(unix.ETH_P_IPV6)}); err != nil {
+		t.Fatal(err)
+	}
+	seenAddr := netip.MustParseAddr(seen).As16()
+	got = recvIn.next(t, seenAddr[:])
+	want = append([]byte(nil), unreach...)
+	ip, _ := packet.ParseIPv6(want)
+	if res := m.Inverse().RewriteSrc6(ip); res != nat.Rewritten {
+		t.Fatalf("RewriteSrc6 = %v", res)
+	}
+	ip.SetHopLimit(ip.HopLimit() - 1)
+	return got, want
 }
 
 func pt6TCP(s, d string, sport uint16, flags uint8, data []byte) []byte {
