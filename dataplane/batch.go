@@ -58,6 +58,8 @@ func (b *batch) natVerdict(peer, own nat.Result, n uint64) (Counter, bool) {
 			return DropNATTruncated, true
 		case nat.BadQuote:
 			return DropNATBadQuote, true
+		case nat.Unsupported:
+			return DropNATUnsupported, true
 		}
 	}
 	if peer == nat.NoMatch || own == nat.NoMatch {
@@ -85,6 +87,22 @@ func (b *batch) clamp(ip packet.IPv4) {
 		return
 	}
 	if seg.ClampMSS(b.t.mss) {
+		b.tl[MSSClamped]++
+	}
+}
+
+// clamp6 is clamp for IPv6: the TCP header past any extension headers, in an unfragmented
+// packet or a first fragment.
+func (b *batch) clamp6(ip packet.IPv6) {
+	up, err := ip.Upper()
+	if err != nil || up.Proto != packet.ProtoTCP || up.FragmentOffset != 0 {
+		return
+	}
+	seg, err := packet.ParseTCP(ip[up.Offset:])
+	if err != nil {
+		return
+	}
+	if seg.ClampMSS(b.t.mss6) {
 		b.tl[MSSClamped]++
 	}
 }

@@ -24,6 +24,21 @@ func fullSizeTCP(src, dst string) []byte {
 		Payload: pt.TCP(src, dst, 40000, 80, packet.TCPFlagACK, nil, make([]byte, 1400-40))}.Build()
 }
 
+// fullSizeTCP6 is fullSizeTCP for IPv6.
+func fullSizeTCP6(src, dst string) []byte {
+	return pt.IPv6{Src: src, Dst: dst, Next: 6, Payload: pt.TCP(src, dst, 40000, 80, packet.TCPFlagACK, nil, make([]byte, 1400-60))}.Build()
+}
+
+// pathPackets are the path tests' packets for the family of dst (the address out of the
+// tunnel): a packet into the tunnel, from node1's pod to the peer's remapped pod, and one out
+// of the tunnel to dst.
+func pathPackets(dst string) (in, out []byte, etherType uint16) {
+	if netip.MustParseAddr(dst).Is6() {
+		return fullSizeTCP6("fd00:244:0:1::5", "fd71:0:0:2::7"), fullSizeTCP6("fd00:244:0:2::7", dst), packet.EtherTypeIPv6
+	}
+	return fullSizeTCP("10.244.1.5", "10.71.2.7"), fullSizeTCP("10.244.2.7", dst), packet.EtherTypeIPv4
+}
+
 // benchConfig fits 1400-byte packets: wireguard-go's default MTU of 1420 on both sides.
 func benchConfig() dataplane.Config {
 	cfg := baseConfig()
@@ -48,13 +63,21 @@ var pathCases = []struct {
 }{
 	{"remap", benchConfig, "10.244.1.5"},
 	{"remap+local", benchLocalNAT, "10.99.1.5"},
+	{"remap/ipv6", benchDualStack, "fd00:244:0:1::5"},
+}
+
+// benchDualStack is benchConfig with dualStackConfig's IPv6 networks.
+func benchDualStack() dataplane.Config {
+	cfg := dualStackConfig()
+	cfg.TunnelMTU, cfg.OverlayMTU = 1420, 1420
+	return cfg
 }
 
 // toTunnelSetup builds a dataplane on a replayConn that delivers a batch of full-size VXLAN
 // datagrams, and wireguard-go-shaped buffers already holding their bodies.
-func toTunnelSetup(tb testing.TB, cfg dataplane.Config) (*dataplane.Dataplane, [][]byte, []int) {
-	ip := fullSizeTCP("10.244.1.5", "10.71.2.7")
-	d := vxlanFrame(gwMAC, packet.EtherTypeIPv4, ip)
+func toTunnelSetup(tb testing.TB, cfg dataplane.Config, dst string) (*dataplane.Dataplane, [][]byte, []int) {
+	ip, _, et := pathPackets(dst)
+	d := vxlanFrame(gwMAC, et, ip)
 	c := &replayConn{head: d[:overlay.HeaderLen], inner: ip[:restoreLen], n: len(d), addr: from1, batch: benchBatch}
 	dp, err := dataplane.New(cfg, c)
 	if err != nil {
@@ -69,7 +92,7 @@ func toTunnelSetup(tb testing.TB, cfg dataplane.Config) (*dataplane.Dataplane, [
 }
 
 func fromTunnelSetup(tb testing.TB, cfg dataplane.Config, dst string) (*dataplane.Dataplane, [][]byte, []byte) {
-	ip := fullSizeTCP("10.244.2.7", dst)
+	_, ip, _ := pathPackets(dst)
 	dp, err := dataplane.New(cfg, &replayConn{batch: benchBatch})
 	if err != nil {
 		tb.Fatal(err)
@@ -84,7 +107,7 @@ func fromTunnelSetup(tb testing.TB, cfg dataplane.Config, dst string) (*dataplan
 func TestPathAllocs(t *testing.T) {
 	for _, pc := range pathCases {
 		t.Run(pc.name, func(t *testing.T) {
-			dp, bufs, sizes := toTunnelSetup(t, pc.cfg())
+			dp, bufs, sizes := toTunnelSetup(t, pc.cfg(), pc.dst)
 			if n := testing.AllocsPerRun(100, func() {
 				if k, err := dp.Read(bufs, sizes, offset); err != nil || k != benchBatch {
 					t.Fatalf("Read = %d, %v", k, err)
@@ -122,7 +145,7 @@ func TestPathAllocs(t *testing.T) {
 func BenchmarkPathToTunnel(b *testing.B) {
 	for _, pc := range append(pathCases, limitCases...) {
 		b.Run(pc.name, func(b *testing.B) {
-			dp, bufs, sizes := toTunnelSetup(b, pc.cfg())
+			dp, bufs, sizes := toTunnelSetup(b, pc.cfg(), pc.dst)
 			b.ReportAllocs()
 			b.SetBytes(1400 * benchBatch)
 			n := 0

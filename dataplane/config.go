@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"github.com/skein-net/skein/dataplane/nat"
 	"github.com/skein-net/skein/dataplane/overlay"
@@ -112,6 +111,7 @@ type tables struct {
 	tunnelMTU    int
 	overlayMTU   int
 	mss          uint16 // MSS that fits both MTUs
+	mss6         uint16 // the same for IPv6
 	overlayIP    [4]byte
 	tunnelIP     [4]byte
 	hasTunIP     bool
@@ -156,6 +156,7 @@ func compile(cfg Config, check bool) (*tables, error) {
 
 	t := &tables{cfg: c, tunnelMTU: c.TunnelMTU, overlayMTU: c.OverlayMTU}
 	t.mss = uint16(min(c.TunnelMTU, c.OverlayMTU) - 40)
+	t.mss6 = t.mss - 20 // the IPv6 header is 20 bytes longer
 
 	ov := c.Overlay
 	ov.Peers = append([]netip.Addr(nil), ov.Peers...)
@@ -197,13 +198,6 @@ func compile(cfg Config, check bool) (*tables, error) {
 		}
 	}
 
-	for _, p := range append(slices.Clip(c.NAT), c.LocalNAT...) {
-		if p.From.Addr().Is6() || p.To.Addr().Is6() {
-			// The NAT translates IPv6 (nat.RewriteDst6), but the packet path does not carry
-			// IPv6 yet: refuse rather than accept a map that nothing would apply.
-			errs = append(errs, fmt.Errorf("NAT pair %s: the dataplane forwards IPv4 only so far", p))
-		}
-	}
 	in, err := nat.NewPrefixMap(c.NAT...)
 	if err != nil {
 		errs = append(errs, err)

@@ -59,8 +59,8 @@ const (
 	// not an address of the node that sent it (its pod CIDRs, its pods, its external address).
 	DropSpoofedSource
 
-	// DropMalformedIP: the inner packet is not a valid IPv4 packet (bad header, checksum,
-	// lengths) or is IPv6, which is not forwarded yet.
+	// DropMalformedIP: the inner packet is not a valid IPv4 or IPv6 packet (bad header,
+	// checksum, lengths, an IPv6 jumbogram).
 	DropMalformedIP
 	// DropNoRoute: no route for the destination on the far side. From the tunnel also: a
 	// local address the peer is not given (a real one under LocalNAT, the gateway's overlay
@@ -79,6 +79,9 @@ const (
 	DropNATTruncated
 	// DropNATBadQuote: an ICMP error quoting a malformed packet.
 	DropNATBadQuote
+	// DropNATUnsupported: an IPv6 packet the NAT does not translate (a routing header with
+	// segments left, too many extension headers).
+	DropNATUnsupported
 	// DropLocalUnavailable: for a local address, but no handler is attached or it refused.
 	DropLocalUnavailable
 	// DropQueueFull: an injected packet found the queue into the tunnel full.
@@ -127,6 +130,7 @@ var counterNames = [NumCounters]string{
 	DropNATUnmatched:     "drop-nat-unmatched",
 	DropNATTruncated:     "drop-nat-truncated",
 	DropNATBadQuote:      "drop-nat-bad-icmp-quote",
+	DropNATUnsupported:   "drop-nat-unsupported",
 	DropLocalUnavailable: "drop-local-unavailable",
 	DropQueueFull:        "drop-queue-full",
 	DropSend:             "drop-send-failed",

@@ -34,11 +34,23 @@ func (d *Dataplane) Write(bufs [][]byte, offset int) (int, error) {
 			b.tl[DropMalformedIP]++
 			continue
 		}
-		node, ip, ok := d.fromTunnel(b, buf[offset:])
+		pkt := buf[offset:]
+		var (
+			node nodeHop
+			ip   []byte
+			ok   bool
+		)
+		etherType := uint16(packet.EtherTypeIPv4)
+		if pkt[0]>>4 == 6 {
+			etherType = packet.EtherTypeIPv6
+			node, ip, ok = d.fromTunnel6(b, pkt)
+		} else {
+			node, ip, ok = d.fromTunnel(b, pkt)
+		}
 		if !ok {
 			continue
 		}
-		b.t.vtep.PutHeader(d.wheads[k][:], node.mac, packet.EtherTypeIPv4)
+		b.t.vtep.PutHeader(d.wheads[k][:], node.mac, etherType)
 		d.wmsgs[k] = Message{Head: d.wheads[k][:], Body: ip, Addr: node.addr}
 		k++
 	}
@@ -121,6 +133,52 @@ func (d *Dataplane) fromTunnel(b *batch, pkt []byte) (node nodeHop, ip packet.IP
 		return node, nil, false
 	}
 	b.clamp(ip)
+	return t.nodes[hop-hopNode], ip, true
+}
+
+// fromTunnel6 is fromTunnel for IPv6. Like forwardToTunnel6, it drops (and counts) what would
+// need an ICMPv6 error, and the gateway's own addresses are IPv4 only so far.
+func (d *Dataplane) fromTunnel6(b *batch, pkt []byte) (node nodeHop, ip packet.IPv6, ok bool) {
+	t := b.t
+	ip, err := packet.ParseIPv6(pkt)
+	if err != nil {
+		b.tl[DropMalformedIP]++
+		return node, nil, false
+	}
+	dst, presented := ip.Dst(), false
+	if t.ownBack != nil {
+		dst, presented = t.ownBack.Map6(dst)
+	}
+	hop, found := t.routes.Lookup6(dst)
+	switch {
+	case !found, hop == hopLocal, hop >= hopNode && t.ownBack != nil && !presented:
+		b.tl[DropNoRoute]++
+		return node, nil, false
+	case hop == hopTunnel:
+		b.tl[DropLoop]++
+		return node, nil, false
+	case isLinkLocal6(ip.Src()):
+		b.tl[DropLinkLocalSource]++
+		return node, nil, false
+	}
+	if ip.HopLimit() <= 1 {
+		b.tl[DropTTL]++
+		return node, nil, false
+	}
+	if len(ip) > t.overlayMTU {
+		b.tl[DropTooBig]++
+		return node, nil, false
+	}
+	ip.SetHopLimit(ip.HopLimit() - 1)
+	peer, own := t.out.RewriteSrc6(ip), nat.Matched
+	if t.ownBack != nil && peer != nat.Truncated && peer != nat.BadQuote && peer != nat.Unsupported {
+		own = t.ownBack.RewriteDst6(ip)
+	}
+	if c, drop := b.natVerdict(peer, own, 1); drop {
+		b.tl[c]++
+		return node, nil, false
+	}
+	b.clamp6(ip)
 	return t.nodes[hop-hopNode], ip, true
 }
 

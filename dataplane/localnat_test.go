@@ -1,7 +1,6 @@
 package dataplane_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/skein-net/skein/dataplane"
@@ -149,20 +148,6 @@ func TestLocalNAT(t *testing.T) {
 		cfg.LocalNAT = append(cfg.LocalNAT, nat.Pair{From: pfx("10.244.1.0/24"), To: pfx("10.98.1.0/24")})
 		if err := dataplane.Validate(cfg); err == nil {
 			t.Error("Validate accepted overlapping local NAT pairs")
-		}
-	})
-
-	t.Run("IPv6 pairs are refused while the path carries IPv4 only", func(t *testing.T) {
-		for _, pairs := range [][]nat.Pair{nil, {{From: pfx("fd71::/64"), To: pfx("2001:db8:244::/64")}}} {
-			cfg := localNATConfig()
-			if pairs == nil {
-				cfg.LocalNAT = append(cfg.LocalNAT, nat.Pair{From: pfx("fd00:244::/64"), To: pfx("fd00:99::/64")})
-			} else {
-				cfg.NAT = append(cfg.NAT, pairs...)
-			}
-			if err := dataplane.Validate(cfg); err == nil || !strings.Contains(err.Error(), "IPv4 only") {
-				t.Errorf("Validate: %v, want an error saying the dataplane forwards IPv4 only", err)
-			}
 		}
 	})
 }

@@ -121,7 +121,7 @@ func BenchmarkReconfigAtLimits(b *testing.B) {
 	plus.Nodes = append([]dataplane.Node(nil), cfg.Nodes...)
 	last := &plus.Nodes[len(plus.Nodes)-1]
 	last.Pods = append(append([]netip.Addr(nil), last.Pods...), limitPod(limitNodes-1, podsPerNode))
-	dp, bufs, sizes := toTunnelSetup(b, cfg)
+	dp, bufs, sizes := toTunnelSetup(b, cfg, "10.244.1.5")
 	var worst time.Duration
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {

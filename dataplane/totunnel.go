@@ -193,7 +193,77 @@ func (d *Dataplane) toTunnel(b *batch, m *Message, slot int) (int, split) {
 		b.tl[DropLinkLocalSource]++
 		return 0, split{}
 	}
+	// The inner Ethernet header (in m.Head after Decap) says which IP version the packet is.
+	if overlay.InnerEtherType(m.Head) == packet.EtherTypeIPv6 {
+		if len(inner) == 0 || inner[0]>>4 != 6 {
+			b.tl[DropMalformedIP]++
+			return 0, split{}
+		}
+		return d.forwardToTunnel6(b, inner, uint32(hopNode+peer)), split{}
+	}
 	return d.forwardToTunnel(b, inner, slot, uint32(hopNode+peer))
+}
+
+// isLinkLocal6 reports whether a is in fe80::/10.
+func isLinkLocal6(a [16]byte) bool { return a[0] == 0xfe && a[1]&0xc0 == 0x80 }
+
+// forwardToTunnel6 is forwardToTunnel for IPv6: routes, checks, translates and clamps an inner
+// IPv6 packet from the overlay, and returns its size (0: not for the tunnel). Superpackets are
+// not cut (the agents turn segmentation offload off on the overlay device), and the errors a
+// router sends (time exceeded, packet too big) are not generated yet: such packets are dropped
+// and counted.
+func (d *Dataplane) forwardToTunnel6(b *batch, inner []byte, sender uint32) int {
+	t := b.t
+	ip, err := packet.ParseIPv6(inner)
+	if err != nil {
+		b.tl[DropMalformedIP]++
+		return 0
+	}
+	if isLinkLocal6(ip.Src()) {
+		b.tl[DropLinkLocalSource]++
+		return 0
+	}
+	hop, ok := t.routes.Lookup6(ip.Dst())
+	switch {
+	case !ok:
+		b.tl[DropNoRoute]++
+		return 0
+	case hop == hopLocal:
+		b.tl[DropLocalUnavailable]++ // the netstack has no IPv6 address yet
+		return 0
+	case hop != hopTunnel:
+		b.tl[DropLoop]++
+		return 0
+	}
+	if owner, ok := t.routes.Lookup6(ip.Src()); !ok || owner != sender {
+		b.tl[DropSpoofedSource]++
+		return 0
+	}
+	if ip.HopLimit() <= 1 {
+		b.tl[DropTTL]++
+		return 0
+	}
+	if len(ip) > t.tunnelMTU {
+		b.tl[DropTooBig]++
+		return 0
+	}
+	ip.SetHopLimit(ip.HopLimit() - 1)
+	peer, own := t.in.RewriteDst6(ip), nat.Matched
+	if t.own != nil && peer != nat.Truncated && peer != nat.BadQuote && peer != nat.Unsupported {
+		if _, ok := t.own.Map6(ip.Src()); ok {
+			own = t.own.RewriteSrc6(ip)
+		} else {
+			own = nat.NoMatch
+		}
+	}
+	if c, drop := b.natVerdict(peer, own, 1); drop {
+		b.tl[c]++
+		return 0
+	}
+	b.clamp6(ip)
+	b.tl[Forwarded]++
+	b.tl[Bytes] += uint64(len(ip))
+	return len(ip)
 }
 
 // forwardToTunnel routes, checks, translates and clamps an inner packet from the overlay, sent

@@ -171,7 +171,8 @@ const (
 	DropGeneveControl
 	// DropNotForUs: the inner frame is addressed to another MAC, or is ARP for another IP.
 	DropNotForUs
-	// DropEtherType: the inner frame is neither IPv4 nor ARP (IPv6 is not forwarded yet).
+	// DropEtherType: the inner frame is neither IPv4, IPv6 nor ARP. (Neighbour discovery is
+	// not answered: the agents program the gateway's overlay MAC as a permanent neighbour.)
 	DropEtherType
 	// DropARP: ARP that needs no answer (replies, other hardware types, malformed).
 	DropARP
@@ -221,6 +222,12 @@ func (v *VTEP) DecapPeer(src netip.Addr, head, body []byte) ([]byte, Result, int
 	}
 	inner, res := v.decap(head, body)
 	return inner, res, int(peer)
+}
+
+// InnerEtherType is the EtherType of the inner Ethernet header of a datagram's head after
+// Decap delivered it (Decap leaves that header there for Geneve with options too).
+func InnerEtherType(head []byte) uint16 {
+	return binary.BigEndian.Uint16(head[8+12:])
 }
 
 // decap is Decap after the sender is known.
@@ -278,7 +285,7 @@ func (v *VTEP) decapGeneveOptions(head, body []byte, opt int) ([]byte, Result) {
 func (v *VTEP) inner(eth [packet.EthernetHeaderLen]byte, head, body []byte) ([]byte, Result) {
 	e := packet.Ethernet(eth[:])
 	switch e.EtherType() {
-	case packet.EtherTypeIPv4:
+	case packet.EtherTypeIPv4, packet.EtherTypeIPv6:
 		if e.Dst() != v.mac {
 			return nil, DropNotForUs
 		}
