@@ -3,7 +3,6 @@ package nat_test
 import (
 	"bytes"
 	"encoding/binary"
-	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -208,6 +207,6 @@ func (s rawSock) next(t *testing.T, from []byte) []byte {
 		}
 		return append([]byte(nil), buf[14:n]...)
 	}
-	t.Fatal(fmt.Sprintf("nothing from %x came through the kernel's NAT in 5 s", from))
+	t.Fatalf("nothing from %x came through the kernel's NAT in 5 s", from)
 	return nil
 }
