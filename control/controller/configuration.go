@@ -53,7 +53,8 @@ type ConfigurationReconciler struct {
 	Events events.EventRecorder
 	// APIServerEndpoints names the EndpointSlice of the API server's addresses (default:
 	// default/kubernetes): a peer's CIDR that covers one is remapped like one covering a node.
-	// Read through Reader at each reconcile; unreadable (no RBAC) is logged once and skipped.
+	// Read through Reader at most every apiServerAddressesTTL; unreadable (no RBAC) is logged
+	// once and skipped.
 	APIServerEndpoints types.NamespacedName
 
 	restore      sync.Once

@@ -66,6 +66,16 @@ func startConfigurationsTB(t testing.TB, env *apitest.Env, opts ...func(*control
 	}
 }
 
+// apiServerSlice creates an EndpointSlice of the API server's address in ns (a managed control
+// plane's, off the node network), for ConfigurationReconciler.APIServerEndpoints.
+func apiServerSlice(t *testing.T, c client.Client, ns, addr string) *discoveryv1.EndpointSlice {
+	t.Helper()
+	es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "apiserver", Namespace: ns}, AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{addr}}}}
+	apitest.Must(t, c.Create(context.Background(), es))
+	return es
+}
+
 func conf(ns, name, id, pod, ext string) *netv1alpha1.Configuration {
 	return &netv1alpha1.Configuration{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: id}},
@@ -279,9 +289,7 @@ func TestDangerousPeers(t *testing.T) {
 	}
 	node("a", "192.168.77.2")
 	// The API server's endpoint, off the node network (a managed control plane).
-	apiES := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "apiserver", Namespace: ns}, AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"172.31.3.4"}}}}
-	apitest.Must(t, c.Create(ctx, apiES))
+	apiES := apiServerSlice(t, c, ns, "172.31.3.4")
 	stop := startConfigurations(t, env, func(r *controller.ConfigurationReconciler) { r.APIServerEndpoints = client.ObjectKeyFromObject(apiES) })
 	defer stop()
 
@@ -521,9 +529,7 @@ func TestConfigurationWritesOnlyChanges(t *testing.T) {
 	c := env.Client
 	ns := env.Namespace(t, "confwrites")
 	ctx := context.Background()
-	apiES := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "apiserver", Namespace: ns}, AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"172.31.3.4"}}}}
-	apitest.Must(t, c.Create(ctx, apiES))
+	apiES := apiServerSlice(t, c, ns, "172.31.3.4")
 	counter := &writeCounter{}
 	apiReads := &atomic.Int64{}
 	stop := startConfigurations(t, env, func(r *controller.ConfigurationReconciler) {
@@ -542,14 +548,7 @@ func TestConfigurationWritesOnlyChanges(t *testing.T) {
 	if len(got.Finalizers) != 0 {
 		t.Errorf("finalizers %v, want none", got.Finalizers)
 	}
-	settled := func() int64 {
-		for last := int64(-1); ; time.Sleep(time.Second) {
-			if n := counter.writes.Load(); n == last {
-				return n
-			}
-			last = counter.writes.Load()
-		}
-	}
+	settled := func() int64 { return settle(&counter.writes) }
 	if n := settled(); n != 1 {
 		t.Errorf("%d writes to map one Configuration, want 1 (its status)", n)
 	}
@@ -602,9 +601,7 @@ func TestAPIServerAddressesAfterAFailedRead(t *testing.T) {
 	c := env.Client
 	ns := env.Namespace(t, "apifail")
 	ctx := context.Background()
-	apiES := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "apiserver", Namespace: ns}, AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"172.31.3.4"}}}}
-	apitest.Must(t, c.Create(ctx, apiES))
+	apiES := apiServerSlice(t, c, ns, "172.31.3.4")
 	stop := startConfigurations(t, env, func(r *controller.ConfigurationReconciler) {
 		r.Reader = &failingOnceReader{Reader: r.Reader}
 		r.APIServerEndpoints = client.ObjectKeyFromObject(apiES)

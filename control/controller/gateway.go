@@ -481,7 +481,7 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 // applying each object every time made 1,000 peerings cost the API server some 30,000 writes
 // that changed nothing. An object someone else changed is applied again, which repairs it.
 func (r *GatewayReconciler) applyChanged(ctx context.Context, owner, obj client.Object) error {
-	gvk, err := apiutil.GVKForObject(obj, r.Client.Scheme())
+	key, err := r.appliedKeyOf(obj)
 	if err != nil {
 		return err
 	}
@@ -489,7 +489,6 @@ func (r *GatewayReconciler) applyChanged(ctx context.Context, owner, obj client.
 	if err != nil {
 		return err
 	}
-	key := appliedKey{gvk, obj.GetNamespace(), obj.GetName()}
 	hash := sha256.Sum256(content)
 	if v, ok := r.applied.Load(key); ok && v.(appliedRecord).hash == hash {
 		rec := v.(appliedRecord)
@@ -508,6 +507,12 @@ func (r *GatewayReconciler) applyChanged(ctx context.Context, owner, obj client.
 	return nil
 }
 
+// appliedKeyOf is obj's key in the applied records.
+func (r *GatewayReconciler) appliedKeyOf(obj client.Object) (appliedKey, error) {
+	gvk, err := apiutil.GVKForObject(obj, r.Client.Scheme())
+	return appliedKey{gvk, obj.GetNamespace(), obj.GetName()}, err
+}
+
 // deleteObsolete deletes obj's namesake if it is owner's: an object the gateway no longer
 // renders (its PodDisruptionBudget once it runs one replica, its pods ClusterRoleBinding once it
 // no longer watches pods). It reads the API server only when this controller applied the object
@@ -517,11 +522,10 @@ func (r *GatewayReconciler) applyChanged(ctx context.Context, owner, obj client.
 // 4,000 reads for 1,000 peerings coming up.) removeAll, which must leave nothing, reads around
 // the cache.
 func (r *GatewayReconciler) deleteObsolete(ctx context.Context, owner, obj client.Object) error {
-	gvk, err := apiutil.GVKForObject(obj, r.Client.Scheme())
+	key, err := r.appliedKeyOf(obj)
 	if err != nil {
 		return err
 	}
-	key := appliedKey{gvk, obj.GetNamespace(), obj.GetName()}
 	_, applied := r.applied.Load(key)
 	existing, err := r.fromCache(ctx, obj)
 	if err != nil || (existing == nil && !applied) {

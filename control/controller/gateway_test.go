@@ -478,6 +478,18 @@ func TestParsePodRoutes(t *testing.T) {
 }
 
 // countingClient counts server-side applies.
+// settle waits until n has not moved for a second (the reconcilers have settled) and returns
+// it.
+func settle(n *atomic.Int64) int64 {
+	for last := int64(-1); ; time.Sleep(time.Second) {
+		v := n.Load()
+		if v == last {
+			return v
+		}
+		last = v
+	}
+}
+
 // readerWrapper is a client wrapper that wraps the API reader too.
 type readerWrapper interface {
 	wrapReader(client.Reader) client.Reader
@@ -539,16 +551,7 @@ func TestGatewayAppliesOnlyChanges(t *testing.T) {
 		c.Get(ctx, key, gs)
 		return gs.Status.Endpoint != nil && meta.IsStatusConditionTrue(gs.Status.Conditions, netv1alpha1.ConditionReady)
 	})
-	// Settled: no apply for a second.
-	settled := func() int64 {
-		for last := int64(-1); ; time.Sleep(time.Second) {
-			n := counting.applies.Load()
-			if n == last {
-				return n
-			}
-			last = n
-		}
-	}
+	settled := func() int64 { return settle(&counting.applies) }
 	before := settled()
 	if before == 0 {
 		t.Fatal("no apply counted: the test does not see the reconciler's writes")

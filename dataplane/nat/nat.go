@@ -158,7 +158,7 @@ func (m *PrefixMap) Map4(a [4]byte) ([4]byte, bool) {
 // Map returns where m maps a, and whether any pair matched.
 func (m *PrefixMap) Map(a netip.Addr) (netip.Addr, bool) {
 	if a.Is6() && !a.Is4In6() {
-		out, ok, _ := m.map6(a.As16())
+		out, ok := m.Map6(a.As16())
 		return netip.AddrFrom16(out), ok
 	}
 	if !a.Is4() {

@@ -71,12 +71,6 @@ func ChecksumNeutral(p Pair) bool {
 	return foldDelta(packet.Delta16(p.From.Masked().Addr().As16(), p.To.Masked().Addr().As16())) == 0
 }
 
-// map6 returns the mapped address, whether a pair matched and whether it changes a.
-func (m *PrefixMap) map6(a [16]byte) (out [16]byte, matched, changes bool) {
-	out, p := m.match6(a)
-	return out, p != nil, p != nil && !p.identity
-}
-
 func (m *PrefixMap) match6(a [16]byte) ([16]byte, *pair6) {
 	hi, lo := binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:])
 	p := m.find6(hi, lo)

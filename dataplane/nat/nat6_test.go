@@ -61,9 +61,9 @@ func TestRewrite6(t *testing.T) {
 	// the quoted addresses too.
 	echoQuoted := icmp6("2001:db8:1::1", local, packet.ICMPv6TimeExceeded, 0, [4]byte{},
 		icmp6(local, seen, packet.ICMPv6EchoRequest, 0, [4]byte{0, 1, 0, 1}, []byte("ping")))
-	hbh := pt.IPv6{Src: local, Dst: seen, Next: packet.ProtoHopByHop, Proto: 17,
-		Ext: [][]byte{pt.ExtHeader(8), pt.ExtHeader(16)}, Payload: pt.UDP(local, seen, 1, 2, payload, false)}
-	hbh.Ext[1][0] = packet.ProtoDestOpts // the kind of Ext[1], read by Build from Ext[1][0]
+	hbh := pt.IPv6{Src: local, Dst: seen, Proto: 17,
+		Ext:     [][]byte{pt.ExtHeader(packet.ProtoHopByHop, 8), pt.ExtHeader(packet.ProtoDestOpts, 16)},
+		Payload: pt.UDP(local, seen, 1, 2, payload, false)}
 	first := pt.IPv6{Src: local, Dst: seen, Next: packet.ProtoFragment, Proto: 6,
 		Ext: [][]byte{pt.FragmentHeader(0, true, 7)}, Payload: pt.TCP(local, seen, 1, 2, 0x10, nil, payload)}
 	later := pt.IPv6{Src: local, Dst: seen, Next: packet.ProtoFragment, Proto: 6,
@@ -73,11 +73,9 @@ func TestRewrite6(t *testing.T) {
 	routedDone := routed
 	routedDone.Ext = [][]byte{pt.RoutingHeader(0, "2001:db8:9::9")}
 	routedDone.Payload = pt.UDP(local, seen, 1, 2, payload, false)
-	deep := pt.IPv6{Src: local, Dst: seen, Next: packet.ProtoDestOpts, Proto: 17, Payload: pt.UDP(local, seen, 1, 2, nil, false)}
+	deep := pt.IPv6{Src: local, Dst: seen, Proto: 17, Payload: pt.UDP(local, seen, 1, 2, nil, false)}
 	for range packet.MaxIPv6ExtHeaders + 1 {
-		h := pt.ExtHeader(8)
-		h[0] = packet.ProtoDestOpts
-		deep.Ext = append(deep.Ext, h)
+		deep.Ext = append(deep.Ext, pt.ExtHeader(packet.ProtoDestOpts, 8))
 	}
 
 	for _, tc := range []struct {

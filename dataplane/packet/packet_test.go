@@ -301,29 +301,29 @@ func BenchmarkChecksum1400(b *testing.B) {
 func TestIPv6Upper(t *testing.T) {
 	s, d := "2001:db8::1", "2001:db8::2"
 	udp := packettest.UDP(s, d, 1, 2, []byte("x"), false)
-	hbh, dopt := packettest.ExtHeader(8), packettest.ExtHeader(16)
-	dopt[0] = packet.ProtoDestOpts
+	hbh, dopt := packettest.ExtHeader(packet.ProtoHopByHop, 8), packettest.ExtHeader(packet.ProtoDestOpts, 16)
 	ah := make([]byte, 16)
 	ah[0], ah[1] = packet.ProtoAH, 2 // (2+2)*4 = 16 bytes
 	for _, tc := range []struct {
 		name string
-		pkt  packettestIPv6
+		pkt  packettest.IPv6
 		want packet.IPv6Upper
 		err  error
 	}{
-		{"no extension headers", packettestIPv6{Next: 17, Payload: udp}, packet.IPv6Upper{Proto: 17, Offset: 40}, nil},
-		{"hop-by-hop and destination options", packettestIPv6{Next: 0, Proto: 17, Ext: [][]byte{hbh, dopt}, Payload: udp}, packet.IPv6Upper{Proto: 17, Offset: 64}, nil},
-		{"authentication header", packettestIPv6{Next: packet.ProtoAH, Proto: 17, Ext: [][]byte{ah}, Payload: udp}, packet.IPv6Upper{Proto: 17, Offset: 56}, nil},
-		{"first fragment", packettestIPv6{Next: 44, Proto: 6, Ext: [][]byte{packettest.FragmentHeader(0, true, 1)}, Payload: udp},
+		{"no extension headers", packettest.IPv6{Next: 17, Payload: udp}, packet.IPv6Upper{Proto: 17, Offset: 40}, nil},
+		{"hop-by-hop and destination options", packettest.IPv6{Next: 0, Proto: 17, Ext: [][]byte{hbh, dopt}, Payload: udp}, packet.IPv6Upper{Proto: 17, Offset: 64}, nil},
+		{"authentication header", packettest.IPv6{Next: packet.ProtoAH, Proto: 17, Ext: [][]byte{ah}, Payload: udp}, packet.IPv6Upper{Proto: 17, Offset: 56}, nil},
+		{"first fragment", packettest.IPv6{Next: 44, Proto: 6, Ext: [][]byte{packettest.FragmentHeader(0, true, 1)}, Payload: udp},
 			packet.IPv6Upper{Proto: 6, Offset: 48, Fragmented: true}, nil},
-		{"later fragment", packettestIPv6{Next: 44, Proto: 6, Ext: [][]byte{packettest.FragmentHeader(1232, false, 1)}, Payload: udp},
+		{"later fragment", packettest.IPv6{Next: 44, Proto: 6, Ext: [][]byte{packettest.FragmentHeader(1232, false, 1)}, Payload: udp},
 			packet.IPv6Upper{Proto: 6, Offset: 48, Fragmented: true, FragmentOffset: 1232}, nil},
-		{"routing header", packettestIPv6{Next: 43, Proto: 17, Ext: [][]byte{packettest.RoutingHeader(2, d, s)}, Payload: udp},
+		{"routing header", packettest.IPv6{Next: 43, Proto: 17, Ext: [][]byte{packettest.RoutingHeader(2, d, s)}, Payload: udp},
 			packet.IPv6Upper{Proto: 17, Offset: 80, SegmentsLeft: 2}, nil},
-		{"no next header", packettestIPv6{Next: packet.ProtoNoNext}, packet.IPv6Upper{Proto: packet.ProtoNoNext, Offset: 40}, nil},
-		{"header past the end", packettestIPv6{Next: 0, Payload: []byte{17, 1, 0, 0, 0, 0, 0, 0}}, packet.IPv6Upper{}, packet.ErrTruncated},
+		{"no next header", packettest.IPv6{Next: packet.ProtoNoNext}, packet.IPv6Upper{Proto: packet.ProtoNoNext, Offset: 40}, nil},
+		{"header past the end", packettest.IPv6{Next: 0, Payload: []byte{17, 1, 0, 0, 0, 0, 0, 0}}, packet.IPv6Upper{}, packet.ErrTruncated},
 	} {
-		b := packettest.IPv6{Src: s, Dst: d, Next: tc.pkt.Next, Proto: tc.pkt.Proto, Ext: tc.pkt.Ext, Payload: tc.pkt.Payload}.Build()
+		tc.pkt.Src, tc.pkt.Dst = s, d
+		b := tc.pkt.Build()
 		ip, err := packet.ParseIPv6(b)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -336,9 +336,7 @@ func TestIPv6Upper(t *testing.T) {
 	// A chain longer than MaxIPv6ExtHeaders is refused, not walked.
 	var chain [][]byte
 	for range packet.MaxIPv6ExtHeaders + 1 {
-		h := packettest.ExtHeader(8)
-		h[0] = packet.ProtoDestOpts
-		chain = append(chain, h)
+		chain = append(chain, packettest.ExtHeader(packet.ProtoDestOpts, 8))
 	}
 	ip, _ := packet.ParseIPv6(packettest.IPv6{Src: s, Dst: d, Next: packet.ProtoDestOpts, Proto: 17, Ext: chain, Payload: udp}.Build())
 	if _, err := ip.Upper(); err != packet.ErrUnsupported {
@@ -355,16 +353,9 @@ func TestIPv6Upper(t *testing.T) {
 	}
 }
 
-// packettestIPv6 is the part of packettest.IPv6 a TestIPv6Upper case varies.
-type packettestIPv6 struct {
-	Next, Proto uint8
-	Ext         [][]byte
-	Payload     []byte
-}
-
 // FuzzIPv6Upper: the walk never panics, and what it returns lies within the packet.
 func FuzzIPv6Upper(f *testing.F) {
-	f.Add(packettest.IPv6{Src: "2001:db8::1", Dst: "2001:db8::2", Next: 0, Proto: 17, Ext: [][]byte{packettest.ExtHeader(8)}, Payload: []byte("12345678")}.Build())
+	f.Add(packettest.IPv6{Src: "2001:db8::1", Dst: "2001:db8::2", Next: 0, Proto: 17, Ext: [][]byte{packettest.ExtHeader(packet.ProtoHopByHop, 8)}, Payload: []byte("12345678")}.Build())
 	f.Add(packettest.IPv6{Src: "2001:db8::1", Dst: "2001:db8::2", Next: 44, Proto: 6, Ext: [][]byte{packettest.FragmentHeader(8, true, 3)}}.Build())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ip, err := packet.ParseIPv6(b)

@@ -63,13 +63,13 @@ func pseudoFor(src, dst string, proto uint8, n int) []byte {
 type IPv6 struct {
 	Src, Dst string // IPv6 addresses
 	HopLimit uint8  // 64 if zero
-	// Next is the protocol of what follows the fixed header: of Ext[0] when there are
-	// extension headers, else of Payload.
+	// Next is the payload's protocol when there are no extension headers.
 	Next uint8
-	// Ext are extension headers, each complete (its next-header and length bytes included);
-	// Build fills their next-header bytes: each names the following one, the last Proto.
+	// Ext are extension headers as ExtHeader, FragmentHeader and RoutingHeader make them:
+	// complete, with their own kind in their first byte. Build chains them: the fixed header
+	// names Ext[0]'s kind, each header the next one's, the last Proto.
 	Ext [][]byte
-	// Proto is the payload's protocol, used when there are extension headers.
+	// Proto is the payload's protocol when there are extension headers.
 	Proto        uint8
 	TrafficClass uint8
 	Payload      []byte
@@ -77,8 +77,12 @@ type IPv6 struct {
 
 // Build returns the packet, its payload and extension headers copied as they are.
 func (p IPv6) Build() []byte {
+	next := p.Next
 	var ext []byte
 	for i, h := range p.Ext {
+		if i == 0 {
+			next = h[0]
+		}
 		h = append([]byte(nil), h...)
 		if i+1 < len(p.Ext) {
 			h[0] = p.Ext[i+1][0]
@@ -91,7 +95,7 @@ func (p IPv6) Build() []byte {
 	b[0] = 0x60 | p.TrafficClass>>4
 	b[1] = p.TrafficClass << 4
 	binary.BigEndian.PutUint16(b[4:], uint16(len(b)-40))
-	b[6] = p.Next
+	b[6] = next
 	b[7] = p.HopLimit
 	if b[7] == 0 {
 		b[7] = 64
@@ -104,11 +108,11 @@ func (p IPv6) Build() []byte {
 	return b
 }
 
-// ExtHeader is an IPv6 extension header of the Hop-by-Hop/Routing/Destination Options shape,
-// length n bytes (a multiple of 8, at least 8); its next-header byte is filled by IPv6.Build.
-func ExtHeader(n int) []byte {
+// ExtHeader is an IPv6 extension header of the given kind (Hop-by-Hop, Destination Options)
+// with PadN over its n bytes (a multiple of 8, at least 8), for IPv6.Ext.
+func ExtHeader(kind uint8, n int) []byte {
 	h := make([]byte, n)
-	h[1] = byte(n/8 - 1)
+	h[0], h[1] = kind, byte(n/8-1)
 	if n > 2 {
 		h[2] = 1 // a PadN option over the rest
 		h[3] = byte(n - 4)
@@ -116,9 +120,11 @@ func ExtHeader(n int) []byte {
 	return h
 }
 
-// FragmentHeader is an IPv6 Fragment header for the given byte offset (a multiple of 8).
+// FragmentHeader is an IPv6 Fragment header for the given byte offset (a multiple of 8), for
+// IPv6.Ext.
 func FragmentHeader(offset int, more bool, id uint32) []byte {
 	h := make([]byte, 8)
+	h[0] = 44
 	v := uint16(offset)
 	if more {
 		v |= 1
@@ -128,10 +134,11 @@ func FragmentHeader(offset int, more bool, id uint32) []byte {
 	return h
 }
 
-// RoutingHeader is a type-4 (segment routing) Routing header listing segs, with segmentsLeft.
+// RoutingHeader is a type-4 (segment routing) Routing header listing segs, with segmentsLeft,
+// for IPv6.Ext.
 func RoutingHeader(segmentsLeft uint8, segs ...string) []byte {
 	h := make([]byte, 8+16*len(segs))
-	h[1] = byte(2 * len(segs))
+	h[0], h[1] = 43, byte(2*len(segs))
 	h[2] = 4
 	h[3] = segmentsLeft
 	for i, s := range segs {
