@@ -67,6 +67,14 @@ func heavyKubernetes(path string) bool {
 		strings.HasPrefix(path, "k8s.io/client-go/kubernetes")
 }
 
+// gatewayForbidden reports packages the gateway must not link (see checkLayout).
+func gatewayForbidden(path string) bool {
+	if path == "k8s.io/api/core/v1" || path == "k8s.io/api/coordination/v1" {
+		return false
+	}
+	return heavyKubernetes(path)
+}
+
 // checkLayout applies the dependency direction of DESIGN.md to a module's packages and returns
 // one line per violation:
 //
@@ -86,7 +94,11 @@ func heavyKubernetes(path string) bool {
 //	  - the node agent (cmd/skein-agent) depends on neither controller-runtime nor client-go's
 //	    typed clients and scheme nor k8s.io/api: their registration of every built-in kind costs
 //	    more memory than the agent's 30 MiB budget allows (control/agent/apiclient reads the API
-//	    instead).
+//	    instead);
+//	  - the gateway (cmd/skein-gateway) depends on neither controller-runtime nor client-go's
+//	    typed clients and scheme nor the Prometheus client library, and of k8s.io/api only on
+//	    core/v1 and coordination/v1 (a hub runs a gateway per peer, each within 16 MiB idle:
+//	    control/gateway/api.go reads the API, appliance/metrics.go writes the metrics).
 //
 // Test files may import gvisor.dev in dataplane (gVisor's header package checks our parsers),
 // but may not import appliance or cmd from outside them.
@@ -128,6 +140,13 @@ func checkLayout(pkgs []goPackage) []string {
 			for _, d := range p.Deps {
 				if heavyKubernetes(d) {
 					report(p, "depends on %s; the node agent must stay off controller-runtime, client-go/kubernetes and k8s.io/api (see control/agent/apiclient)", d)
+				}
+			}
+		}
+		if p.ImportPath == module+"/cmd/skein-gateway" {
+			for _, d := range p.Deps {
+				if gatewayForbidden(d) {
+					report(p, "depends on %s; the gateway must stay off controller-runtime, client-go/kubernetes, the Prometheus client library and k8s.io/api but core/v1 and coordination/v1 (see control/gateway/api.go)", d)
 				}
 			}
 		}
@@ -217,6 +236,9 @@ func TestLayoutRulesCatch(t *testing.T) {
 		{"agent depends on the controller", goPackage{ImportPath: m("control/agent"), Deps: []string{m("control/controller/ipam")}}, "serve different binaries"},
 		{"agent pulls controller-runtime", goPackage{ImportPath: m("cmd/skein-agent"), Deps: []string{"sigs.k8s.io/controller-runtime/pkg/client"}}, "node agent must stay off"},
 		{"agent pulls core/v1", goPackage{ImportPath: m("cmd/skein-agent"), Deps: []string{"k8s.io/api/core/v1"}}, "node agent must stay off"},
+		{"gateway pulls controller-runtime", goPackage{ImportPath: m("cmd/skein-gateway"), Deps: []string{"sigs.k8s.io/controller-runtime/pkg/cache"}}, "gateway must stay off"},
+		{"gateway pulls the typed clientset", goPackage{ImportPath: m("cmd/skein-gateway"), Deps: []string{"k8s.io/client-go/kubernetes"}}, "gateway must stay off"},
+		{"gateway pulls apps/v1", goPackage{ImportPath: m("cmd/skein-gateway"), Deps: []string{"k8s.io/api/apps/v1"}}, "gateway must stay off"},
 	}
 	for _, tc := range cases {
 		got := checkLayout([]goPackage{tc.pkg})
@@ -225,7 +247,7 @@ func TestLayoutRulesCatch(t *testing.T) {
 		}
 	}
 	allowed := []goPackage{
-		{ImportPath: m("cmd/skein-gateway"), Imports: []string{m("appliance")}},
+		{ImportPath: m("cmd/skein-gateway"), Imports: []string{m("appliance")}, Deps: []string{"k8s.io/api/core/v1", "k8s.io/api/coordination/v1", "k8s.io/client-go/rest", "github.com/prometheus/common/expfmt"}},
 		{ImportPath: m("cmd/skeinctl"), Imports: []string{m("cmd/skeinctl/internal/out")}},
 		{ImportPath: m("appliance"), Imports: []string{m("netstack"), m("control"), m("dataplane")}},
 		{ImportPath: m("netstack"), Imports: []string{"gvisor.dev/gvisor/pkg/tcpip/stack", m("dataplane")}, Deps: []string{m("dataplane")}},

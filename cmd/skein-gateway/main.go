@@ -14,10 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/skein-net/skein/appliance"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
@@ -109,9 +107,8 @@ func main() {
 	if err != nil {
 		fail(2, "%v", err)
 	}
-	// controller-runtime's caches and client-go's reflectors log through these (watch errors,
-	// such as a missing RBAC rule, would otherwise go unseen).
-	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	// client-go's reflectors log through klog (watch errors, such as a missing RBAC rule,
+	// would otherwise go unseen).
 	klog.SetSlogLogger(log)
 	bi := buildinfo.Get()
 	if !*check && !*printPeer {

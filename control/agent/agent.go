@@ -25,6 +25,7 @@ import (
 	"github.com/skein-net/skein/control/agent/apiclient"
 	"github.com/skein-net/skein/control/agent/plan"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/kube/restapi"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/overlay"
 )
@@ -79,7 +80,7 @@ type Agent struct {
 	opts   Options
 	client *apiclient.Client
 	// Watch caches of InternalNodes, Configurations, GatewayServers and GatewayClients.
-	nodes, confs, servers, clients *apiclient.Informer
+	nodes, confs, servers, clients *restapi.Informer
 	k                              kernel.Kernel
 	snat                           SNAT
 	poke                           chan struct{}
@@ -117,7 +118,7 @@ func New(cfg *rest.Config, opts Options, k kernel.Kernel, snat SNAT) (*Agent, er
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	for _, w := range []struct {
-		inf      **apiclient.Informer
+		inf      **restapi.Informer
 		resource string
 		obj      runtime.Object
 	}{
@@ -174,7 +175,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	a.started = time.Now()
 	a.mu.Unlock()
-	if err := apiclient.Start(ctx, a.nodes, a.confs, a.servers, a.clients); err != nil {
+	if err := restapi.Start(ctx, a.nodes, a.confs, a.servers, a.clients); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -263,18 +264,18 @@ type outcome struct {
 // apply computes the node's plan and programs it.
 func (a *Agent) apply(ctx context.Context) (outcome, error) {
 	var out outcome
-	in := apiclient.Get[netv1alpha1.InternalNode](a.nodes, a.opts.Node.Name)
+	in := restapi.Get[netv1alpha1.InternalNode](a.nodes, a.opts.Node.Name)
 	if in == nil {
 		return out, fmt.Errorf("%w: InternalNode %s (created by skein-controller)", errWaiting, a.opts.Node.Name)
 	}
 	o := plan.Objects{InternalNode: in}
-	for _, c := range apiclient.List[netv1alpha1.Configuration](a.confs) {
+	for _, c := range restapi.List[netv1alpha1.Configuration](a.confs) {
 		o.Configurations = append(o.Configurations, *c)
 	}
-	for _, g := range apiclient.List[netv1alpha1.GatewayServer](a.servers) {
+	for _, g := range restapi.List[netv1alpha1.GatewayServer](a.servers) {
 		o.Servers = append(o.Servers, *g)
 	}
-	for _, g := range apiclient.List[netv1alpha1.GatewayClient](a.clients) {
+	for _, g := range restapi.List[netv1alpha1.GatewayClient](a.clients) {
 		o.Clients = append(o.Clients, *g)
 	}
 	node := a.opts.Node
@@ -364,7 +365,7 @@ const maxMessage = 4096
 // PodTrafficMasqueraded condition (when read) into the InternalNode's status, in one patch and
 // only when one of them changed.
 func (a *Agent) writeConditions(ctx context.Context, err error, out outcome) {
-	in := apiclient.Get[netv1alpha1.InternalNode](a.nodes, a.opts.Node.Name)
+	in := restapi.Get[netv1alpha1.InternalNode](a.nodes, a.opts.Node.Name)
 	if in == nil {
 		return
 	}

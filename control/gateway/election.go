@@ -12,15 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/connrotation"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 )
 
 // ActiveLabel marks the active replica's pod; the gateway Service selects it.
@@ -85,11 +78,11 @@ func RunElection(ctx context.Context, cfg *rest.Config, namespace, gateway strin
 	cfg = rest.CopyConfig(cfg)
 	dialer := connrotation.NewDialer((&net.Dialer{Timeout: e.RenewDeadline, KeepAlive: 30 * time.Second}).DialContext)
 	cfg.Dial = dialer.DialContext
-	cs, err := kubernetes.NewForConfig(cfg)
+	api, err := newClients(cfg)
 	if err != nil {
 		return err
 	}
-	el := &elector{leases: cs.CoordinationV1().Leases(namespace), pods: cs.CoreV1().Pods(namespace), name: gateway, e: e}
+	el := &elector{leases: leasesClient{api.coord, namespace}, pods: podGetter{api.core, namespace}, name: gateway, e: e}
 	calls := make(chan func(), 16)
 	done := make(chan struct{})
 	go func() {
@@ -149,8 +142,8 @@ func RunElection(ctx context.Context, cfg *rest.Config, namespace, gateway strin
 
 // elector reads and writes one Lease for one replica.
 type elector struct {
-	leases coordinationv1client.LeaseInterface
-	pods   corev1client.PodInterface
+	leases leasesClient
+	pods   podGetter
 	name   string
 	e      Election
 	// graceUntil: after a read failed, no takeover from a running holder before then.
@@ -310,8 +303,7 @@ func (w *Watcher) PublishActive(ctx context.Context, e Election, active bool, po
 		label[ActiveLabel] = "true"
 	}
 	podPatch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": label}})
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: e.PodName}}
-	if err := w.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, podPatch)); err != nil {
+	if err := mergePatch(ctx, w.api.core, w.opts.Namespace, "pods", e.PodName, "", podPatch); err != nil {
 		return fmt.Errorf("label pod %s/%s: %w", w.opts.Namespace, e.PodName, err)
 	}
 	if !active || podIP == "" {
@@ -322,13 +314,11 @@ func (w *Watcher) PublishActive(ctx context.Context, e Election, active bool, po
 		ie["node"] = e.NodeName
 	}
 	statusPatch, _ := json.Marshal(map[string]any{"status": map[string]any{"internalEndpoint": ie}})
-	var gw client.Object = &netv1alpha1.GatewayClient{}
+	resource := "gatewayclients"
 	if w.opts.Server {
-		gw = &netv1alpha1.GatewayServer{}
+		resource = "gatewayservers"
 	}
-	gw.SetNamespace(w.opts.Namespace)
-	gw.SetName(w.opts.Name)
-	if err := w.client.Status().Patch(ctx, gw, client.RawPatch(types.MergePatchType, statusPatch)); err != nil {
+	if err := mergePatch(ctx, w.api.net, w.opts.Namespace, resource, w.opts.Name, "status", statusPatch); err != nil {
 		return fmt.Errorf("publish the active VTEP in %s/%s: %w", w.opts.Namespace, w.opts.Name, err)
 	}
 	return nil

@@ -20,17 +20,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/gateway/config"
-	"github.com/skein-net/skein/control/kube"
+	"github.com/skein-net/skein/control/kube/restapi"
 )
 
 // Options say which gateway this is.
@@ -59,13 +56,15 @@ type Apply func(*config.Gateway) error
 // Watcher watches and applies.
 type Watcher struct {
 	opts   Options
-	scheme *k8sruntime.Scheme
-	cache  cache.Cache
-	pods   *podWatch     // with WatchPods
-	podBuf []PodAddr     // reused by each reconcile (they run one at a time)
-	client client.Client // direct, for writes
+	api    *clients
+	pods   *podWatch // with WatchPods
+	podBuf []PodAddr // reused by each reconcile (they run one at a time)
 	apply  Apply
 	poke   chan struct{}
+
+	// The informers of the kinds gather reads: the gateway's own kind, the Configurations,
+	// PublicKeys and Secrets of its namespace, every InternalNode and Node (slimmed).
+	gateway, confs, keys, secrets, inodes, nodes *restapi.Informer
 
 	endpoint atomic.Int64 // Local.EndpointIndex
 
@@ -99,45 +98,42 @@ func New(cfg *rest.Config, opts Options, apply Apply) (*Watcher, error) {
 			return addrs[0], nil
 		}
 	}
-	s := kube.Scheme()
-	inNS := map[string]cache.Config{opts.Namespace: {}}
-	byObject := map[client.Object]cache.ByObject{
-		&netv1alpha1.GatewayServer{}: {Namespaces: inNS},
-		&netv1alpha1.GatewayClient{}: {Namespaces: inNS},
-		&netv1alpha1.Configuration{}: {Namespaces: inNS},
-		&netv1alpha1.PublicKey{}:     {Namespaces: inNS},
-		&corev1.Secret{}:             {Namespaces: inNS},
-		&netv1alpha1.InternalNode{}:  {},
-		&corev1.Node{}:               {Transform: slimNode},
-	}
-	c, err := cache.New(cfg, cache.Options{Scheme: s, ByObject: byObject})
+	api, err := newClients(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("gateway watcher: %w", err)
 	}
-	direct, err := client.New(cfg, client.Options{Scheme: s})
-	if err != nil {
-		return nil, fmt.Errorf("gateway watcher: %w", err)
+	w := &Watcher{opts: opts, api: api, apply: apply, poke: make(chan struct{}, 1)}
+	inNS := restapi.Watch{Namespace: opts.Namespace}
+	gwResource, gwObj := "gatewayclients", runtime.Object(&netv1alpha1.GatewayClient{})
+	if opts.Server {
+		gwResource, gwObj = "gatewayservers", &netv1alpha1.GatewayServer{}
 	}
-	w := &Watcher{opts: opts, scheme: s, cache: c, client: direct, apply: apply, poke: make(chan struct{}, 1)}
+	for _, i := range []struct {
+		inf      **restapi.Informer
+		rc       rest.Interface
+		resource string
+		obj      runtime.Object
+		w        restapi.Watch
+	}{
+		{&w.gateway, api.net, gwResource, gwObj, inNS},
+		{&w.confs, api.net, "configurations", &netv1alpha1.Configuration{}, inNS},
+		{&w.keys, api.net, "publickeys", &netv1alpha1.PublicKey{}, inNS},
+		{&w.secrets, api.core, "secrets", &corev1.Secret{}, inNS},
+		{&w.inodes, api.net, "internalnodes", &netv1alpha1.InternalNode{}, restapi.Watch{}},
+		{&w.nodes, api.core, "nodes", &corev1.Node{}, restapi.Watch{Transform: slimNode}},
+	} {
+		if *i.inf, err = restapi.NewInformer(i.rc, i.resource, i.obj, i.w, w.wake); err != nil {
+			return nil, fmt.Errorf("gateway watcher: %w", err)
+		}
+	}
 	if opts.WatchPods {
-		// Pods come as protobuf, which the API server encodes and the gateway decodes with
-		// less work and garbage than JSON (a cluster's every Pod on each relist).
-		pcfg := rest.CopyConfig(cfg)
-		pcfg.ContentType = "application/vnd.kubernetes.protobuf"
-		pcfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-		cs, err := kubernetes.NewForConfig(pcfg)
+		pods, err := newPodsClient(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("gateway watcher: %w", err)
 		}
-		w.pods = newPodWatch(cs.CoreV1().Pods(""), w.wake, opts.Log)
+		w.pods = newPodWatch(pods, w.wake, opts.Log)
 	}
 	return w, nil
-}
-
-func (w *Watcher) kinds() []client.Object {
-	k := []client.Object{&netv1alpha1.GatewayServer{}, &netv1alpha1.GatewayClient{}, &netv1alpha1.Configuration{},
-		&netv1alpha1.PublicKey{}, &corev1.Secret{}, &netv1alpha1.InternalNode{}, &corev1.Node{}}
-	return k
 }
 
 func (w *Watcher) wake() {
@@ -152,8 +148,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if w.pods != nil {
 		go w.pods.run(ctx)
 	}
-	errc, err := kube.StartCache(ctx, w.cache, w.kinds(), w.wake)
-	if err != nil {
+	if err := restapi.Start(ctx, w.gateway, w.confs, w.keys, w.secrets, w.inodes, w.nodes); err != nil {
 		return fmt.Errorf("gateway watcher: %w", err)
 	}
 	if w.pods != nil {
@@ -169,8 +164,6 @@ func (w *Watcher) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case err := <-errc:
-			return err
 		case <-ticker.C:
 		case <-w.poke:
 			// Let a burst of events settle into one reconcile.
@@ -231,22 +224,24 @@ func (w *Watcher) reconcile(ctx context.Context) {
 	}
 }
 
-// gather collects the objects for FromObjects.
+// gather collects the objects for FromObjects from the informers' caches. What it hands on is
+// the caches' own, and FromObjects only reads it: Nodes are shallow copies (5,000 Nodes at the
+// scalability limits).
 func (w *Watcher) gather(ctx context.Context) (Objects, error) {
 	var o Objects
-	key := types.NamespacedName{Namespace: w.opts.Namespace, Name: w.opts.Name}
+	key := w.opts.Namespace + "/" + w.opts.Name
 	var meta *metav1.ObjectMeta
 	var secretRef *netv1alpha1.ObjectRef
 	if w.opts.Server {
-		gs := &netv1alpha1.GatewayServer{}
-		if err := w.cache.Get(ctx, key, gs); err != nil {
-			return o, w.missing(err, "GatewayServer %s", key)
+		gs := restapi.Get[netv1alpha1.GatewayServer](w.gateway, key)
+		if gs == nil {
+			return o, fmt.Errorf("%w: GatewayServer %s does not exist", ErrNotReady, key)
 		}
 		o.Server, meta, secretRef = gs, &gs.ObjectMeta, gs.Status.SecretRef
 	} else {
-		gc := &netv1alpha1.GatewayClient{}
-		if err := w.cache.Get(ctx, key, gc); err != nil {
-			return o, w.missing(err, "GatewayClient %s", key)
+		gc := restapi.Get[netv1alpha1.GatewayClient](w.gateway, key)
+		if gc == nil {
+			return o, fmt.Errorf("%w: GatewayClient %s does not exist", ErrNotReady, key)
 		}
 		o.Client, meta, secretRef = gc, &gc.ObjectMeta, gc.Status.SecretRef
 	}
@@ -254,59 +249,64 @@ func (w *Watcher) gather(ctx context.Context) (Objects, error) {
 	if remote == "" {
 		return o, fmt.Errorf("%s has no %s label: which peer is it for?", key, netv1alpha1.RemoteClusterIDLabel)
 	}
-	byRemote := client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: remote}
-	var confs netv1alpha1.ConfigurationList
-	if err := w.cache.List(ctx, &confs, client.InNamespace(w.opts.Namespace), byRemote); err != nil {
-		return o, err
-	}
-	switch len(confs.Items) {
+	byRemote := labels.SelectorFromSet(labels.Set{netv1alpha1.RemoteClusterIDLabel: remote})
+	confs := matching(restapi.List[netv1alpha1.Configuration](w.confs), byRemote)
+	switch len(confs) {
 	case 0:
 	case 1:
-		o.Configuration = &confs.Items[0]
+		o.Configuration = confs[0]
 	default:
-		return o, fmt.Errorf("%d Configurations for cluster %s in %s; there must be one", len(confs.Items), remote, w.opts.Namespace)
+		return o, fmt.Errorf("%d Configurations for cluster %s in %s; there must be one", len(confs), remote, w.opts.Namespace)
 	}
-	var keys netv1alpha1.PublicKeyList
-	if err := w.cache.List(ctx, &keys, client.InNamespace(w.opts.Namespace), byRemote, client.MatchingLabels{netv1alpha1.GatewayResourceLabel: "true"}); err != nil {
-		return o, err
-	}
-	switch len(keys.Items) {
+	peerKeys := labels.SelectorFromSet(labels.Set{netv1alpha1.RemoteClusterIDLabel: remote, netv1alpha1.GatewayResourceLabel: "true"})
+	keys := matching(restapi.List[netv1alpha1.PublicKey](w.keys), peerKeys)
+	switch len(keys) {
 	case 0:
 	case 1:
-		o.PeerKey = &keys.Items[0]
+		o.PeerKey = keys[0]
 	default:
-		return o, fmt.Errorf("%d PublicKeys for cluster %s in %s; there must be one", len(keys.Items), remote, w.opts.Namespace)
+		return o, fmt.Errorf("%d PublicKeys for cluster %s in %s; there must be one", len(keys), remote, w.opts.Namespace)
 	}
 	if secretRef != nil {
 		ns := secretRef.Namespace
 		if ns == "" {
 			ns = w.opts.Namespace
 		}
-		s := &corev1.Secret{}
-		if err := w.cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: secretRef.Name}, s); err == nil {
-			o.Secret = s
-		} else if !apierrors.IsNotFound(err) {
-			return o, err
+		if ns != w.opts.Namespace {
+			// The gateway watches the Secrets of its own namespace only (its RBAC).
+			return o, fmt.Errorf("the gateway's key Secret %s/%s is outside its namespace %s", ns, secretRef.Name, w.opts.Namespace)
 		}
+		o.Secret = restapi.Get[corev1.Secret](w.secrets, ns+"/"+secretRef.Name)
 	}
-	// Nodes come as shallow copies of what the cache holds, not deep ones: FromObjects only
-	// reads them (5,000 Nodes at the scalability limits).
-	shared := client.UnsafeDisableDeepCopy
-	var inodes netv1alpha1.InternalNodeList
-	if err := w.cache.List(ctx, &inodes, shared); err != nil {
-		return o, err
+	inodes := restapi.List[netv1alpha1.InternalNode](w.inodes)
+	o.InternalNodes = make([]netv1alpha1.InternalNode, len(inodes))
+	for i, n := range inodes {
+		o.InternalNodes[i] = *n
 	}
-	o.InternalNodes = inodes.Items
-	var nodes corev1.NodeList
-	if err := w.cache.List(ctx, &nodes, shared); err != nil {
-		return o, err
+	nodes := restapi.List[corev1.Node](w.nodes)
+	o.Nodes = make([]corev1.Node, len(nodes))
+	for i, n := range nodes {
+		o.Nodes[i] = *n
 	}
-	o.Nodes = nodes.Items
 	if w.pods != nil {
 		w.podBuf = w.pods.appendTo(w.podBuf[:0])
 		o.Pods = w.podBuf
 	}
 	return o, nil
+}
+
+// matching returns the objects whose labels sel selects.
+func matching[T any, P interface {
+	*T
+	metav1.Object
+}](objs []P, sel labels.Selector) []P {
+	var out []P
+	for _, o := range objs {
+		if sel.Matches(labels.Set(o.GetLabels())) {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // gatewayMeta is the metadata of the gateway the objects configure (gather set one of them).
@@ -317,18 +317,9 @@ func gatewayMeta(o Objects) *metav1.ObjectMeta {
 	return &o.Client.ObjectMeta
 }
 
-func (w *Watcher) missing(err error, format string, a ...any) error {
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("%w: %s does not exist", ErrNotReady, fmt.Sprintf(format, a...))
-	}
-	return err
-}
-
 // ensureConnection creates the gateway's Connection (same name and namespace) if missing.
 func (w *Watcher) ensureConnection(ctx context.Context, gw *metav1.ObjectMeta) error {
-	c := &netv1alpha1.Connection{}
-	key := types.NamespacedName{Namespace: w.opts.Namespace, Name: w.opts.Name}
-	err := w.client.Get(ctx, key, c)
+	_, err := w.getConnection(ctx)
 	if err == nil || !apierrors.IsNotFound(err) {
 		return err
 	}
@@ -336,7 +327,7 @@ func (w *Watcher) ensureConnection(ctx context.Context, gw *metav1.ObjectMeta) e
 	if w.opts.Server {
 		typ = netv1alpha1.ConnectionTypeServer
 	}
-	c = &netv1alpha1.Connection{
+	c := &netv1alpha1.Connection{
 		ObjectMeta: metav1.ObjectMeta{Name: w.opts.Name, Namespace: w.opts.Namespace},
 		Spec:       netv1alpha1.ConnectionSpec{Type: typ, GatewayRef: netv1alpha1.ObjectRef{Name: w.opts.Name, Namespace: w.opts.Namespace}},
 	}
@@ -348,8 +339,9 @@ func (w *Watcher) ensureConnection(ctx context.Context, gw *metav1.ObjectMeta) e
 		kind = "GatewayServer"
 	}
 	c.OwnerReferences = []metav1.OwnerReference{{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: kind, Name: gw.Name, UID: gw.UID}}
-	if err := w.client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create Connection %s: %w", key, err)
+	err = w.api.net.Post().Namespace(w.opts.Namespace).Resource("connections").Body(c).Timeout(30 * time.Second).Do(ctx).Error()
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create Connection %s/%s: %w", w.opts.Namespace, w.opts.Name, err)
 	}
 	return w.writeStatus(ctx, netv1alpha1.ConnectionStatus{Value: netv1alpha1.Connecting})
 }
@@ -371,17 +363,17 @@ func (w *Watcher) ReportConnection(ctx context.Context, value netv1alpha1.Connec
 }
 
 func (w *Watcher) writeStatus(ctx context.Context, st netv1alpha1.ConnectionStatus) error {
-	key := types.NamespacedName{Namespace: w.opts.Namespace, Name: w.opts.Name}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		c := &netv1alpha1.Connection{}
-		if err := w.client.Get(ctx, key, c); err != nil {
+		c, err := w.getConnection(ctx)
+		if err != nil {
 			return err
 		}
 		c.Status.Value = st.Value
 		if st.Latency != nil {
 			c.Status.Latency = st.Latency
 		}
-		return w.client.Status().Update(ctx, c)
+		return w.api.net.Put().Namespace(w.opts.Namespace).Resource("connections").Name(w.opts.Name).SubResource("status").
+			Body(c).Timeout(30 * time.Second).Do(ctx).Error()
 	})
 	if err == nil {
 		w.mu.Lock()
@@ -389,4 +381,11 @@ func (w *Watcher) writeStatus(ctx context.Context, st netv1alpha1.ConnectionStat
 		w.mu.Unlock()
 	}
 	return err
+}
+
+// getConnection reads the gateway's Connection (same name and namespace) from the API server.
+func (w *Watcher) getConnection(ctx context.Context) (*netv1alpha1.Connection, error) {
+	c := &netv1alpha1.Connection{}
+	err := w.api.net.Get().Namespace(w.opts.Namespace).Resource("connections").Name(w.opts.Name).Timeout(30 * time.Second).Do(ctx).Into(c)
+	return c, err
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/skein-net/skein/control/agent/apiclient"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/kube/restapi"
 	"github.com/skein-net/skein/internal/apitest"
 )
 
@@ -46,10 +47,10 @@ func TestWatchAndPatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := apiclient.Start(ctx, confs, nodes); err != nil {
+	if err := restapi.Start(ctx, confs, nodes); err != nil {
 		t.Fatal(err)
 	}
-	got := apiclient.Get[netv1alpha1.Configuration](confs, ns+"/peer")
+	got := restapi.Get[netv1alpha1.Configuration](confs, ns+"/peer")
 	if got == nil || got.Spec.Remote.CIDR.Pod != "10.244.0.0/16" || changes.Load() == 0 {
 		t.Fatalf("listed configuration %+v after %d changes", got, changes.Load())
 	}
@@ -60,7 +61,7 @@ func TestWatchAndPatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), in) })
-	for apiclient.Get[netv1alpha1.InternalNode](nodes, node) == nil {
+	for restapi.Get[netv1alpha1.InternalNode](nodes, node) == nil {
 		if ctx.Err() != nil {
 			t.Fatal("the InternalNode created after the start never reached the cache")
 		}
@@ -72,7 +73,7 @@ func TestWatchAndPatch(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(in), in); err != nil || in.Status.VTEP == nil || in.Status.VTEP.MAC != "02:5b:00:00:00:01" {
 		t.Fatalf("VTEP after the patch: %+v (%v)", in.Status.VTEP, err)
 	}
-	for len(apiclient.List[netv1alpha1.InternalNode](nodes)) == 0 || apiclient.Get[netv1alpha1.InternalNode](nodes, node).Status.VTEP == nil {
+	for len(restapi.List[netv1alpha1.InternalNode](nodes)) == 0 || restapi.Get[netv1alpha1.InternalNode](nodes, node).Status.VTEP == nil {
 		if ctx.Err() != nil {
 			t.Fatal("the patched status never reached the cache")
 		}
