@@ -5,6 +5,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,14 +73,15 @@ func setup(t *testing.T, keepAlways bool) *env {
 	return setupLab(t, keepAlways, lab.Options{})
 }
 
-// setupLab is setup with a lab of the given pod network (its prefix is set here).
+// setupLab is setup with a lab of the given pod network; its prefix is opts.Prefix, or one
+// of this process's when that is empty.
 func setupLab(t *testing.T, keepAlways bool, opts lab.Options) *env {
 	k8s, nodeStack := labtest.NeedNodeStack(t)
 	helm, ok := k8sbin.HelmReady()
 	if !ok {
 		t.Fatal("helm is not in the cache: run make k8s-binaries")
 	}
-	e := &env{t: t, helm: helm, prefix: fmt.Sprintf("se%d", os.Getpid())}
+	e := &env{t: t, helm: helm, prefix: cmp.Or(opts.Prefix, fmt.Sprintf("se%d", os.Getpid()))}
 	e.bin = labtest.Build(t, "skein-e2e-bin")
 	keep := func() bool { return os.Getenv("KEEP") != "" && (keepAlways || t.Failed()) }
 	t.Cleanup(func() {
@@ -434,7 +436,8 @@ func (e *env) waitFor(ctx context.Context, d time.Duration, what string, cond fu
 	return time.Since(start)
 }
 
-// connect: skeinctl network connect --server-service-type NodePort --wait.
+// connect: skeinctl network connect --server-service-type NodePort --wait. make bench's
+// connect section (bench/harness, connect.go) reads its report line: keep the two in step.
 func (e *env) connect(ctx context.Context) {
 	start := time.Now()
 	out := e.run(ctx, 0, "skeinctl", "network", "connect", "--remote-kubeconfig", e.l.Clusters[1].Kubeconfig,
