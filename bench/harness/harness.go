@@ -107,6 +107,9 @@ type Result struct {
 	Rungs     []RungResult `json:"rungs"`
 	// Scale holds the scale and control-plane benchmarks' figures (RunScale), if they ran.
 	Scale []ScaleFigure `json:"scale,omitempty"`
+	// Connect holds the connect section's figures (RunConnect), if it ran: skeinctl network
+	// connect --wait on two fresh installs in the lab, and where its time went.
+	Connect []ScaleFigure `json:"connect,omitempty"`
 }
 
 // Machine is what the figures were measured on.

@@ -62,7 +62,7 @@ func (r *Result) check() error {
 	if r.Date.IsZero() {
 		return errors.New("no date: not a bench report (the report files are named after it)")
 	}
-	if len(r.Rungs) == 0 {
+	if len(r.Rungs) == 0 && len(r.Scale) == 0 && len(r.Connect) == 0 {
 		return errors.New("no rungs: not a bench report, or one of a run that measured nothing")
 	}
 	names := map[string]bool{}

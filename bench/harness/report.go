@@ -6,6 +6,7 @@ import (
 	"html"
 	"math"
 	"strings"
+	"time"
 )
 
 // baseline is the rung ratios are given against.
@@ -48,6 +49,13 @@ func (r *Result) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# skein benchmark ladder, %s\n\n", r.Date.Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "- machine: %s, %d cores, kernel %s, %s\n", r.Machine.CPU, r.Machine.Cores, r.Machine.Kernel, r.Machine.Go)
+	if len(r.Rungs) == 0 {
+		// A section measured alone (--connect-only): no ladder.
+		fmt.Fprintf(&b, "- settings: %s\n", r.Settings)
+		b.WriteString(r.scaleMarkdown())
+		b.WriteString(r.connectMarkdown())
+		return b.String()
+	}
 	fmt.Fprintf(&b, "- settings: %s\n- CPU placement: %s\n", r.Settings, r.Placement)
 	b.WriteString("- each cell: median [min-max] over the runs; (x.xx [lo-hi]) is the ratio to bare wireguard-go (for a +hog rung to wireguard-go+hog, and for wireguard-go+hog to wireguard-go without the hog): the geometric mean of the run-by-run ratios of interleaved runs, with its 95% confidence interval\n")
 	b.WriteString("- CPU per GB: user+system seconds of iperf3 (both ends) and the gateway processes per GB received in the 1-stream test; kernel softirq work is charged to whichever of them runs\n\n")
@@ -95,7 +103,59 @@ func (r *Result) Markdown() string {
 	}
 	b.WriteString(r.breakdownMarkdown())
 	b.WriteString(r.scaleMarkdown())
+	b.WriteString(r.connectMarkdown())
 	return b.String()
+}
+
+// NewResult is a report without rungs, for sections measured alone (--connect-only).
+func NewResult(settings string) *Result {
+	return &Result{Date: time.Now().UTC(), Machine: machine(), Settings: settings}
+}
+
+// connectMarkdown is the table of the connect section's figures, or "" when it did not run.
+func (r *Result) connectMarkdown() string {
+	if len(r.Connect) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## Connect time\n\n")
+	b.WriteString("`skeinctl network connect --server-service-type NodePort --wait` between two clusters of the lab just installed with Helm (2 gateway replicas each), measured once by bench/e2e's TestConnectTime (TestE2E's install and connect steps alone; the command below reproduces it): the time until \"Connection is established\" on both sides, then skeinctl's own breakdown of it, each step with what it covers (objects, pod start, key exchange, handshake, first probe).\n\n")
+	b.WriteString("| step | figure | target | covers |\n|---|---|---|---|\n")
+	last := ""
+	for _, f := range r.Connect {
+		if f.Command != last {
+			b.WriteString(tableRow("`"+f.Command+"`", "", "", ""))
+			last = f.Command
+		}
+		figure := format(f.Value) + " " + f.Unit
+		switch {
+		case f.Error != "":
+			figure = "FAILED: " + f.Error
+		case f.Skipped != "":
+			figure = "SKIPPED: " + f.Skipped
+		}
+		b.WriteString(tableRow(f.Benchmark, figure, f.Target, f.Covers))
+	}
+	return b.String()
+}
+
+// tableRow is a markdown table's row of cells (each made safe by cell; an empty one is "| |").
+func tableRow(cells ...string) string {
+	var b strings.Builder
+	b.WriteString("|")
+	for _, c := range cells {
+		if c = cell(c); c != "" {
+			b.WriteString(" " + c)
+		}
+		b.WriteString(" |")
+	}
+	return b.String() + "\n"
+}
+
+// cell is s made safe inside a markdown table cell: a | ends a cell, even between
+// backquotes, unless escaped; a line break ends the row.
+func cell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
 }
 
 // scaleMarkdown is the table of the scale and control-plane figures, or "" when they did not

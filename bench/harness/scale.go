@@ -27,6 +27,10 @@ type ScaleFigure struct {
 	Command string `json:"command"`
 	// Error says why the benchmark gave no figure (then Unit and Value are empty).
 	Error string `json:"error,omitempty"`
+	// Skipped says why the measurement was skipped (then Unit and Value are empty).
+	Skipped string `json:"skipped,omitempty"`
+	// Covers says what the figure covers (the connect section's steps).
+	Covers string `json:"covers,omitempty"`
 }
 
 // scaleBench is a go test -bench invocation of the scale section.
