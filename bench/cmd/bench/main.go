@@ -2,7 +2,8 @@
 // report: a markdown table (also printed), a JSON file and an SVG chart. Run it as root.
 //
 //	bench [--quick] [--runs 5] [--duration 4s] [--rungs veth,wireguard-go,kernel-nat,skein,skein-nonat] [--out bench/results]
-//	      [--contention 0.5] [--contention-rungs wireguard-go,kernel-nat,skein] [--no-breakdown] [--compare OLD.json] [--profile DIR] [--hold]
+//	      [--contention 0.5] [--contention-rungs wireguard-go,kernel-nat,skein] [--no-breakdown] [--no-scale] [--no-connect]
+//	      [--connect-only] [--compare OLD.json] [--profile DIR] [--hold]
 package main
 
 import (
@@ -30,10 +31,12 @@ across rungs and each ratio to bare wireguard-go is paired run by run, with a 95
 interval. The contended rungs (NAME+hog) are measured again beside a CPU hog pinned to core 0;
 the CPU breakdown says where each rung's CPU per GB goes (perf); --compare says which figures
 moved against an earlier report; the scale section runs the Go benchmarks of the gateway's
-tables at the Kubernetes limits and of the agent and the controller with 1,000 peerings. Besides DATE.md, .json and .svg it writes DATE.bench.txt, every
-run in Go benchmark format for benchstat (golang.org/x/perf/cmd/benchstat; it wants --runs 6 or
-more for a confidence interval). Needs root and the Debian packages iperf3, wireguard-tools and
-linux-perf (.ci/install-deps).
+tables at the Kubernetes limits and of the agent and the controller with 1,000 peerings; the
+connect section times skeinctl network connect --wait between two fresh installs in the lab
+(target <= 10 s) with skeinctl's breakdown of it. Besides DATE.md, .json and .svg it writes
+DATE.bench.txt, every run in Go benchmark format for benchstat (golang.org/x/perf/cmd/benchstat;
+it wants --runs 6 or more for a confidence interval). Needs root and the Debian packages iperf3,
+wireguard-tools and linux-perf (.ci/install-deps).
 
 Flags:
 `)
@@ -50,14 +53,19 @@ Flags:
 	contention := fs.Float64("contention", -1, "share of one core (0-1) a CPU hog pinned to core 0 takes while the contended rungs are measured again as NAME+hog; 0 turns them off, and a negative value means 0.5, or 0 with --quick")
 	contentionRungs := fs.String("contention-rungs", "wireguard-go,kernel-nat,skein", "comma-separated rungs measured again beside the hog")
 	noScale := fs.Bool("no-scale", false, "skip the scale section: go test benchmarks of the gateway's tables at the Kubernetes limits, the agent and the controller with 1,000 peerings (about 2 minutes; the controller's needs the Kubernetes binaries of make k8s-binaries); --quick skips it too")
+	noConnect := fs.Bool("no-connect", false, "skip the connect section: the lab with skein installed in both clusters, then skeinctl network connect --wait timed with its breakdown (bench/e2e's TestConnectTime, about 3 minutes; needs the Kubernetes binaries, helm and the node stack of make k8s-binaries); --quick skips it too")
+	connectOnly := fs.Bool("connect-only", false, "measure the connect section alone (no ladder, no scale section) and write its report into --out (default bench/results/connect, so it never replaces a whole report)")
 	noBreakdown := fs.Bool("no-breakdown", false, "skip the CPU breakdown (one more single-stream test per rung under perf record; needs perf, Debian package linux-perf)")
 	compare := fs.String("compare", "", "an earlier report's JSON file: print which figures changed significantly (Mann-Whitney U, p < 0.05) and write DATE-compare.md")
 	fromJSON := fs.String("from-json", "", "measure nothing: write the report files again from an earlier report's JSON (ratios recomputed from its runs), into --out")
 	_ = fs.Parse(os.Args[1:])
 	if *out == "" {
 		*out = "bench/results"
-		if *quick {
+		switch {
+		case *quick:
 			*out = filepath.Join("bench", "results", "quick")
+		case *connectOnly:
+			*out = filepath.Join("bench", "results", "connect")
 		}
 	}
 	var old *harness.Result
@@ -75,6 +83,17 @@ Flags:
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *connectOnly {
+		start := time.Now()
+		res := harness.NewResult("the connect section alone (--connect-only)")
+		fmt.Fprintln(os.Stderr, "bench: the connect section (lab, helm install, skeinctl network connect --wait)")
+		res.Connect = harness.RunConnect(ctx, os.Stderr)
+		write(res, old, *out, &start)
+		if connectFailed(res.Connect) {
+			os.Exit(1)
+		}
+		return
+	}
 	bin, err := os.MkdirTemp("", "skein-bench-bin-")
 	if err != nil {
 		fail(err.Error())
@@ -115,12 +134,26 @@ Flags:
 			fmt.Fprintf(os.Stderr, "bench: the scale section stopped: %v\n", err)
 		}
 	}
+	if !*noConnect && !*quick && ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, "bench: the connect section (lab, helm install, skeinctl network connect --wait)")
+		res.Connect = harness.RunConnect(ctx, os.Stderr)
+	}
 	write(res, old, *out, &start)
 	for _, r := range res.Rungs {
 		if r.Error != "" {
 			os.Exit(1)
 		}
 	}
+}
+
+// connectFailed says whether the connect section measured nothing (failed or was skipped).
+func connectFailed(figs []harness.ScaleFigure) bool {
+	for _, f := range figs {
+		if f.Unit != "" && f.Error == "" && f.Skipped == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // readReport reads a report's JSON for flag, or fails saying what is wrong with the file.
@@ -145,7 +178,10 @@ func write(res, old *harness.Result, dir string, start *time.Time) {
 		fail(err.Error())
 	}
 	base := filepath.Join(dir, res.Date.Format("2006-01-02"))
-	files := map[string][]byte{".md": []byte(md), ".json": js, ".svg": []byte(res.SVG()), ".bench.txt": []byte(res.GoBench())}
+	files := map[string][]byte{".md": []byte(md), ".json": js}
+	if len(res.Rungs) > 0 { // the chart and the runs are the ladder's
+		files[".svg"], files[".bench.txt"] = []byte(res.SVG()), []byte(res.GoBench())
+	}
 	if old != nil {
 		cmp := res.CompareMarkdown(old)
 		fmt.Print("\n" + cmp)
@@ -160,8 +196,12 @@ func write(res, old *harness.Result, dir string, start *time.Time) {
 	if start != nil {
 		took = fmt.Sprintf(" in %.0fs", time.Since(*start).Seconds())
 	}
-	fmt.Fprintf(os.Stderr, "bench: done%s; wrote %s.{md,json,svg,bench.txt}%s (benchstat OLD.bench.txt NEW.bench.txt compares two)\n",
-		took, base, map[bool]string{true: " and " + base + "-compare.md"}[old != nil])
+	exts := "{md,json,svg,bench.txt}"
+	if len(res.Rungs) == 0 {
+		exts = "{md,json}"
+	}
+	fmt.Fprintf(os.Stderr, "bench: done%s; wrote %s.%s%s (benchstat OLD.bench.txt NEW.bench.txt compares two)\n",
+		took, base, exts, map[bool]string{true: " and " + base + "-compare.md"}[old != nil])
 }
 
 func fail(msg string) {
