@@ -43,10 +43,10 @@ var connectSteps = map[string]string{
 	"server and its pod":  "objects and pod start: the GatewayServer rendered in the remote cluster (Deployment, Service, key Secret), until a gateway pod is Ready",
 	"server endpoint":     "objects: the GatewayServer's Service endpoint in its status",
 	"client and keys":     "objects and key exchange: the GatewayClient rendered here, both key Secrets, a PublicKey each way",
-	"client pod":          "pod start: until a client gateway pod is Ready",
+	"client pod":          "pod start: until a client gateway pod is Ready (its readiness does not wait for the tunnel)",
 	"connections created": "objects: both gateways created their Connection",
-	"(local) connected":   "handshake and first probe: the client's Connection Connected (its first WireGuard handshake, then a probe answered through the tunnel)",
-	"(remote) connected":  "first probe: the server's Connection Connected too",
+	"local connected":     "handshake and first probe: until the client's Connection is Connected (its gateway configured, its first WireGuard handshake, a probe answered through the tunnel)",
+	"remote connected":    "first probe: the server's Connection Connected too",
 }
 
 // connectLine matches the connect step's report line (bench/e2e, env.connect), in go test -v's

@@ -1,9 +1,13 @@
 package harness
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -11,16 +15,16 @@ import (
 // connectOutput is go test -v's output of a TestConnectTime that passed, as bench/e2e prints
 // it (the report line logged by env.connect, and again in the report at the end).
 const connectOutput = `=== RUN   TestConnectTime
-    e2e_test.go:54: images: skein-controller:0.1.0 sha256:1234
+    e2e_test.go:54: images: skein-controller:v0.2.0-dev sha256:538a233f530dc9a0d7726426522d5ddbd9e0e3dd21009ba9fda21b9434909328
     e2e_test.go:54: lab: 2 clusters x 2 nodes up in 41.2s
 === RUN   TestConnectTime/install
     e2e_test.go:54: install: cluster 0, helm install --wait took 21.5s, 3 pods Ready after 23.0s
     e2e_test.go:54: install: cluster 1, helm install --wait took 19.0s, 3 pods Ready after 19.9s
 === RUN   TestConnectTime/connect
-    e2e_test.go:54: connect: skeinctl network connect --server-service-type NodePort --wait: 7.6s to "Connection is established" on both sides; skeinctl: 7.5s (network init 0.3s, server and its pod 2.5s, server endpoint 0.0s, client and keys 0.4s, client pod 2.5s, connections created 0.2s, (local) connected 1.4s, (remote) connected 0.2s)
+    e2e_test.go:54: connect: skeinctl network connect --server-service-type NodePort --wait: 7.6s to "Connection is established" on both sides; skeinctl: 7.5s (network init 0.3s, server and its pod 2.5s, server endpoint 0.0s, client and keys 0.4s, client pod 2.5s, connections created 0.2s, local connected 1.4s, remote connected 0.2s)
 
 === skein connect time report
-connect: skeinctl network connect --server-service-type NodePort --wait: 7.6s to "Connection is established" on both sides; skeinctl: 7.5s (network init 0.3s, server and its pod 2.5s, server endpoint 0.0s, client and keys 0.4s, client pod 2.5s, connections created 0.2s, (local) connected 1.4s, (remote) connected 0.2s)
+connect: skeinctl network connect --server-service-type NodePort --wait: 7.6s to "Connection is established" on both sides; skeinctl: 7.5s (network init 0.3s, server and its pod 2.5s, server endpoint 0.0s, client and keys 0.4s, client pod 2.5s, connections created 0.2s, local connected 1.4s, remote connected 0.2s)
 
 --- PASS: TestConnectTime (112.31s)
     --- PASS: TestConnectTime/install (45.10s)
@@ -56,8 +60,8 @@ func TestParseConnect(t *testing.T) {
 		"client and keys 0.40 s []",
 		"client pod 2.50 s []",
 		"connections created 0.20 s []",
-		"(local) connected 1.40 s []",
-		"(remote) connected 0.20 s []",
+		"local connected 1.40 s []",
+		"remote connected 0.20 s []",
 	}, "\n")
 	if got := rows(figs); got != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
@@ -72,7 +76,7 @@ func TestParseConnect(t *testing.T) {
 	}
 	// The steps say which of the target's parts they cover.
 	for step, part := range map[string]string{"server and its pod": "pod start", "client and keys": "key exchange",
-		"(local) connected": "handshake and first probe", "network init": "objects"} {
+		"local connected": "handshake and first probe", "network init": "objects"} {
 		for _, f := range figs {
 			if f.Benchmark == step && !strings.Contains(f.Covers, part) {
 				t.Errorf("%s covers %q, not %q", step, f.Covers, part)
@@ -99,8 +103,8 @@ func TestParseConnectNoFigure(t *testing.T) {
 	failedConnect := strings.NewReplacer(
 		"    --- PASS: TestConnectTime/connect (7.62s)", "    --- FAIL: TestConnectTime/connect (7.62s)",
 		"--- PASS: TestConnectTime (112.31s)", "--- FAIL: TestConnectTime (112.31s)",
-		`(remote) connected 0.2s)
-`, `(remote) connected 0.2s)
+		`remote connected 0.2s)
+`, `remote connected 0.2s)
     e2e_test.go:445: skeinctl network connect: no "(remote) Connection is established" line in:
         INFO   (local) Connection is established
 `).Replace(connectOutput)
@@ -189,7 +193,7 @@ func TestConnectMarkdown(t *testing.T) {
 		"| connect | 7.60 s | <= 10 | skeinctl network connect",
 		"| skeinctl's own total | 7.50 s | |",
 		"| client and keys | 0.40 s | | objects and key exchange:",
-		"| (local) connected | 1.40 s | | handshake and first probe:",
+		"| local connected | 1.40 s | | handshake and first probe:",
 	} {
 		if !strings.Contains(md, s) {
 			t.Errorf("the section lacks %q:\n%s", s, md)
@@ -222,7 +226,7 @@ func TestConnectJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{`"connect": [`, `"benchmark": "connect"`, `"unit": "s"`, `"value": 7.6`, `"target": "\u003c= 10"`, `"covers": "pod start: until a client gateway pod is Ready"`} {
+	for _, s := range []string{`"connect": [`, `"benchmark": "connect"`, `"unit": "s"`, `"value": 7.6`, `"target": "\u003c= 10"`, `"covers": "pod start: until a client gateway pod is Ready`} {
 		if !strings.Contains(string(js), s) {
 			t.Errorf("the JSON lacks %s:\n%s", s, js)
 		}
@@ -250,5 +254,50 @@ func TestPrefixWriter(t *testing.T) {
 	}
 	if want := "> one\n> two\n> three\n> four\n"; b.String() != want {
 		t.Errorf("got %q, want %q", b.String(), want)
+	}
+}
+
+// TestConnectInStep: the harness reads what bench/e2e and skeinctl print, so it checks their
+// sources: env.connect's report line is one connectLine reads, and every step skeinctl's
+// breakdown names is one connectSteps covers (and the other way round).
+func TestConnectInStep(t *testing.T) {
+	e2e, err := os.ReadFile("../e2e/e2e_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`e\.reportf\(("connect: (?:[^"\\]|\\.)*")`).FindSubmatch(e2e)
+	if m == nil {
+		t.Fatal(`bench/e2e/e2e_test.go has no e.reportf("connect: ...") line`)
+	}
+	format, err := strconv.Unquote(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := "    e2e_test.go:55: " + fmt.Sprintf(format, 5.6, "5.4s (network init 0.3s, client pod 5.1s)")
+	if got := rows(parseConnect([]byte(strings.Replace(connectOutput, strings.Split(connectOutput, "\n")[7], line, 1)), nil, "CMD")); !strings.HasPrefix(got, "connect 5.60 s [<= 10]\nskeinctl's own total 5.40 s []\nnetwork init 0.30 s []\nclient pod 5.10 s []") {
+		t.Errorf("bench/e2e's connect line %q reads as\n%s", line, got)
+	}
+
+	skeinctl, err := os.ReadFile("../../cmd/skeinctl/network.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := map[string]bool{}
+	for _, m := range regexp.MustCompile(`took\.done\("([^"]+)"\)`).FindAllSubmatch(skeinctl, -1) {
+		steps[string(m[1])] = true
+	}
+	if !bytes.Contains(skeinctl, []byte(`took.done(s.sd.label + " connected")`)) {
+		t.Error(`cmd/skeinctl/network.go no longer ends a step with took.done(s.sd.label + " connected")`)
+	}
+	steps["local connected"], steps["remote connected"] = true, true
+	for s := range steps {
+		if connectSteps[s] == "" {
+			t.Errorf("skeinctl's step %q: connectSteps does not say what it covers", s)
+		}
+	}
+	for s := range connectSteps {
+		if !steps[s] {
+			t.Errorf("connectSteps covers %q, which skeinctl no longer has", s)
+		}
 	}
 }
