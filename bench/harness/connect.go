@@ -77,17 +77,58 @@ func RunConnect(ctx context.Context, log io.Writer) []ScaleFigure {
 	// Its own process group: an interrupt ends go test and the test binary together, through
 	// ctx, and the lab is removed below.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// Killed, the test leaves the directory of the lab's binaries and images behind too
+	// (labtest.Build's /var/tmp/skein-e2e-bin-PID): its PID is one of the group's.
+	var group []int
+	cmd.Cancel = func() error {
+		group = processGroup(cmd.Process.Pid)
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
 	w := io.MultiWriter(&out, prefixWriter(log, "bench: connect: | "))
 	cmd.Stdout, cmd.Stderr = w, w
 	runErr := cmd.Run()
+	if runErr != nil && ctx.Err() != nil {
+		runErr = fmt.Errorf("interrupted (%w)", ctx.Err())
+	}
 	figs := parseConnect(out.Bytes(), runErr, command)
 	if err := labDown(root, prefix, log); err != nil {
 		figs = append(figs, ScaleFigure{Benchmark: "lab teardown", Command: command, Error: err.Error()})
 	}
+	for _, pid := range group {
+		dir := fmt.Sprintf("/var/tmp/skein-e2e-bin-%d", pid)
+		if _, err := os.Stat(dir); err == nil {
+			fmt.Fprintf(log, "bench: connect: removing the killed test's %s\n", dir)
+			_ = os.RemoveAll(dir)
+		}
+	}
 	return figs
+}
+
+// processGroup lists the processes of process group pgid (from /proc/PID/stat).
+func processGroup(pgid int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var pids []int
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 3 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(st))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // labDown removes the lab named prefix with bench/cmd/lab if any of its namespaces or its
@@ -144,7 +185,7 @@ func parseConnect(b []byte, runErr error, command string) []ScaleFigure {
 		}
 		why := "no connect step in the test's output"
 		if runErr != nil {
-			why = "the test failed before the connect step (" + runErr.Error() + ")"
+			why = "the test ended before the connect step (" + runErr.Error() + ")"
 		}
 		return fail(why + ": " + oneLine(lastLines(string(b), 4), 600))
 	case connectStatus != "PASS":

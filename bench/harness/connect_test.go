@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -134,12 +136,12 @@ ok  	github.com/skein-net/skein/bench/e2e	0.020s
 		{"connect failed", failedConnect, errors.New("exit status 1"),
 			[]string{"connect FAILED: TestConnectTime/connect failed:", `no "(remote) Connection is established" line`}, 0},
 		{"install failed", installFailed, errors.New("exit status 1"),
-			[]string{"connect FAILED: the test failed before the connect step (exit status 1):", "FAIL github.com/skein-net/skein/bench/e2e"}, 0},
+			[]string{"connect FAILED: the test ended before the connect step (exit status 1):", "FAIL github.com/skein-net/skein/bench/e2e"}, 0},
 		{"skipped", skipped, nil, []string{"connect SKIPPED: connecttime_test.go:22: SKEIN_SKIP_NETNS set: the lab needs network namespaces"}, 0},
 		{"no test", "testing: warning: no tests to run\nPASS\nok  \tgithub.com/skein-net/skein/bench/e2e\t0.01s [no tests to run]\n", nil,
 			[]string{"connect FAILED: no connect step in the test's output:", "no tests to run"}, 0},
 		{"no build", "# github.com/skein-net/skein/bench/e2e\nbench/e2e/x_test.go:1:1: syntax error\nFAIL\tgithub.com/skein-net/skein/bench/e2e [build failed]\n", errors.New("exit status 1"),
-			[]string{"connect FAILED: the test failed before the connect step", "syntax error"}, 0},
+			[]string{"connect FAILED: the test ended before the connect step", "syntax error"}, 0},
 		{"no connect line", noLine, nil, []string{"connect FAILED: TestConnectTime/connect passed but printed no connect line"}, 0},
 		{"breakdown unreadable", badBreakdown, nil,
 			[]string{"connect 7.60 s [<= 10]", `skeinctl's breakdown FAILED: skeinctl's breakdown "7.5s (network init soon,`, `step "network init soon" is not`}, 1},
@@ -299,5 +301,11 @@ func TestConnectInStep(t *testing.T) {
 		if !steps[s] {
 			t.Errorf("connectSteps covers %q, which skeinctl no longer has", s)
 		}
+	}
+}
+
+func TestProcessGroup(t *testing.T) {
+	if !slices.Contains(processGroup(syscall.Getpgrp()), os.Getpid()) {
+		t.Errorf("this process (%d) is not in its own group %d: %v", os.Getpid(), syscall.Getpgrp(), processGroup(syscall.Getpgrp()))
 	}
 }
