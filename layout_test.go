@@ -72,7 +72,7 @@ func gatewayForbidden(path string) bool {
 	if path == "k8s.io/api/core/v1" || path == "k8s.io/api/coordination/v1" {
 		return false
 	}
-	return heavyKubernetes(path)
+	return heavyKubernetes(path) || strings.HasPrefix(path, "github.com/prometheus/client_golang")
 }
 
 // checkLayout applies the dependency direction of DESIGN.md to a module's packages and returns
@@ -239,6 +239,7 @@ func TestLayoutRulesCatch(t *testing.T) {
 		{"gateway pulls controller-runtime", goPackage{ImportPath: m("cmd/skein-gateway"), Deps: []string{"sigs.k8s.io/controller-runtime/pkg/cache"}}, "gateway must stay off"},
 		{"gateway pulls the typed clientset", goPackage{ImportPath: m("cmd/skein-gateway"), Deps: []string{"k8s.io/client-go/kubernetes"}}, "gateway must stay off"},
 		{"gateway pulls apps/v1", goPackage{ImportPath: m("cmd/skein-gateway"), Deps: []string{"k8s.io/api/apps/v1"}}, "gateway must stay off"},
+		{"gateway pulls the Prometheus client", goPackage{ImportPath: m("cmd/skein-gateway"), Deps: []string{"github.com/prometheus/client_golang/prometheus"}}, "gateway must stay off"},
 	}
 	for _, tc := range cases {
 		got := checkLayout([]goPackage{tc.pkg})
@@ -247,7 +248,7 @@ func TestLayoutRulesCatch(t *testing.T) {
 		}
 	}
 	allowed := []goPackage{
-		{ImportPath: m("cmd/skein-gateway"), Imports: []string{m("appliance")}, Deps: []string{"k8s.io/api/core/v1", "k8s.io/api/coordination/v1", "k8s.io/client-go/rest", "github.com/prometheus/common/expfmt"}},
+		{ImportPath: m("cmd/skein-gateway"), Imports: []string{m("appliance")}, Deps: []string{"k8s.io/api/core/v1", "k8s.io/api/coordination/v1", "k8s.io/client-go/rest"}},
 		{ImportPath: m("cmd/skeinctl"), Imports: []string{m("cmd/skeinctl/internal/out")}},
 		{ImportPath: m("appliance"), Imports: []string{m("netstack"), m("control"), m("dataplane")}},
 		{ImportPath: m("netstack"), Imports: []string{"gvisor.dev/gvisor/pkg/tcpip/stack", m("dataplane")}, Deps: []string{m("dataplane")}},

@@ -10,15 +10,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/rest"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
-	"github.com/skein-net/skein/control/buildinfo"
 	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/control/gateway/config"
+	"github.com/skein-net/skein/control/promtext"
 	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/netstack"
 )
@@ -237,10 +234,10 @@ func (ic *InCluster) serveWaiting(addr string) error {
 	}
 	mux := http.NewServeMux()
 	// Monitoring sees a waiting gateway too: its build and skein_gateway_configured 0.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("gateway"),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: configuredName, Help: configuredHelp}, func() float64 { return 0 }))
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promtext.Handler(func(w *promtext.Writer) {
+		famConfigured.one(w, 0)
+		writeBuildInfo(w)
+	}))
 	ok := func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok: waiting for the gateway's configuration (see the log)")
 	}

@@ -10,23 +10,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/skein-net/skein/control/buildinfo"
+	"github.com/skein-net/skein/control/promtext"
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/netstack"
 )
 
 // serveHTTP serves /metrics, /healthz, /readyz (and /debug/pprof when asked) on addr.
 func (g *Gateway) serveHTTP(addr string) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(&collector{g: g}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("gateway"))
+	c := &collector{g: g}
 	mux := http.NewServeMux()
 	// Uncompressed: a scrape is some 30 KiB on a local network, and each gzip writer would
 	// hold 700 KiB of the gateway's memory.
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{DisableCompression: true}))
+	mux.Handle("/metrics", promtext.Handler(c.write))
 	if g.plan.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -53,8 +49,8 @@ func (g *Gateway) serveHTTP(addr string) error {
 	return nil
 }
 
-// collector exports the dataplane's counters, WireGuard's peer state and the prober's view
-// at scrape time. It keeps what makes its counters monotonic and its timestamps survive a
+// collector writes the dataplane's counters, WireGuard's peer state and the prober's view at
+// scrape time. It keeps what makes its counters monotonic and its timestamps survive a
 // WireGuard peer reset (a reconnect replaces the peer, zeroing its handshake time and bytes).
 type collector struct {
 	g *Gateway
@@ -76,37 +72,53 @@ const (
 	configuredHelp = "1 once the gateway runs with its configuration; 0 while an in-cluster gateway waits for it (a server waits for its client's PublicKey), when only the build and this are exported."
 )
 
-var (
-	descConfigured = prometheus.NewDesc(configuredName, configuredHelp, nil, nil)
-	descHandled    = prometheus.NewDesc("skein_gateway_packets_handled_total", "Packets by direction and how they ended: forwarded, local (to the gateway's own addresses), arp_replied or dropped (the reason in skein_gateway_packets_dropped_total).", []string{"direction", "outcome"}, nil)
-	descDropped    = prometheus.NewDesc("skein_gateway_packets_dropped_total", "Dropped packets by direction and reason.", []string{"direction", "reason"}, nil)
-	descEvents     = prometheus.NewDesc("skein_gateway_packet_events_total", "Things done to packets on their way, by direction: nat_unmatched (no NAT pair), mss_clamped, tso_segmented, icmp_sent (time exceeded, fragmentation needed), icmp_rate_limited.", []string{"direction", "event"}, nil)
-	descBytes      = prometheus.NewDesc("skein_gateway_bytes_total", "Bytes of forwarded inner packets by direction.", []string{"direction"}, nil)
-	descNAT        = prometheus.NewDesc("skein_gateway_nat_translated_total", "Packets whose addresses were translated (a remapped peer network, or this site's pods presented under another prefix), by direction; a TCP superpacket cut to the tunnel MTU counts as its segments, as in skein_gateway_packets_handled_total.", []string{"direction"}, nil)
-	descWGDrops    = prometheus.NewDesc("skein_gateway_wireguard_drops_total", "Packets wireguard-go dropped, by reason: disallowed_source (from the peer, with a source outside its allowed IPs), invalid_ip_version, invalid_mac1, invalid_handshake, invalid_cookie. (Packets that fail to decrypt are dropped without a report.)", []string{"reason"}, nil)
-	descWGBytes    = prometheus.NewDesc("skein_gateway_wireguard_bytes_total", "Bytes of WireGuard datagrams (encrypted, with WireGuard's overhead) by direction: to-tunnel sent to the peer, from-tunnel received from it.", []string{"direction"}, nil)
-	descRTTHist    = prometheus.NewDesc("skein_gateway_probe_round_trip_seconds", "Round-trip times of answered probes to the peer gateway through the tunnel.", nil, nil)
-	descLost       = prometheus.NewDesc("skein_gateway_probes_lost_total", "Probes to the peer gateway that got no answer within the probe interval.", nil, nil)
-	descState      = prometheus.NewDesc("skein_gateway_connection_state", "1 for the current connection state (Connecting, Connected, Error: the values of a Connection's status), 0 for the others.", []string{"state"}, nil)
-	descLastHS     = prometheus.NewDesc("skein_gateway_last_handshake_timestamp_seconds", "Unix time of the last WireGuard handshake with the peer since the gateway started (absent before the first; kept when a reconnect replaces the peer).", nil, nil)
-	descPeer       = prometheus.NewDesc("skein_gateway_peer_info", "Always 1; the labels describe the WireGuard peer: this gateway's role (server or client), the peer's public key (base64, as wg shows it) and its current endpoint (empty until known).", []string{"role", "peer_public_key", "peer_endpoint"}, nil)
-	descActive     = prometheus.NewDesc("skein_gateway_active", "1 when this replica is the active one (WireGuard up), 0 for a standby.", nil, nil)
-	descWindow     = prometheus.NewDesc("skein_gateway_window_packets", "Packets inside wireguard-go by direction (bounded by --window / window).", []string{"direction"}, nil)
-	descWaits      = prometheus.NewDesc("skein_gateway_window_waits_total", "Times the gateway waited for wireguard-go to take more packets, by direction.", []string{"direction"}, nil)
-	descForgets    = prometheus.NewDesc("skein_gateway_window_forgets_total", "Waits that timed out and assumed the packets inside were dropped by wireguard-go, by direction.", []string{"direction"}, nil)
-	descReconn     = prometheus.NewDesc("skein_gateway_reconnects_total", "Times this client reset its WireGuard peer to reach a new active replica of the peer gateway (after its goodbye or a silent lost probe).", nil, nil)
+// family is a metric family's name, help and type.
+type family struct {
+	name, help string
+	typ        promtext.Type
+}
 
-	// The names of v0.1, kept one release.
-	descOldPackets   = prometheus.NewDesc("skein_gateway_packets_total", deprecated("skein_gateway_packets_handled_total, skein_gateway_packets_dropped_total and skein_gateway_packet_events_total"), []string{"direction", "counter"}, nil)
-	descOldRTT       = prometheus.NewDesc("skein_gateway_probe_rtt_seconds", deprecated("skein_gateway_probe_round_trip_seconds"), nil, nil)
-	descOldHandshake = prometheus.NewDesc("skein_gateway_handshake_age_seconds", deprecated("time() - skein_gateway_last_handshake_timestamp_seconds"), nil, nil)
+var (
+	famConfigured = family{configuredName, configuredHelp, promtext.Gauge}
+	famHandled    = family{"skein_gateway_packets_handled_total", "Packets by direction and how they ended: forwarded, local (to the gateway's own addresses), arp_replied or dropped (the reason in skein_gateway_packets_dropped_total).", promtext.Counter}
+	famDropped    = family{"skein_gateway_packets_dropped_total", "Dropped packets by direction and reason.", promtext.Counter}
+	famEvents     = family{"skein_gateway_packet_events_total", "Things done to packets on their way, by direction: nat_unmatched (no NAT pair), mss_clamped, tso_segmented, icmp_sent (time exceeded, fragmentation needed), icmp_rate_limited.", promtext.Counter}
+	famBytes      = family{"skein_gateway_bytes_total", "Bytes of forwarded inner packets by direction.", promtext.Counter}
+	famNAT        = family{"skein_gateway_nat_translated_total", "Packets whose addresses were translated (a remapped peer network, or this site's pods presented under another prefix), by direction; a TCP superpacket cut to the tunnel MTU counts as its segments, as in skein_gateway_packets_handled_total.", promtext.Counter}
+	famWGDrops    = family{"skein_gateway_wireguard_drops_total", "Packets wireguard-go dropped, by reason: disallowed_source (from the peer, with a source outside its allowed IPs), invalid_ip_version, invalid_mac1, invalid_handshake, invalid_cookie. (Packets that fail to decrypt are dropped without a report.)", promtext.Counter}
+	famWGBytes    = family{"skein_gateway_wireguard_bytes_total", "Bytes of WireGuard datagrams (encrypted, with WireGuard's overhead) by direction: to-tunnel sent to the peer, from-tunnel received from it.", promtext.Counter}
+	famRTTHist    = family{"skein_gateway_probe_round_trip_seconds", "Round-trip times of answered probes to the peer gateway through the tunnel.", promtext.Histogram}
+	famLost       = family{"skein_gateway_probes_lost_total", "Probes to the peer gateway that got no answer within the probe interval.", promtext.Counter}
+	famState      = family{"skein_gateway_connection_state", "1 for the current connection state (Connecting, Connected, Error: the values of a Connection's status), 0 for the others.", promtext.Gauge}
+	famLastHS     = family{"skein_gateway_last_handshake_timestamp_seconds", "Unix time of the last WireGuard handshake with the peer since the gateway started (absent before the first; kept when a reconnect replaces the peer).", promtext.Gauge}
+	famPeer       = family{"skein_gateway_peer_info", "Always 1; the labels describe the WireGuard peer: this gateway's role (server or client), the peer's public key (base64, as wg shows it) and its current endpoint (empty until known).", promtext.Gauge}
+	famActive     = family{"skein_gateway_active", "1 when this replica is the active one (WireGuard up), 0 for a standby.", promtext.Gauge}
+	famWindow     = family{"skein_gateway_window_packets", "Packets inside wireguard-go by direction (bounded by --window / window).", promtext.Gauge}
+	famWaits      = family{"skein_gateway_window_waits_total", "Times the gateway waited for wireguard-go to take more packets, by direction.", promtext.Counter}
+	famForgets    = family{"skein_gateway_window_forgets_total", "Waits that timed out and assumed the packets inside were dropped by wireguard-go, by direction.", promtext.Counter}
+	famReconn     = family{"skein_gateway_reconnects_total", "Times this client reset its WireGuard peer to reach a new active replica of the peer gateway (after its goodbye or a silent lost probe).", promtext.Counter}
+
+	// Deprecated names, kept one release.
+	famOldPackets   = family{"skein_gateway_packets_total", deprecated("skein_gateway_packets_handled_total, skein_gateway_packets_dropped_total and skein_gateway_packet_events_total"), promtext.Counter}
+	famOldRTT       = family{"skein_gateway_probe_rtt_seconds", deprecated("skein_gateway_probe_round_trip_seconds"), promtext.Gauge}
+	famOldHandshake = family{"skein_gateway_handshake_age_seconds", deprecated("time() - skein_gateway_last_handshake_timestamp_seconds"), promtext.Gauge}
 )
 
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConfigured, descWGDrops, descHandled, descDropped, descEvents, descBytes, descNAT, descWGBytes, descRTTHist, descLost,
-		descState, descLastHS, descPeer, descActive, descWindow, descWaits, descForgets, descReconn, descOldPackets, descOldRTT, descOldHandshake} {
-		ch <- d
-	}
+// one writes a family with one sample.
+func (f family) one(w *promtext.Writer, v float64, labels ...string) {
+	w.Family(f.name, f.help, f.typ)
+	w.Sample(f.name, v, labels...)
+}
+
+// start writes the family's header; its samples follow.
+func (f family) start(w *promtext.Writer) { w.Family(f.name, f.help, f.typ) }
+
+// writeBuildInfo writes skein_gateway_build_info.
+func writeBuildInfo(w *promtext.Writer) {
+	i := buildinfo.Get()
+	name, help := buildinfo.Metric("gateway")
+	w.Family(name, help, promtext.Gauge)
+	w.Sample(name, 1, "version", i.Version, "commit", i.Commit, "goversion", i.GoVersion)
 }
 
 // labelValue turns a counter's name into the new metrics' label value: "drop-ttl-exceeded"
@@ -115,54 +127,101 @@ func labelValue(k dataplane.Counter) string {
 	return strings.ReplaceAll(strings.TrimPrefix(k.String(), "drop-"), "-", "_")
 }
 
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(descConfigured, prometheus.GaugeValue, 1)
-	c.collectPackets(ch)
-	c.collectWireGuard(ch)
-	c.collectProbes(ch)
-	for d, w := range map[dataplane.Direction]*dataplane.Window{dataplane.ToTunnel: c.g.out, dataplane.FromTunnel: c.g.in} {
-		ws := w.Stats()
-		ch <- prometheus.MustNewConstMetric(descWindow, prometheus.GaugeValue, float64(ws.Inside), d.String())
-		ch <- prometheus.MustNewConstMetric(descWaits, prometheus.CounterValue, float64(ws.Waits), d.String())
-		ch <- prometheus.MustNewConstMetric(descForgets, prometheus.CounterValue, float64(ws.Forgets), d.String())
+// write writes every family of the gateway, at a scrape.
+func (c *collector) write(w *promtext.Writer) {
+	famConfigured.one(w, 1)
+	writeBuildInfo(w)
+	c.writePackets(w)
+	c.writeWireGuard(w)
+	c.writeProbes(w)
+	windows := [dataplane.NumDirections]*dataplane.Window{dataplane.ToTunnel: c.g.out, dataplane.FromTunnel: c.g.in}
+	var stats [dataplane.NumDirections]dataplane.WindowStats
+	for d, win := range windows {
+		stats[d] = win.Stats()
 	}
-	ch <- prometheus.MustNewConstMetric(descReconn, prometheus.CounterValue, float64(c.g.Reconnects()))
+	for _, x := range []struct {
+		f     family
+		value func(dataplane.WindowStats) float64
+	}{
+		{famWindow, func(s dataplane.WindowStats) float64 { return float64(s.Inside) }},
+		{famWaits, func(s dataplane.WindowStats) float64 { return float64(s.Waits) }},
+		{famForgets, func(s dataplane.WindowStats) float64 { return float64(s.Forgets) }},
+	} {
+		x.f.start(w)
+		for d := range dataplane.NumDirections {
+			w.Sample(x.f.name, x.value(stats[d]), "direction", d.String())
+		}
+	}
+	famReconn.one(w, float64(c.g.Reconnects()))
 }
 
-func (c *collector) collectPackets(ch chan<- prometheus.Metric) {
+// writePackets writes the dataplane's counters: each family with all its samples, both
+// directions.
+func (c *collector) writePackets(w *promtext.Writer) {
 	counts := c.g.dp.Counters()
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	type sample struct {
+		dir   dataplane.Direction
+		k     dataplane.Counter
+		label string
+	}
+	// Which family each counter goes to (the same for both directions).
+	var handled, dropped, events []sample
+	for d := range dataplane.NumDirections {
+		for k := range dataplane.NumCounters {
+			switch {
+			case k == dataplane.Bytes || k == dataplane.NATTranslated:
+			case k == dataplane.Forwarded || k == dataplane.Local || k == dataplane.ARPReplied:
+				handled = append(handled, sample{d, k, labelValue(k)})
+			case k.IsDrop():
+				dropped = append(dropped, sample{d, k, labelValue(k)})
+			default:
+				events = append(events, sample{d, k, labelValue(k)})
+			}
+		}
+	}
+	famHandled.start(w)
+	for _, s := range handled {
+		w.Sample(famHandled.name, float64(counts[s.dir][s.k]), "direction", s.dir.String(), "outcome", s.label)
 	}
 	for d := range dataplane.NumDirections {
-		dir := d.String()
-		var dropped uint64
-		for k := range dataplane.NumCounters {
-			v := counts[d][k]
-			switch {
-			case k == dataplane.Bytes:
-				counter(descBytes, v, dir)
-				continue
-			case k == dataplane.Forwarded || k == dataplane.Local || k == dataplane.ARPReplied:
-				counter(descHandled, v, dir, labelValue(k))
-			case k.IsDrop():
-				dropped += v
-				counter(descDropped, v, dir, labelValue(k))
-			case k == dataplane.NATTranslated:
-				// Counted where the translation happens, per packet as it leaves (a
-				// superpacket as its segments, like forwarded).
-				counter(descNAT, v, dir)
-				continue
-			default:
-				counter(descEvents, v, dir, labelValue(k))
+		var sum uint64
+		for _, s := range dropped {
+			if s.dir == d {
+				sum += counts[d][s.k]
 			}
-			counter(descOldPackets, v, dir, k.String())
 		}
-		counter(descHandled, dropped, dir, "dropped")
+		w.Sample(famHandled.name, float64(sum), "direction", d.String(), "outcome", "dropped")
+	}
+	famDropped.start(w)
+	for _, s := range dropped {
+		w.Sample(famDropped.name, float64(counts[s.dir][s.k]), "direction", s.dir.String(), "reason", s.label)
+	}
+	famEvents.start(w)
+	for _, s := range events {
+		w.Sample(famEvents.name, float64(counts[s.dir][s.k]), "direction", s.dir.String(), "event", s.label)
+	}
+	// NAT is counted where the translation happens, per packet as it leaves (a superpacket as
+	// its segments, like forwarded).
+	for _, x := range []struct {
+		f family
+		k dataplane.Counter
+	}{{famBytes, dataplane.Bytes}, {famNAT, dataplane.NATTranslated}} {
+		x.f.start(w)
+		for d := range dataplane.NumDirections {
+			w.Sample(x.f.name, float64(counts[d][x.k]), "direction", d.String())
+		}
+	}
+	famOldPackets.start(w)
+	for d := range dataplane.NumDirections {
+		for k := range dataplane.NumCounters {
+			if k != dataplane.Bytes && k != dataplane.NATTranslated {
+				w.Sample(famOldPackets.name, float64(counts[d][k]), "direction", d.String(), "counter", k.String())
+			}
+		}
 	}
 }
 
-func (c *collector) collectWireGuard(ch chan<- prometheus.Metric) {
+func (c *collector) writeWireGuard(w *promtext.Writer) {
 	p := c.g.peerState()
 	c.mu.Lock()
 	var bytes [2]int64
@@ -178,45 +237,49 @@ func (c *collector) collectWireGuard(ch chan<- prometheus.Metric) {
 	}
 	hs := c.lastHS
 	c.mu.Unlock()
+	famWGDrops.start(w)
 	for i := range c.g.wgDrops {
-		ch <- prometheus.MustNewConstMetric(descWGDrops, prometheus.CounterValue, float64(c.g.wgDrops[i].Load()), wgDropNames[i])
+		w.Sample(famWGDrops.name, float64(c.g.wgDrops[i].Load()), "reason", wgDropNames[i])
 	}
-	ch <- prometheus.MustNewConstMetric(descWGBytes, prometheus.CounterValue, float64(bytes[0]), dataplane.ToTunnel.String())
-	ch <- prometheus.MustNewConstMetric(descWGBytes, prometheus.CounterValue, float64(bytes[1]), dataplane.FromTunnel.String())
+	famWGBytes.start(w)
+	w.Sample(famWGBytes.name, float64(bytes[0]), "direction", dataplane.ToTunnel.String())
+	w.Sample(famWGBytes.name, float64(bytes[1]), "direction", dataplane.FromTunnel.String())
 	if !hs.IsZero() {
-		ch <- prometheus.MustNewConstMetric(descLastHS, prometheus.GaugeValue, float64(hs.UnixNano())/1e9)
-		ch <- prometheus.MustNewConstMetric(descOldHandshake, prometheus.GaugeValue, time.Since(hs).Seconds())
+		famLastHS.one(w, float64(hs.UnixNano())/1e9)
+		famOldHandshake.one(w, time.Since(hs).Seconds())
 	}
 	role := "server"
 	if c.g.currentPlan().PeerEndpoint.IsValid() {
 		role = "client"
 	}
-	ch <- prometheus.MustNewConstMetric(descPeer, prometheus.GaugeValue, 1, role, p.publicKey, p.endpoint)
+	famPeer.one(w, 1, "role", role, "peer_public_key", p.publicKey, "peer_endpoint", p.endpoint)
 	active := 0.0
 	if c.g.active.Load() {
 		active = 1
 	}
-	ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, active)
+	famActive.one(w, active)
 }
 
-func (c *collector) collectProbes(ch chan<- prometheus.Metric) {
+func (c *collector) writeProbes(w *promtext.Writer) {
 	s, h := c.g.prober.Status(), c.g.prober.History()
-	buckets := make(map[float64]uint64, len(netstack.RTTBuckets))
-	var cum uint64
-	for i, le := range netstack.RTTBuckets {
-		cum += h.Buckets[i]
-		buckets[le] = cum
+	cum := make([]uint64, len(netstack.RTTBuckets))
+	var n uint64
+	for i := range netstack.RTTBuckets {
+		n += h.Buckets[i]
+		cum[i] = n
 	}
-	ch <- prometheus.MustNewConstHistogram(descRTTHist, h.Answered, h.Sum, buckets)
-	ch <- prometheus.MustNewConstMetric(descLost, prometheus.CounterValue, float64(h.Lost))
+	famRTTHist.start(w)
+	w.Histogram(famRTTHist.name, netstack.RTTBuckets[:], cum, h.Answered, h.Sum)
+	famLost.one(w, float64(h.Lost))
 	if !s.LastReply.IsZero() {
-		ch <- prometheus.MustNewConstMetric(descOldRTT, prometheus.GaugeValue, s.RTT.Seconds())
+		famOldRTT.one(w, s.RTT.Seconds())
 	}
+	famState.start(w)
 	for _, st := range []netstack.State{netstack.Connecting, netstack.Connected, netstack.Error} {
 		v := 0.0
 		if s.State == st {
 			v = 1
 		}
-		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, v, string(st))
+		w.Sample(famState.name, v, "state", string(st))
 	}
 }

@@ -32,6 +32,7 @@ import (
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/apiconn"
 	"github.com/skein-net/skein/control/buildinfo"
+	"github.com/skein-net/skein/control/buildinfo/buildmetric"
 	"github.com/skein-net/skein/control/logging"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/overlay"
@@ -245,7 +246,7 @@ func underlayMTU(ip netip.Addr) (int, error) {
 func serveMetrics(addr string, a *agent.Agent, log *slog.Logger) {
 	reg := prometheus.NewRegistry()
 	// The agent's memory is part of what it promises: its Go runtime and process are measured.
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector("agent"))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildmetric.Collector("agent"))
 	gauge := func(name, help string, f func(agent.Stats) float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(a.Stats()) }))
 	}

@@ -29,6 +29,7 @@ import (
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/buildinfo"
+	"github.com/skein-net/skein/control/buildinfo/buildmetric"
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/control/kube"
@@ -134,7 +135,7 @@ func main() {
 		MinRemotePrefixLength: *minPrefix, AllowPrivilegedGateways: *allowPrivileged, GatewayWatchPods: *watchPods,
 		ExternalCIDR: external[0], InternalCIDR: internal[0], Metrics: ctrlmetrics.Registry,
 	}
-	ctrlmetrics.Registry.MustRegister(buildinfo.Collector("controller"))
+	ctrlmetrics.Registry.MustRegister(buildmetric.Collector("controller"))
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
 		fail(fmt.Errorf("reaching the API server: %w", err))

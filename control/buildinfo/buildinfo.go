@@ -1,8 +1,9 @@
 // Package buildinfo says which build of skein is running: the version and commit stamped at
 // link time (-ldflags "-X github.com/skein-net/skein/control/buildinfo.Version=v0.2.0 -X
 // ...Commit=<sha>"), else what the Go toolchain recorded (the module version, the VCS revision
-// of a build from a checkout). Every daemon exports it as skein_<component>_build_info and
-// skeinctl prints it.
+// of a build from a checkout). Every daemon exports it as skein_<component>_build_info (Metric)
+// and skeinctl prints it. It depends on nothing but the standard library, so the gateway links
+// no metrics library through it.
 package buildinfo
 
 import (
@@ -14,8 +15,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Set at link time; empty means "ask the toolchain".
@@ -76,17 +75,12 @@ func (i Info) String() string {
 	return i.Version + " (commit " + i.Commit + ", " + i.GoVersion + ")"
 }
 
-// Collector returns the constant skein_<component>_build_info gauge (value 1, labels version,
-// commit and goversion) the daemons register, so dashboards can show and join on the build.
-func Collector(component string) prometheus.Collector {
-	i := Get()
-	g := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name:        "skein_" + component + "_build_info",
-		Help:        "Always 1; the labels name the running build of skein-" + component + ".",
-		ConstLabels: prometheus.Labels{"version": i.Version, "commit": i.Commit, "goversion": i.GoVersion},
-	})
-	g.Set(1)
-	return g
+// Metric returns the name and help text of the constant skein_<component>_build_info gauge
+// every daemon exports (value 1, labels version, commit and goversion), so dashboards can show
+// and join on the build. The controller and the agent register buildmetric.Collector; the
+// gateway writes it itself (appliance/metrics.go).
+func Metric(component string) (name, help string) {
+	return "skein_" + component + "_build_info", "Always 1; the labels name the running build of skein-" + component + "."
 }
 
 // ParseFlags parses a daemon's command line into fs, adding --version: --help and --version

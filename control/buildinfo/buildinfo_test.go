@@ -4,8 +4,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestResolve(t *testing.T) {
@@ -34,18 +32,5 @@ func TestResolve(t *testing.T) {
 		if got.Version != tc.wantVersion || got.Commit != tc.wantCommit || !strings.HasPrefix(got.GoVersion, "go") {
 			t.Errorf("%s: got %+v, want version %s commit %s", tc.name, got, tc.wantVersion, tc.wantCommit)
 		}
-	}
-}
-
-func TestCollector(t *testing.T) {
-	c := Collector("agent")
-	if n := testutil.CollectAndCount(c, "skein_agent_build_info"); n != 1 {
-		t.Fatalf("%d series, want 1", n)
-	}
-	if v := testutil.ToFloat64(c); v != 1 {
-		t.Errorf("value %v, want 1", v)
-	}
-	if probs, err := testutil.CollectAndLint(c); err != nil || len(probs) > 0 {
-		t.Errorf("lint: %v %v", probs, err)
 	}
 }
