@@ -14,7 +14,7 @@ import (
 // connect.go): the lab, skein installed with Helm in both clusters as TestE2E installs it (2
 // gateway replicas), then skeinctl network connect --wait between the two fresh installs,
 // timed to "Connection is established" on both sides, with skeinctl's breakdown of where the
-// time went. It is TestE2E's install and connect steps alone (about 3 minutes instead of 7,
+// time went. It is TestE2E's install and connect steps alone (1-3 minutes instead of 7,
 // the same report line), and runs only when SKEIN_CONNECT_TIME is set, as the harness sets it:
 //
 //	SKEIN_CONNECT_TIME=1 go test -count 1 -v -timeout 20m -run '^TestConnectTime$' ./bench/e2e/

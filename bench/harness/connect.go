@@ -29,7 +29,7 @@ const connectEnv = "SKEIN_CONNECT_TIME=1"
 // connectArgs are go test's arguments for TestConnectTime, from the module root.
 var connectArgs = []string{"test", "-count", "1", "-v", "-timeout", "20m", "-run", "^TestConnectTime$", "./bench/e2e/"}
 
-// ConnectCommand reproduces the connect section (about 3 minutes; root, and the Kubernetes
+// ConnectCommand reproduces the connect section (1-3 minutes, the most when it builds; root, and the Kubernetes
 // binaries, helm and the node stack of make k8s-binaries).
 func ConnectCommand() string {
 	return connectEnv + " go " + strings.Join(quoteArgs(connectArgs), " ")
