@@ -43,6 +43,12 @@ type icmpError struct {
 
 var errTTLExceeded = icmpError{typ: icmpTimeExceeded, code: icmpTTLInTransit}
 
+var errHopLimitExceeded = icmpError{typ: packet.ICMPv6TimeExceeded, code: icmp6HopLimitInTransit}
+
+func errPacketTooBig(mtu int) icmpError {
+	return icmpError{typ: packet.ICMPv6PacketTooBig, rest: uint32(mtu)}
+}
+
 func errFragNeeded(mtu int) icmpError {
 	return icmpError{typ: icmpDestUnreach, code: icmpFragNeeded, rest: uint32(mtu)}
 }

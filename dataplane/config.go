@@ -31,6 +31,11 @@ type Config struct {
 	// TunnelIP is the gateway's own address inside the tunnel, the source of ICMP errors it
 	// sends into the tunnel. Optional: without it, no errors are sent that way.
 	TunnelIP netip.Addr
+	// TunnelIP6 and OverlayIP6 are the gateway's IPv6 addresses inside the tunnel and on the
+	// overlay: the sources of the ICMPv6 errors it sends into the tunnel and to local pods.
+	// Optional: without one, no ICMPv6 errors are sent that way (the packets are dropped and
+	// counted all the same).
+	TunnelIP6, OverlayIP6 netip.Addr
 
 	// Remote are the prefixes routed into the tunnel, as this cluster sees them (remapped
 	// CIDRs, NAT-less remote CIDRs, the peer gateway's tunnel address). NAT From prefixes are
@@ -115,6 +120,9 @@ type tables struct {
 	overlayIP    [4]byte
 	tunnelIP     [4]byte
 	hasTunIP     bool
+	// The same for IPv6 (has*: the address is set).
+	overlayIP6, tunnelIP6       [16]byte
+	hasOverlayIP6, hasTunnelIP6 bool
 }
 
 type nodeHop struct {
@@ -198,6 +206,24 @@ func compile(cfg Config, check bool) (*tables, error) {
 		}
 	}
 
+	for _, a := range []struct {
+		name string
+		addr netip.Addr
+		dst  *[16]byte
+		has  *bool
+	}{{"tunnel IPv6 address", c.TunnelIP6, &t.tunnelIP6, &t.hasTunnelIP6}, {"overlay IPv6 address", c.OverlayIP6, &t.overlayIP6, &t.hasOverlayIP6}} {
+		switch {
+		case !a.addr.IsValid():
+		case !a.addr.Is6() || a.addr.Is4In6() || a.addr.IsLinkLocalUnicast() || a.addr.IsMulticast() || a.addr.IsUnspecified() || a.addr.IsLoopback():
+			errs = append(errs, fmt.Errorf("%s %v must be a unicast IPv6 address of global or unique local scope", a.name, a.addr))
+		default:
+			*a.dst, *a.has = a.addr.As16(), true
+		}
+	}
+	if hasIPv6(c) && min(c.TunnelMTU, c.OverlayMTU) < ipv6MinMTU {
+		errs = append(errs, fmt.Errorf("IPv6 needs links of at least %d bytes: tunnel MTU %d, overlay MTU %d", ipv6MinMTU, c.TunnelMTU, c.OverlayMTU))
+	}
+
 	in, err := nat.NewPrefixMap(c.NAT...)
 	if err != nil {
 		errs = append(errs, err)
@@ -234,6 +260,36 @@ func compile(cfg Config, check bool) (*tables, error) {
 		t.routes = b.Build()
 	}
 	return t, nil
+}
+
+// ipv6MinMTU is the least MTU of a link that carries IPv6 (RFC 8200 section 5).
+const ipv6MinMTU = 1280
+
+// hasIPv6 reports whether c routes any IPv6 prefix.
+func hasIPv6(c Config) bool {
+	for _, p := range c.Remote {
+		if p.Addr().Is6() {
+			return true
+		}
+	}
+	for _, p := range c.NAT {
+		if p.From.Addr().Is6() {
+			return true
+		}
+	}
+	for _, n := range c.Nodes {
+		for _, p := range n.PodCIDRs {
+			if p.Addr().Is6() {
+				return true
+			}
+		}
+		for _, a := range n.Pods {
+			if a.Is6() {
+				return true
+			}
+		}
+	}
+	return c.TunnelIP6.IsValid() || c.OverlayIP6.IsValid()
 }
 
 // Validate reports every problem of cfg as New and Reconfig would, without building anything.

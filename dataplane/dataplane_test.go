@@ -615,6 +615,13 @@ func TestConfigErrors(t *testing.T) {
 			c.NAT = append(c.NAT, nat.Pair{From: pfx("10.71.0.0/24"), To: pfx("10.1.0.0/24")})
 		}, "overlap"},
 		{func(c *dataplane.Config) { c.TunnelIP = addr("fd00::1") }, "tunnel IP"},
+		{func(c *dataplane.Config) { c.TunnelIP6 = addr("fe80::1") }, "tunnel IPv6 address fe80::1 must be a unicast IPv6 address"},
+		{func(c *dataplane.Config) { c.OverlayIP6 = addr("10.80.0.1") }, "overlay IPv6 address 10.80.0.1 must be"},
+		{func(c *dataplane.Config) { c.OverlayIP6 = addr("ff02::1") }, "overlay IPv6 address ff02::1 must be"},
+		{func(c *dataplane.Config) {
+			c.Remote = append(c.Remote, pfx("fd72::/64"))
+			c.TunnelMTU = 1200
+		}, "IPv6 needs links of at least 1280 bytes: tunnel MTU 1200"},
 	}
 	for _, tc := range cases {
 		cfg := baseConfig()

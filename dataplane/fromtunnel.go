@@ -136,8 +136,9 @@ func (d *Dataplane) fromTunnel(b *batch, pkt []byte) (node nodeHop, ip packet.IP
 	return t.nodes[hop-hopNode], ip, true
 }
 
-// fromTunnel6 is fromTunnel for IPv6. Like forwardToTunnel6, it drops (and counts) what would
-// need an ICMPv6 error, and the gateway's own addresses are IPv4 only so far.
+// fromTunnel6 is fromTunnel for IPv6. The gateway's own addresses are IPv4 only so far: the
+// netstack does not answer on its IPv6 ones (TunnelIP6, OverlayIP6), which only source the
+// ICMPv6 errors it sends.
 func (d *Dataplane) fromTunnel6(b *batch, pkt []byte) (node nodeHop, ip packet.IPv6, ok bool) {
 	t := b.t
 	ip, err := packet.ParseIPv6(pkt)
@@ -163,10 +164,12 @@ func (d *Dataplane) fromTunnel6(b *batch, pkt []byte) (node nodeHop, ip packet.I
 	}
 	if ip.HopLimit() <= 1 {
 		b.tl[DropTTL]++
+		d.icmpToTunnel6(b, ip, errHopLimitExceeded)
 		return node, nil, false
 	}
 	if len(ip) > t.overlayMTU {
 		b.tl[DropTooBig]++
+		d.icmpToTunnel6(b, ip, errPacketTooBig(t.overlayMTU))
 		return node, nil, false
 	}
 	ip.SetHopLimit(ip.HopLimit() - 1)
@@ -190,6 +193,22 @@ func (d *Dataplane) icmpToTunnel(b *batch, orig packet.IPv4, e icmpError) {
 	}
 	buf := b.scratch[0]
 	n := buildICMPError(buf, b.t.tunnelIP, e.typ, e.code, e.rest, orig)
+	if !d.queue.push(buf[:n]) {
+		b.tl[DropQueueFull]++
+		return
+	}
+	d.conn.Wake()
+}
+
+// icmpToTunnel6 queues an ICMPv6 error about orig back into the tunnel, from the gateway's
+// IPv6 tunnel address. orig is as it came from the tunnel, before any translation: the error
+// quotes what the peer sent.
+func (d *Dataplane) icmpToTunnel6(b *batch, orig packet.IPv6, e icmpError) {
+	if !b.t.hasTunnelIP6 || !mayAnswer6(orig, e.typ == packet.ICMPv6PacketTooBig) || !d.allowICMP(b) {
+		return
+	}
+	buf := b.scratch[0]
+	n := buildICMPv6Error(buf, b.t.tunnelIP6, e.typ, e.code, e.rest, orig)
 	if !d.queue.push(buf[:n]) {
 		b.tl[DropQueueFull]++
 		return

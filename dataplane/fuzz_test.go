@@ -27,15 +27,20 @@ func FuzzPath(f *testing.F) {
 	f.Add(vxlanFrame(gwMAC, packet.EtherTypeIPv4, errQuote), syn)
 	f.Add(vxlanFrame(packet.Broadcast, packet.EtherTypeARP, make([]byte, 28)), []byte{0x45})
 	f.Add(vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17, TTL: 1, Payload: make([]byte, 8)}.Build()), []byte{})
+	// IPv6: hop limits running out both ways (ICMPv6 errors), and one too big for the tunnel.
+	f.Add(vxlanFrame(gwMAC, packet.EtherTypeIPv6, syn6("fd00:244:0:1::5", "fd71:0:0:2::7", 1)), syn6("fd00:244:0:2::7", "fd00:244:0:1::5", 1))
+	f.Add(vxlanFrame(gwMAC, packet.EtherTypeIPv6, pt.IPv6{Src: "fd00:244:0:1::5", Dst: "fd71:0:0:2::7", Next: 17,
+		Payload: pt.UDP("fd00:244:0:1::5", "fd71:0:0:2::7", 5, 6, make([]byte, 1400), false)}.Build()), syn6("fd00:244:0:2::7", "fd00:244:0:1::5", 64))
 
-	// The same inputs through two gateways: the peer's pods remapped, and that plus this
-	// site's pods presented under another prefix (LocalNAT).
+	// The same inputs through three gateways: the peer's pods remapped, that plus this site's
+	// pods presented under another prefix (LocalNAT), and a dual-stack one that sends ICMPv6
+	// errors.
 	type path struct {
 		dp *dataplane.Dataplane
 		c  *overlaytest.Conn
 	}
 	var paths []path
-	for _, cfg := range []dataplane.Config{baseConfig(), localNATConfig()} {
+	for _, cfg := range []dataplane.Config{baseConfig(), localNATConfig(), icmp6Config()} {
 		cfg.ICMPRate, cfg.ICMPBurst = 1000000, 1000000
 		c := overlaytest.New(0)
 		dp, err := dataplane.New(cfg, c)
@@ -59,35 +64,47 @@ func FuzzPath(f *testing.F) {
 			fixIPv4(d, overlay.HeaderLen)
 			fixIPv4(fromTunnel, 0)
 			before := dp.Counters()
-			c.Push(d, from1)
-			c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, sentinel), from1)
-			for done := false; !done; {
-				n, err := dp.Read(bufs, sizes, offset)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := range n {
-					p := bufs[i][offset : offset+sizes[i]]
-					if sizes[i] == 0 {
-						continue
+			// Reads until the sentinel comes through, checking what goes into the tunnel:
+			// valid unless the input it came from (or quotes) was not.
+			readAll := func(input []byte) {
+				c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, sentinel), from1)
+				for done := false; !done; {
+					n, err := dp.Read(bufs, sizes, offset)
+					if err != nil {
+						t.Fatal(err)
 					}
-					if bytes.Equal(p[4:6], sentinel[4:6]) && bytes.Equal(p[16:20], []byte{10, 244, 9, 9}) {
-						done = true
-					}
-					if prob := pt.Problem(p); prob != "" && pt.Problem(d[min(len(d), overlay.HeaderLen):]) == "" {
-						t.Fatalf("into the tunnel: %s", prob)
+					for i := range n {
+						p := bufs[i][offset : offset+sizes[i]]
+						if sizes[i] == 0 {
+							continue
+						}
+						if len(p) == len(sentinel) && bytes.Equal(p[4:6], sentinel[4:6]) && bytes.Equal(p[16:20], []byte{10, 244, 9, 9}) {
+							done = true
+							continue
+						}
+						problem := pt.Problem
+						if p[0]>>4 == 6 {
+							problem = pt.Problem6
+						}
+						if prob := problem(p); prob != "" && problem(input) == "" {
+							t.Fatalf("into the tunnel: %s", prob)
+						}
 					}
 				}
 			}
+			c.Push(d, from1)
+			readAll(d[min(len(d), overlay.HeaderLen):])
 			write(t, dp, fromTunnel)
+			// The ICMP errors about it went into the tunnel's queue: read them now.
+			readAll(fromTunnel)
 			for _, s := range c.TakeSent() {
 				if _, err := packet.ParseVXLAN(s.B); err != nil {
 					t.Fatalf("sent a datagram that is not VXLAN: %v", err)
 				}
 			}
 			after := dp.Counters()
-			if got := terminal(after, dataplane.ToTunnel) - terminal(before, dataplane.ToTunnel); got != 2 {
-				t.Fatalf("to the tunnel: 2 datagrams counted %d times: %v", got, after[dataplane.ToTunnel])
+			if got := terminal(after, dataplane.ToTunnel) - terminal(before, dataplane.ToTunnel); got != 3 {
+				t.Fatalf("to the tunnel: 3 datagrams (the input and two sentinels) counted %d times: %v", got, after[dataplane.ToTunnel])
 			}
 			if got := terminal(after, dataplane.FromTunnel) - terminal(before, dataplane.FromTunnel); got != 1 {
 				t.Fatalf("from the tunnel: 1 packet counted %d times: %v", got, after[dataplane.FromTunnel])

@@ -17,9 +17,17 @@ const (
 	icmpErrorMaxTotal = 576
 )
 
+// ICMPv6 error codes the gateway sends (the types are packet.ICMPv6TimeExceeded and
+// packet.ICMPv6PacketTooBig), and the size its errors stay within: the IPv6 minimum MTU
+// (RFC 4443 section 2.4 (c)).
+const (
+	icmp6HopLimitInTransit = 0 // code of packet.ICMPv6TimeExceeded
+	icmp6ErrorMaxTotal     = 1280
+)
+
 // icmpBufLen is the size of a buffer that holds any error the gateway builds, with room for
 // the overlay header in front.
-const icmpBufLen = 64 + icmpErrorMaxTotal
+const icmpBufLen = 64 + max(icmpErrorMaxTotal, icmp6ErrorMaxTotal)
 
 // mayAnswer reports whether an ICMP error may be sent about orig (RFC 1122 3.2.2 and RFC 1812
 // 4.3.2.7): not about ICMP errors, not about non-first fragments, not to broadcast, multicast,
@@ -61,6 +69,58 @@ func buildICMPError(out []byte, src [4]byte, typ, code uint8, rest uint32, orig 
 	copy(m[packet.ICMPHeaderLen:], orig[:quote])
 	packet.ICMPv4(m).SetChecksum(packet.Checksum(m))
 	return total
+}
+
+// mayAnswer6 reports whether an ICMPv6 error may be sent about orig (RFC 4443 section 2.4
+// (e)): not about an ICMPv6 error or a redirect (nor a packet whose headers cannot be walked
+// to tell), not from an unspecified, loopback, multicast or link-local source, and not about
+// a packet to a multicast address unless the error is a Packet Too Big.
+func mayAnswer6(orig packet.IPv6, tooBig bool) bool {
+	src, dst := orig.Src(), orig.Dst()
+	if src[0] == 0xff || isLinkLocal6(src) || dst[0] == 0xff && !tooBig {
+		return false
+	}
+	if src == ([16]byte{}) || src == ([16]byte{15: 1}) {
+		return false
+	}
+	up, err := orig.Upper()
+	if err != nil {
+		return false
+	}
+	if up.Proto == packet.ProtoICMPv6 && !(up.Fragmented && up.FragmentOffset != 0) {
+		if len(orig) < up.Offset+1 {
+			return false
+		}
+		if typ := orig[up.Offset]; typ < 128 || typ == icmp6Redirect {
+			return false
+		}
+	}
+	return true
+}
+
+// icmp6Redirect is the type of an ICMPv6 redirect (RFC 4861), never answered with an error.
+const icmp6Redirect = 137
+
+// buildICMPv6Error writes an ICMPv6 error about orig into out (at least icmp6ErrorMaxTotal
+// bytes), from src to orig's source, quoting as much of orig as fits in 1280 bytes, and returns
+// its length. rest is the 4 bytes after the checksum (the MTU of a Packet Too Big).
+func buildICMPv6Error(out []byte, src [16]byte, typ, code uint8, rest uint32, orig packet.IPv6) int {
+	quote := min(len(orig), icmp6ErrorMaxTotal-packet.IPv6HeaderLen-packet.ICMPHeaderLen)
+	payload := packet.ICMPHeaderLen + quote
+	h := out[:packet.IPv6HeaderLen]
+	h[0], h[1], h[2], h[3] = 0x60, 0, 0, 0
+	binary.BigEndian.PutUint16(h[4:], uint16(payload))
+	h[6], h[7] = packet.ProtoICMPv6, 64
+	dst := orig.Src()
+	copy(h[packet.IPv6SrcOffset:], src[:])
+	copy(h[packet.IPv6DstOffset:], dst[:])
+	m := out[packet.IPv6HeaderLen : packet.IPv6HeaderLen+payload]
+	m[0], m[1] = typ, code
+	m[2], m[3] = 0, 0
+	binary.BigEndian.PutUint32(m[4:], rest)
+	copy(m[packet.ICMPHeaderLen:], orig[:quote])
+	packet.ICMPv6(m).SetChecksum(^packet.Fold(packet.Sum(m, packet.PseudoSum6(src, dst, packet.ProtoICMPv6, payload))))
+	return packet.IPv6HeaderLen + payload
 }
 
 // limiter is a token bucket for ICMP errors.

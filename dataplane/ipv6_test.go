@@ -1,8 +1,13 @@
 package dataplane_test
 
 import (
+	"bytes"
 	"net/netip"
 	"testing"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/skein-net/skein/dataplane"
 	"github.com/skein-net/skein/dataplane/nat"
@@ -136,6 +141,161 @@ func TestDrops6(t *testing.T) {
 		if cn.Get(dataplane.FromTunnel, dataplane.DropTTL) != 1 || cn.Get(dataplane.FromTunnel, dataplane.DropTooBig) != 1 ||
 			cn.Get(dataplane.FromTunnel, dataplane.DropNoRoute) != 1 || cn.Get(dataplane.FromTunnel, dataplane.Forwarded) != 0 {
 			t.Errorf("counters %v", cn[dataplane.FromTunnel])
+		}
+	})
+}
+
+// icmp6Config is dualStackConfig with the gateway's IPv6 addresses, the sources of its ICMPv6
+// errors: fd80::1 on the overlay, fd99::1 in the tunnel.
+func icmp6Config() dataplane.Config {
+	cfg := dualStackConfig()
+	cfg.OverlayIP6, cfg.TunnelIP6 = addr("fd80::1"), addr("fd99::1")
+	return cfg
+}
+
+// checkICMPv6Error checks an ICMPv6 error the gateway built: addresses, hop limit, checksum,
+// type and code, and the quote (orig cut to fit 1280 bytes). It returns the message.
+func checkICMPv6Error(t *testing.T, pkt []byte, src, dst string, typ, code uint8, orig []byte) packet.ICMPv6 {
+	t.Helper()
+	if pr := pt.Problem6(pkt); pr != "" {
+		t.Errorf("ICMPv6 error: %s", pr)
+	}
+	ip := packet.IPv6(pkt)
+	if ip.SrcAddr().String() != src || ip.DstAddr().String() != dst || ip.NextHeader() != packet.ProtoICMPv6 || ip.HopLimit() != 64 {
+		t.Fatalf("ICMPv6 error %s -> %s next header %d hop limit %d, want %s -> %s ICMPv6, 64", ip.SrcAddr(), ip.DstAddr(), ip.NextHeader(), ip.HopLimit(), src, dst)
+	}
+	if len(pkt) > 1280 {
+		t.Errorf("ICMPv6 error of %d bytes, more than the IPv6 minimum MTU", len(pkt))
+	}
+	m := packet.ICMPv6(ip.Payload())
+	if m.Type() != typ || m.Code() != code {
+		t.Errorf("ICMPv6 type %d code %d, want %d/%d", m.Type(), m.Code(), typ, code)
+	}
+	// gVisor's header package, an implementation independent of ours, computes the same
+	// checksum.
+	if want := header.ICMPv6Checksum(header.ICMPv6ChecksumParams{Header: header.ICMPv6(m[:header.ICMPv6MinimumSize]),
+		Src: tcpip.AddrFrom16(ip.Src()), Dst: tcpip.AddrFrom16(ip.Dst()),
+		PayloadCsum: checksum.Checksum(m[header.ICMPv6MinimumSize:], 0), PayloadLen: len(m) - header.ICMPv6MinimumSize}); m.Checksum() != want {
+		t.Errorf("ICMPv6 checksum %#04x, gVisor computes %#04x", m.Checksum(), want)
+	}
+	if q := m.Payload(); !bytes.Equal(q, orig[:min(len(orig), 1280-48)]) {
+		t.Errorf("quote of %d bytes differs from the original packet (%d bytes)", len(q), len(orig))
+	}
+	return m
+}
+
+// TestICMPv6Errors: a packet whose hop limit runs out, or too big for the next link, is answered
+// with an ICMPv6 Time Exceeded or Packet Too Big (RFC 4443), in both directions: to the local
+// pod over the overlay from the gateway's overlay address, back into the tunnel from its tunnel
+// address.
+func TestICMPv6Errors(t *testing.T) {
+	dp, c := newDP(t, icmp6Config())
+	expiring := syn6("fd00:244:0:1::5", "fd71:0:0:2::7", 1)
+	big := pt.IPv6{Src: "fd00:244:0:1::5", Dst: "fd71:0:0:2::7", Next: 17,
+		Payload: pt.UDP("fd00:244:0:1::5", "fd71:0:0:2::7", 5, 6, make([]byte, 1400), false)}.Build()
+	for _, p := range [][]byte{expiring, big} {
+		c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv6, p), from1)
+	}
+	c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: "10.244.1.5", Dst: "10.71.2.7", Proto: 17,
+		Payload: pt.UDP("10.244.1.5", "10.71.2.7", 1, 2, nil, false)}.Build()), from1)
+	if got := readPackets(t, dp); len(got) != 1 || got[0][0]>>4 != 4 {
+		t.Fatalf("into the tunnel %d packets, want only the IPv4 one", len(got))
+	}
+	sent := c.TakeSent()
+	if len(sent) != 2 {
+		t.Fatalf("sent %d ICMPv6 errors to the overlay, want 2", len(sent))
+	}
+	for _, d := range sent {
+		vx, _ := packet.ParseVXLAN(d.B)
+		if et := packet.Ethernet(vx.Payload()).EtherType(); et != packet.EtherTypeIPv6 {
+			t.Errorf("ICMPv6 error sent with EtherType %#04x", et)
+		}
+	}
+	checkICMPv6Error(t, decapSent(t, sent[0], node1, node1MAC), "fd80::1", "fd00:244:0:1::5", packet.ICMPv6TimeExceeded, 0, expiring)
+	m := checkICMPv6Error(t, decapSent(t, sent[1], node1, node1MAC), "fd80::1", "fd00:244:0:1::5", packet.ICMPv6PacketTooBig, 0, big)
+	if m.MTU() != dataplane.DefaultTunnelMTU {
+		t.Errorf("packet too big with MTU %d, want the tunnel's %d", m.MTU(), dataplane.DefaultTunnelMTU)
+	}
+	cn := dp.Counters()
+	if cn.Get(dataplane.ToTunnel, dataplane.DropTTL) != 1 || cn.Get(dataplane.ToTunnel, dataplane.DropTooBig) != 1 || cn.Get(dataplane.ToTunnel, dataplane.ICMPSent) != 2 {
+		t.Errorf("counters %v", cn[dataplane.ToTunnel])
+	}
+
+	// Out of the tunnel: the errors go back into the tunnel, from the tunnel address, to the
+	// peer's source as it sent it (before the source is translated).
+	expiringIn := syn6("fd00:244:0:2::7", "fd00:244:0:1::5", 1)
+	bigIn := pt.IPv6{Src: "fd00:244:0:2::7", Dst: "fd00:244:0:1::5", Next: 17,
+		Payload: pt.UDP("fd00:244:0:2::7", "fd00:244:0:1::5", 5, 6, make([]byte, dataplane.DefaultOverlayMTU), false)}.Build()
+	write(t, dp, expiringIn, bigIn)
+	var back [][]byte
+	for len(back) < 2 {
+		back = append(back, readPackets(t, dp)...)
+	}
+	checkICMPv6Error(t, back[0], "fd99::1", "fd00:244:0:2::7", packet.ICMPv6TimeExceeded, 0, expiringIn)
+	m = checkICMPv6Error(t, back[1], "fd99::1", "fd00:244:0:2::7", packet.ICMPv6PacketTooBig, 0, bigIn)
+	if m.MTU() != dataplane.DefaultOverlayMTU {
+		t.Errorf("packet too big with MTU %d, want the overlay's %d", m.MTU(), dataplane.DefaultOverlayMTU)
+	}
+	if len(c.TakeSent()) != 0 {
+		t.Errorf("a dropped packet reached the overlay")
+	}
+	if cn := dp.Counters(); cn.Get(dataplane.FromTunnel, dataplane.ICMPSent) != 2 {
+		t.Errorf("counters %v", cn[dataplane.FromTunnel])
+	}
+}
+
+// TestICMPv6ErrorsNotSent: no error about an ICMPv6 error or a redirect, from the unspecified
+// address, or without the address to send it from; echo requests are answered (they are not
+// errors); the rate limit holds.
+func TestICMPv6ErrorsNotSent(t *testing.T) {
+	const peer, pod = "fd00:244:0:2::7", "fd00:244:0:1::5"
+	icmp6 := func(src string, typ uint8) []byte {
+		return pt.IPv6{Src: src, Dst: pod, Next: 58, HopLimit: 1,
+			Payload: pt.ICMPv6(src, pod, typ, 0, [4]byte{}, make([]byte, 48))}.Build()
+	}
+	for _, tc := range []struct {
+		name string
+		mut  func(*dataplane.Config)
+		pkt  []byte
+		want uint64 // errors sent
+	}{
+		{"about an echo request", nil, icmp6(peer, packet.ICMPv6EchoRequest), 1},
+		{"about a destination unreachable", nil, icmp6(peer, packet.ICMPv6DestUnreach), 0},
+		{"about a packet too big", nil, icmp6(peer, packet.ICMPv6PacketTooBig), 0},
+		{"about a redirect", nil, icmp6(peer, 137), 0},
+		{"from the unspecified address", nil, syn6("::", pod, 1), 0},
+		{"from a multicast address", nil, syn6("ff02::1", pod, 1), 0},
+		{"without a tunnel address", func(c *dataplane.Config) { c.TunnelIP6 = netip.Addr{} }, syn6(peer, pod, 1), 0},
+		{"rate limited to none", func(c *dataplane.Config) { c.ICMPRate = -1 }, syn6(peer, pod, 1), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := icmp6Config()
+			if tc.mut != nil {
+				tc.mut(&cfg)
+			}
+			dp, _ := newDP(t, cfg)
+			write(t, dp, tc.pkt) // Write returns once the packet is handled
+			cn := dp.Counters()
+			if cn.Get(dataplane.FromTunnel, dataplane.DropTTL) != 1 || cn.Get(dataplane.FromTunnel, dataplane.ICMPSent) != tc.want {
+				t.Errorf("counters %v, want 1 hop-limit drop and %d errors sent", cn[dataplane.FromTunnel], tc.want)
+			}
+			if tc.want > 0 {
+				if back := readPackets(t, dp); len(back) != 1 {
+					t.Errorf("%d packets into the tunnel, want the error", len(back))
+				}
+			}
+		})
+	}
+	t.Run("rate limit", func(t *testing.T) {
+		cfg := icmp6Config()
+		cfg.ICMPRate, cfg.ICMPBurst = 1, 2
+		dp, _ := newDP(t, cfg)
+		for range 5 {
+			write(t, dp, syn6(peer, pod, 1))
+		}
+		cn := dp.Counters()
+		if s, l := cn.Get(dataplane.FromTunnel, dataplane.ICMPSent), cn.Get(dataplane.FromTunnel, dataplane.ICMPRateLimited); s != 2 || l != 3 {
+			t.Errorf("ICMPv6 errors sent %d, rate-limited %d; want 2 and 3 (burst 2)", s, l)
 		}
 	})
 }

@@ -199,7 +199,7 @@ func (d *Dataplane) toTunnel(b *batch, m *Message, slot int) (int, split) {
 			b.tl[DropMalformedIP]++
 			return 0, split{}
 		}
-		return d.forwardToTunnel6(b, inner, uint32(hopNode+peer)), split{}
+		return d.forwardToTunnel6(b, inner, slot, uint32(hopNode+peer)), split{}
 	}
 	return d.forwardToTunnel(b, inner, slot, uint32(hopNode+peer))
 }
@@ -209,10 +209,10 @@ func isLinkLocal6(a [16]byte) bool { return a[0] == 0xfe && a[1]&0xc0 == 0x80 }
 
 // forwardToTunnel6 is forwardToTunnel for IPv6: routes, checks, translates and clamps an inner
 // IPv6 packet from the overlay, and returns its size (0: not for the tunnel). Superpackets are
-// not cut (the agents turn segmentation offload off on the overlay device), and the errors a
-// router sends (time exceeded, packet too big) are not generated yet: such packets are dropped
-// and counted.
-func (d *Dataplane) forwardToTunnel6(b *batch, inner []byte, sender uint32) int {
+// not cut (the agents turn segmentation offload off on the overlay device). A packet whose hop
+// limit runs out or that is larger than the tunnel MTU is dropped and answered with an ICMPv6
+// error from OverlayIP6, if set (the batch slot's scratch buffer holds it).
+func (d *Dataplane) forwardToTunnel6(b *batch, inner []byte, slot int, sender uint32) int {
 	t := b.t
 	ip, err := packet.ParseIPv6(inner)
 	if err != nil {
@@ -241,10 +241,12 @@ func (d *Dataplane) forwardToTunnel6(b *batch, inner []byte, sender uint32) int 
 	}
 	if ip.HopLimit() <= 1 {
 		b.tl[DropTTL]++
+		d.icmpToOverlay6(b, ip, errHopLimitExceeded, slot)
 		return 0
 	}
 	if len(ip) > t.tunnelMTU {
 		b.tl[DropTooBig]++
+		d.icmpToOverlay6(b, ip, errPacketTooBig(t.tunnelMTU), slot)
 		return 0
 	}
 	ip.SetHopLimit(ip.HopLimit() - 1)
@@ -357,6 +359,23 @@ func (d *Dataplane) icmpToOverlay(b *batch, orig packet.IPv4, e icmpError, slot 
 	buf := b.scratch[slot]
 	n := buildICMPError(buf[overlay.HeaderLen:], b.t.overlayIP, e.typ, e.code, e.rest, orig)
 	b.t.vtep.PutHeader(buf[:overlay.HeaderLen], node.mac, packet.EtherTypeIPv4)
+	b.replies = append(b.replies, Message{Head: buf[:overlay.HeaderLen], Body: buf[overlay.HeaderLen : overlay.HeaderLen+n], Addr: node.addr})
+}
+
+// icmpToOverlay6 sends an ICMPv6 error about orig back to the local pod that sent it, from the
+// gateway's IPv6 overlay address, using the batch slot's scratch buffer.
+func (d *Dataplane) icmpToOverlay6(b *batch, orig packet.IPv6, e icmpError, slot int) {
+	if !b.t.hasOverlayIP6 || !mayAnswer6(orig, e.typ == packet.ICMPv6PacketTooBig) {
+		return
+	}
+	hop, ok := b.t.routes.Lookup6(orig.Src())
+	if !ok || hop < hopNode || !d.allowICMP(b) {
+		return
+	}
+	node := b.t.nodes[hop-hopNode]
+	buf := b.scratch[slot]
+	n := buildICMPv6Error(buf[overlay.HeaderLen:], b.t.overlayIP6, e.typ, e.code, e.rest, orig)
+	b.t.vtep.PutHeader(buf[:overlay.HeaderLen], node.mac, packet.EtherTypeIPv6)
 	b.replies = append(b.replies, Message{Head: buf[:overlay.HeaderLen], Body: buf[overlay.HeaderLen : overlay.HeaderLen+n], Addr: node.addr})
 }
 
