@@ -3,11 +3,14 @@ package ipam_test
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/skein-net/skein/control/controller/ipam"
+	"github.com/skein-net/skein/dataplane/nat"
 )
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
@@ -162,7 +165,7 @@ func TestNodesNeverCovered(t *testing.T) {
 		t.Errorf("after a node joined at 172.20.9.9, 172.20.0.0/16 is still seen as %v", got)
 	}
 	if u := a.Usage(); u[2].Reserved != 1 {
-		t.Errorf("192.168/16 pool: %d reserved addresses, want the one node inside it", u[2].Reserved)
+		t.Errorf("192.168/16 pool: %v reserved addresses, want the one node inside it", u[2].Reserved)
 	}
 }
 
@@ -196,6 +199,141 @@ func TestUsageCountsOnce(t *testing.T) {
 	for _, pools := range [][]netip.Prefix{pp("10.0.0.0/8", "10.1.2.3/8"), pp("10.0.0.0/8", "10.1.0.0/16")} {
 		if _, err := ipam.New(pools, nil); err == nil || !strings.Contains(err.Error(), "overlap") {
 			t.Errorf("pools %v: %v", pools, err)
+		}
+	}
+}
+
+// TestAssign6: IPv6 prefixes are kept when they clash with nothing and otherwise remapped into
+// the IPv6 pools to a prefix of the same length whose translation changes no checksum; the
+// families never mix.
+func TestAssign6(t *testing.T) {
+	localPods := pfx("fd00:244::/56")
+	a, err := ipam.New(append(slices.Clone(ipam.DefaultPools), ipam.DefaultPools6...), append(slices.Clone(local), localPods, pfx("fd80::/64")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Assign("a/pod6", pfx("2001:db8:1::/48")); err != nil || got != pfx("2001:db8:1::/48") {
+		t.Errorf("disjoint: %v %v", got, err)
+	}
+	seen := map[netip.Prefix]string{}
+	for _, k := range []string{"b/pod6", "c/pod6", "d/pod6"} {
+		got, err := a.Assign(k, localPods)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Bits() != 56 || !got.Addr().Is6() || got == localPods || !pfx("fd00::/8").Contains(got.Addr()) {
+			t.Errorf("%s: %v, want another /56 in fd00::/8", k, got)
+		}
+		if !nat.ChecksumNeutral(nat.Pair{From: got, To: localPods}) {
+			t.Errorf("%s: %v is not checksum-neutral with %v", k, got, localPods)
+		}
+		for _, l := range []netip.Prefix{localPods, pfx("fd80::/64")} {
+			if l.Overlaps(got) {
+				t.Errorf("%s got %v, which overlaps %v", k, got, l)
+			}
+		}
+		if other, dup := seen[got]; dup {
+			t.Errorf("%s and %s both got %v", k, other, got)
+		}
+		seen[got] = k
+	}
+	first, _ := a.Get("b/pod6")
+	if again, _ := a.Assign("b/pod6", localPods); again != first {
+		t.Errorf("not stable: %v then %v", first, again)
+	}
+	// An IPv4 key that held a prefix asks for IPv6 (the CIDR changed family): a new one.
+	if got, err := a.Assign("a/pod6", pfx("10.244.0.0/16")); err != nil || !got.Addr().Is4() {
+		t.Errorf("family changed: %v %v", got, err)
+	}
+
+	// Only IPv4 pools: a clashing IPv6 prefix has nowhere to go.
+	v4, _ := ipam.New(ipam.DefaultPools, []netip.Prefix{localPods})
+	if _, err := v4.Assign("x", localPods); !errors.Is(err, ipam.ErrExhausted) {
+		t.Errorf("IPv6 with IPv4 pools only: %v", err)
+	}
+	// A node's IPv6 address inside a peer's prefix makes it clash.
+	a.SetNodes([]netip.Addr{netip.MustParseAddr("2001:db8:2::7")})
+	if got, _ := a.Assign("e/pod6", pfx("2001:db8:2::/48")); got == pfx("2001:db8:2::/48") || got.Contains(netip.MustParseAddr("2001:db8:2::7")) {
+		t.Errorf("a peer's /48 holding a node address kept as %v", got)
+	}
+}
+
+// TestAssign6NotNeutral: a pool whose free bits hold no whole 16-bit word of the prefix cannot
+// make a neutral one; the first free prefix is given instead. The search skips what is busy.
+func TestAssign6NotNeutral(t *testing.T) {
+	want := pfx("fd00:244::/56")
+	a, err := ipam.New([]netip.Prefix{pfx("fd00:abcd:0:100::/52")}, []netip.Prefix{want, pfx("fd00:abcd:0:100::/55")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.Assign("x", want)
+	if err != nil || got != pfx("fd00:abcd:0:200::/56") {
+		t.Errorf("got %v %v, want the first free /56 past the reserved /55: fd00:abcd:0:200::/56", got, err)
+	}
+	// Exhausted: the pool holds 16 /56s, one reserved pair and x's taken.
+	n := 1
+	for ; n < 20; n++ {
+		if _, err := a.Assign(fmt.Sprintf("k%d", n), want); err != nil {
+			if !errors.Is(err, ipam.ErrExhausted) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if n != 14 {
+		t.Errorf("%d more /56s given out of the 13 free", n-1)
+	}
+}
+
+// TestAssign6Random: random pools, reserved prefixes and wants: every answer has want's length
+// and family, lies in a pool (or is want), overlaps nothing reserved or assigned, and is
+// checksum-neutral whenever the pool leaves a whole word free inside the prefix.
+func TestAssign6Random(t *testing.T) {
+	r := rand.New(rand.NewPCG(24, 6))
+	randPrefix := func(bits int) netip.Prefix {
+		var b [16]byte
+		b[0] = 0xfd
+		for i := 1; i < 16; i++ {
+			b[i] = byte(r.Uint32())
+		}
+		return netip.PrefixFrom(netip.AddrFrom16(b), bits).Masked()
+	}
+	for round := range 200 {
+		poolBits := 8 + r.IntN(48)
+		pool := randPrefix(poolBits)
+		var reserved []netip.Prefix
+		for range r.IntN(5) {
+			reserved = append(reserved, netip.PrefixFrom(pool.Addr(), poolBits+1+r.IntN(8)).Masked())
+		}
+		a, err := ipam.New([]netip.Prefix{pool}, reserved)
+		if err != nil {
+			t.Fatal(err)
+		}
+		given := slices.Clone(reserved) // what no answer may overlap
+		for k := range 5 {
+			bits := poolBits + 4 + r.IntN(128-poolBits-4)
+			// At the pool's start: it clashes with a reserved prefix or an earlier answer, if any.
+			want := netip.PrefixFrom(pool.Addr(), bits).Masked()
+			got, err := a.Assign(fmt.Sprintf("%d/%d", round, k), want)
+			if errors.Is(err, ipam.ErrExhausted) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Bits() != bits || !pool.Contains(got.Addr()) {
+				t.Fatalf("round %d: want %v in pool %v: got %v", round, want, pool, got)
+			}
+			for _, q := range given {
+				if q.Overlaps(got) {
+					t.Fatalf("round %d: %v overlaps %v", round, got, q)
+				}
+			}
+			w := bits/16 - 1
+			if w >= 0 && 16*w >= poolBits && !nat.ChecksumNeutral(nat.Pair{From: got, To: want}) && got != want {
+				t.Errorf("round %d: %v for %v in pool %v is not neutral though a whole word is free", round, got, want, pool)
+			}
+			given = append(given, got)
 		}
 	}
 }
