@@ -19,6 +19,8 @@
 // IPv4 uses a DIR-16-8-8 layout: a directly indexed array of 65,536 entries for the top 16 bits
 // of the address, and 256-entry chunks for the third and fourth bytes where longer prefixes
 // need them. Build expands every prefix into the entries it covers, shortest first, so a lookup
-// is at most three dependent array reads. IPv6 keeps one hash map per prefix length present and
-// probes them from the longest length down; it is slower but allocation-free and correct.
+// is at most three dependent array reads. IPv6 keeps one open-addressing hash table per prefix length
+// present and probes them from the longest length down, dst masked to each: a gateway's IPv6
+// routes come in few lengths (pod /128s, node /64s, cluster /56s or /48s), so a lookup is a
+// few probes of one cache line each, allocation-free.
 package route

@@ -716,3 +716,52 @@ func BenchmarkLookup6_1k(b *testing.B) {
 	runtime.KeepAlive(sum)
 	b.ReportMetric(tableBytes, "bytes/table") // after the loop: b.Loop's timer reset drops metrics
 }
+
+// benchmarkLookup6Routes looks up addresses in or near routes (half of them inside a route,
+// half near one), as benchmarkLookup4Routes does for IPv4.
+func benchmarkLookup6Routes(b *testing.B, r *rand.Rand, routes []refRoute) {
+	var table *Table
+	tableBytes := retainedBytes(func() *Table { table = build(b, routes); return table })
+	addrs := make([][16]byte, 4096)
+	for i := range addrs {
+		a := routes[r.IntN(len(routes))].prefix.Addr()
+		if r.IntN(2) == 0 {
+			a = nearAddr(r, a)
+		}
+		addrs[i] = a.As16()
+	}
+	var sum uint32
+	for i := 0; b.Loop(); i++ {
+		hop, _ := table.Lookup6(addrs[i&(len(addrs)-1)])
+		sum += hop
+	}
+	runtime.KeepAlive(sum)
+	b.ReportMetric(tableBytes, "bytes/table")
+}
+
+// BenchmarkLookup6_gateway is a dual-stack gateway's IPv6 table: the peer's pod CIDR as seen
+// here (a /56), this cluster's node pod CIDRs (a /64 each, 10 nodes), and its own IPv6
+// addresses (/128): what every IPv6 packet looks up twice (destination, then the source's
+// node).
+func BenchmarkLookup6_gateway(b *testing.B) {
+	routes := []refRoute{{netip.MustParsePrefix("fd71::/56"), 0}, {netip.MustParsePrefix("fd80::1/128"), 1}, {netip.MustParsePrefix("fd99::1/128"), 1}}
+	for i := range 10 {
+		routes = append(routes, refRoute{netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 2, 0x44, 0, 0, 0, byte(i + 1)}), 64), uint32(2 + i)})
+	}
+	benchmarkLookup6Routes(b, rand.New(rand.NewPCG(6, 7)), routes)
+}
+
+// BenchmarkLookup6_150k is the IPv6 table at the scale limits: 5,000 node /64s, 150,000 pod
+// /128s (--watch-pods) and the peer's /56.
+func BenchmarkLookup6_150k(b *testing.B) {
+	routes := []refRoute{{netip.MustParsePrefix("fd71::/56"), 0}}
+	for n := range limitNodes {
+		node := [16]byte{0xfd, 0, 2, 0x44, 0, 0, byte(n >> 8), byte(n)}
+		routes = append(routes, refRoute{netip.PrefixFrom(netip.AddrFrom16(node), 64), uint32(1 + n)})
+	}
+	for p := range limitPods {
+		pod := [16]byte{0xfd, 0, 2, 0x44, 0, 1, 0, 0, 0, 0, 0, 0, byte(p >> 24), byte(p >> 16), byte(p >> 8), byte(p)}
+		routes = append(routes, refRoute{netip.PrefixFrom(netip.AddrFrom16(pod), 128), uint32(1 + p%limitNodes)})
+	}
+	benchmarkLookup6Routes(b, rand.New(rand.NewPCG(6, 8)), routes)
+}
