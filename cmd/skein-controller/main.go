@@ -31,6 +31,7 @@ import (
 	"github.com/skein-net/skein/control/buildinfo"
 	"github.com/skein-net/skein/control/buildinfo/buildmetric"
 	"github.com/skein-net/skein/control/controller"
+	"github.com/skein-net/skein/control/controller/ipam"
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/control/kube"
 	"github.com/skein-net/skein/control/logging"
@@ -58,7 +59,8 @@ func prefixes(flagName, s string) []netip.Prefix {
 	return out
 }
 
-// parsePrefixes reads a comma-separated list of IPv4 CIDRs without host bits.
+// parsePrefixes reads a comma-separated list of IPv4 or IPv6 CIDRs without host bits (which
+// family each flag takes is checked where it is used).
 func parsePrefixes(flagName, s string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, f := range strings.Split(s, ",") {
@@ -66,8 +68,8 @@ func parsePrefixes(flagName, s string) ([]netip.Prefix, error) {
 			continue
 		}
 		p, err := netip.ParsePrefix(f)
-		if err != nil || !p.Addr().Is4() {
-			return nil, fmt.Errorf("--%s: %q is not an IPv4 CIDR", flagName, f)
+		if err != nil || p.Addr().Is4In6() {
+			return nil, fmt.Errorf("--%s: %q is not an IPv4 or IPv6 CIDR", flagName, f)
 		}
 		if p != p.Masked() {
 			return nil, fmt.Errorf("--%s: %q has host bits set (did you mean %v?)", flagName, f, p.Masked())
@@ -87,11 +89,12 @@ func main() {
 	externalCIDR := fs.String("external-cidr", "10.70.0.0/16", "this cluster's external CIDR (how peers see its nodes and host-network traffic)")
 	internalCIDR := fs.String("internal-cidr", netv1alpha1.DefaultInternalCIDR, "this cluster's internal CIDR (overlay addresses)")
 	reserved := fs.String("reserved", "", "more CIDRs never given to peers, comma-separated")
-	pools := fs.String("pools", "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16", "remap pools, comma-separated")
+	pools := fs.String("pools", joinPrefixes(slices.Concat(ipam.DefaultPools, ipam.DefaultPools6)), "remap pools, comma-separated: a peer's CIDR that clashes with one here is seen as a free prefix of the same length from the pools of its family (IPv4 or IPv6)")
 	nodeCIDRs := fs.String("node-cidrs", "", "the networks of the nodes' addresses, comma-separated: never inside a peer's CIDR as seen here (the nodes' own addresses, from the Node objects, never are either)")
 	allowPrivileged := fs.Bool("allow-privileged-gateways", false, "render gateway pods whose template asks for privileged containers, added capabilities, the host's network, PID or IPC namespace, or hostPath volumes (refused by default: the gateway runs unprivileged)")
 	watchPods := fs.String("gateway-watch-pods", controller.PodRoutesAuto, "how gateways find a local pod's node: true (from the Pod objects: every gateway gets --watch-pods and may read every Pod), false (from Node.spec.podCIDRs; templates may still pass --watch-pods) or auto (false until a gateway pod is seen outside its node's pod CIDRs, then true; an event on that gateway says so)")
-	minPrefix := fs.Int("min-remote-prefix-length", netv1alpha1.DefaultMinRemotePrefixLength, "refuse peers' CIDRs larger than this prefix length (a Configuration whose pod or external CIDR is, say, a /4 is not routed: Ready=False, ForbiddenCIDR)")
+	minPrefix := fs.Int("min-remote-prefix-length", netv1alpha1.DefaultMinRemotePrefixLength, "refuse peers' IPv4 CIDRs larger than this prefix length (a Configuration whose pod or external CIDR is, say, a /4 is not routed: Ready=False, ForbiddenCIDR)")
+	minPrefix6 := fs.Int("min-remote-prefix-length6", netv1alpha1.DefaultMinRemotePrefixLength6, "the same for peers' IPv6 CIDRs")
 	gwMTU := fs.Int("gateway-mtu", netv1alpha1.DefaultMTU, "tunnel MTU skeinctl network connect uses when --mtu is not given (the chart's peering.networking.gateway.mtu; 576-9000)")
 	gwServiceType := fs.String("gateway-server-service-type", string(netv1alpha1.ServiceTypeLoadBalancer), "type of a gateway server's Service in this cluster when skeinctl network connect is not told (peering.networking.gateway.server.service.type: NodePort, LoadBalancer or ClusterIP)")
 	gwPort := fs.Int("gateway-server-port", netv1alpha1.DefaultPort, "port of a gateway server's Service in this cluster when skeinctl network connect is not told (peering.networking.gateway.server.service.port)")
@@ -120,6 +123,10 @@ func main() {
 		fail(fmt.Errorf("--internal-cidr and --external-cidr take one CIDR each"))
 	}
 	switch {
+	case *minPrefix < 1 || *minPrefix > 32:
+		fail(fmt.Errorf("--min-remote-prefix-length %d: want 1-32", *minPrefix))
+	case *minPrefix6 < 1 || *minPrefix6 > 128:
+		fail(fmt.Errorf("--min-remote-prefix-length6 %d: want 1-128", *minPrefix6))
 	case *gwMTU < 576 || *gwMTU > 9000:
 		fail(fmt.Errorf("--gateway-mtu %d: want 576-9000", *gwMTU))
 	case *gwPort < 1 || *gwPort > 65535:
@@ -132,7 +139,7 @@ func main() {
 	opts := controller.Options{
 		PodCIDRs: prefixes("pod-cidrs", *podCIDRs), ServiceCIDRs: prefixes("service-cidr", *serviceCIDR),
 		Reserved: prefixes("reserved", *reserved), Pools: prefixes("pools", *pools), NodeCIDRs: prefixes("node-cidrs", *nodeCIDRs),
-		MinRemotePrefixLength: *minPrefix, AllowPrivilegedGateways: *allowPrivileged, GatewayWatchPods: *watchPods,
+		MinRemotePrefixLength: *minPrefix, MinRemotePrefixLength6: *minPrefix6, AllowPrivilegedGateways: *allowPrivileged, GatewayWatchPods: *watchPods,
 		ExternalCIDR: external[0], InternalCIDR: internal[0], Metrics: ctrlmetrics.Registry,
 	}
 	ctrlmetrics.Registry.MustRegister(buildmetric.Collector("controller"))
@@ -234,4 +241,13 @@ func metricsBind(addr string) string {
 		return "0"
 	}
 	return addr
+}
+
+// joinPrefixes is the comma-separated form of ps (a flag's default).
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
 }

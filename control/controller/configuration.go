@@ -5,6 +5,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,8 +48,14 @@ type ConfigurationReconciler struct {
 	// Reader reads straight from the API server (the manager's APIReader), for start-up.
 	Reader client.Reader
 	IPAM   *ipam.Allocator
-	// MinPrefixLength is the shortest prefix accepted from a peer (0: the API's default, /8).
-	MinPrefixLength int
+	// MinPrefixLength and MinPrefixLength6 are the shortest IPv4 and IPv6 prefixes accepted
+	// from a peer (0: the API's defaults, /8 and /32).
+	MinPrefixLength, MinPrefixLength6 int
+	// IPv6 maps peers' IPv6 CIDRs (remapped from the IPAM's IPv6 pools when they clash). Off,
+	// they are refused (Ready=False, InvalidCIDR), and so is the whole Configuration: the
+	// gateways and the node agents route IPv4 only so far (issue #24), and a mapped IPv6 CIDR
+	// would stop the gateway's configuration, the IPv4 routes with it.
+	IPv6 bool
 	// Events, if set, receives a warning for every condition that is not Ready.
 	Events events.EventRecorder
 	// APIServerEndpoints names the EndpointSlice of the API server's addresses (default:
@@ -234,12 +241,12 @@ func (r *ConfigurationReconciler) refuse(which string, p netip.Prefix) string {
 	if f, ok := netv1alpha1.ForbiddenRange(p); ok {
 		return fmt.Sprintf("spec.remote.cidr.%s %v overlaps %s (%s)", which, p, f.Prefix, f.Why)
 	}
-	minLen := r.MinPrefixLength
-	if minLen == 0 {
-		minLen = netv1alpha1.DefaultMinRemotePrefixLength
+	minLen, flag := cmp.Or(r.MinPrefixLength, netv1alpha1.DefaultMinRemotePrefixLength), "--min-remote-prefix-length"
+	if p.Addr().Is6() {
+		minLen, flag = cmp.Or(r.MinPrefixLength6, netv1alpha1.DefaultMinRemotePrefixLength6), "--min-remote-prefix-length6"
 	}
 	if p.Bits() < minLen {
-		return fmt.Sprintf("spec.remote.cidr.%s %v is larger than a /%d (the controller's --min-remote-prefix-length)", which, p, minLen)
+		return fmt.Sprintf("spec.remote.cidr.%s %v is larger than a /%d (the controller's %s)", which, p, minLen, flag)
 	}
 	return ""
 }
@@ -292,13 +299,17 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	r.IPAM.ReleaseOwnerExcept(ownerOf(c.Namespace, c.Name), keysOf(c, wants))
 	for i, f := range wants {
 		want, err := netip.ParsePrefix(string(f.CIDR))
-		if err != nil || !want.Addr().Is4() {
-			errs = append(errs, fmt.Sprintf("spec.remote.cidr.%s %q is not an IPv4 CIDR", f.Field, f.CIDR))
+		if err != nil || want.Addr().Is4In6() {
+			errs = append(errs, fmt.Sprintf("spec.remote.cidr.%s %q is not an IPv4 or IPv6 CIDR", f.Field, f.CIDR))
 			continue
 		}
 		want = want.Masked()
 		if why := r.refuse(f.Field, want); why != "" {
 			refused = append(refused, why)
+			continue
+		}
+		if want.Addr().Is6() && !r.IPv6 {
+			errs = append(errs, fmt.Sprintf("spec.remote.cidr.%s %v is IPv6, which the gateways and node agents do not route yet", f.Field, want))
 			continue
 		}
 		// The peer's own CIDRs must not overlap each other: a packet to an address in both

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ import (
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/controller/ipam"
 	"github.com/skein-net/skein/control/identity"
+	"github.com/skein-net/skein/dataplane/nat"
 	"github.com/skein-net/skein/internal/apitest"
 )
 
@@ -614,5 +616,76 @@ func TestAPIServerAddressesAfterAFailedRead(t *testing.T) {
 	vpc := waitStatus(t, c, ns, "vpc")["vpc"]
 	if vpc.Status.Remote == nil || netip.MustParsePrefix(string(vpc.Status.Remote.CIDR.Pod)).Contains(netip.MustParseAddr("172.31.3.4")) {
 		t.Errorf("172.31.0.0/16 covering the API server at 172.31.3.4, mapped after one failed read of its addresses, is seen as %+v", vpc.Status.Remote)
+	}
+}
+
+// TestIPv6CIDRs: with IPv6 on, a dual-stack peer on this cluster's own IPv4 and IPv6 pod
+// CIDRs has both remapped, the IPv6 one into the IPv6 pool and checksum-neutral; an IPv6-only
+// peer whose CIDRs clash with nothing keeps them; an IPv6 CIDR larger than
+// --min-remote-prefix-length6 is refused. With IPv6 off (the default until the gateways and the
+// agents route it), a peer with an IPv6 CIDR is refused whole, saying why.
+func TestIPv6CIDRs(t *testing.T) {
+	env := apitest.Start(t)
+	c := env.Client
+	ns := env.Namespace(t, "ipv6")
+	ctx := context.Background()
+	localPods6 := netip.MustParsePrefix("fd00:10:244::/56")
+	stop := startConfigurations(t, env, func(r *controller.ConfigurationReconciler) {
+		a, err := ipam.New(slices.Concat(ipam.DefaultPools, ipam.DefaultPools6), append(slices.Clone(local), localPods6))
+		apitest.Must(t, err)
+		r.IPAM, r.IPv6 = a, true
+	})
+	dual := conf(ns, "dual", "cluster-dual", "10.244.0.0/16", "10.150.0.0/16")
+	dual.Spec.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{netv1alpha1.CIDR(localPods6.String())}
+	only6 := conf(ns, "only6", "cluster-only6", "fd00:20:244::/56", "2001:db8:20::/64")
+	huge := conf(ns, "huge", "cluster-huge", "10.151.0.0/16", "10.152.0.0/16")
+	huge.Spec.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{"fd00::/16"}
+	for _, cf := range []*netv1alpha1.Configuration{dual, only6, huge} {
+		apitest.Must(t, c.Create(ctx, cf))
+	}
+	got := waitStatus(t, c, ns, "dual", "only6", "huge")
+
+	d := got["dual"]
+	if cond := meta.FindStatusCondition(d.Status.Conditions, "Ready"); d.Status.Remote == nil || cond.Status != metav1.ConditionTrue || cond.Reason != "Remapped" {
+		t.Fatalf("dual: %+v", d.Status)
+	}
+	pod4 := netip.MustParsePrefix(string(d.Status.Remote.CIDR.Pod))
+	if pod4.Bits() != 16 || !pod4.Addr().Is4() || pod4.Overlaps(local[0]) {
+		t.Errorf("dual: IPv4 pod CIDR seen as %v", pod4)
+	}
+	if len(d.Status.Remote.CIDR.AdditionalPods) != 1 {
+		t.Fatalf("dual: status %+v", d.Status.Remote.CIDR)
+	}
+	pod6 := netip.MustParsePrefix(string(d.Status.Remote.CIDR.AdditionalPods[0]))
+	if pod6.Bits() != 56 || !pod6.Addr().Is6() || pod6.Overlaps(localPods6) || !netip.MustParsePrefix("fd00::/8").Contains(pod6.Addr()) {
+		t.Errorf("dual: IPv6 pod CIDR seen as %v, want another /56 of fd00::/8", pod6)
+	}
+	if !nat.ChecksumNeutral(nat.Pair{From: pod6, To: localPods6}) {
+		t.Errorf("dual: %v is not checksum-neutral with %v", pod6, localPods6)
+	}
+
+	o := got["only6"]
+	if cond := meta.FindStatusCondition(o.Status.Conditions, "Ready"); o.Status.Remote == nil || cond.Reason != "NoRemapNeeded" ||
+		o.Status.Remote.CIDR.Pod != "fd00:20:244::/56" || o.Status.Remote.CIDR.External != "2001:db8:20::/64" {
+		t.Errorf("only6: %+v", o.Status)
+	}
+
+	h := got["huge"]
+	if cond := meta.FindStatusCondition(h.Status.Conditions, "Ready"); h.Status.Remote != nil || cond.Reason != "ForbiddenCIDR" ||
+		!strings.Contains(cond.Message, "fd00::/16 is larger than a /32 (the controller's --min-remote-prefix-length6)") {
+		t.Errorf("huge: %+v", h.Status)
+	}
+
+	// IPv6 off: a peer with an IPv6 CIDR is refused whole, saying why.
+	stop()
+	stop = startConfigurations(t, env)
+	defer stop()
+	later := conf(ns, "later", "cluster-later", "10.153.0.0/16", "10.154.0.0/16")
+	later.Spec.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{"fd00:30:244::/56"}
+	apitest.Must(t, c.Create(ctx, later))
+	l := waitStatus(t, c, ns, "later")["later"]
+	if cond := meta.FindStatusCondition(l.Status.Conditions, "Ready"); l.Status.Remote != nil || cond.Reason != "InvalidCIDR" ||
+		!strings.Contains(cond.Message, "spec.remote.cidr.additionalPods[0] fd00:30:244::/56 is IPv6, which the gateways and node agents do not route yet") {
+		t.Errorf("later, with IPv6 off: %+v", l.Status)
 	}
 }

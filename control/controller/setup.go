@@ -17,12 +17,13 @@ import (
 type Options struct {
 	PodCIDRs, ServiceCIDRs, Reserved []netip.Prefix
 	ExternalCIDR, InternalCIDR       netip.Prefix
-	Pools                            []netip.Prefix // default ipam.DefaultPools
+	Pools                            []netip.Prefix // default ipam.DefaultPools and DefaultPools6
 	// NodeCIDRs are the networks the nodes' addresses come from: never inside a peer's CIDR as
 	// seen here (each node's own addresses are reserved too, from the Node objects).
 	NodeCIDRs []netip.Prefix
-	// MinRemotePrefixLength refuses peers' CIDRs larger than this (0: /8).
-	MinRemotePrefixLength int
+	// MinRemotePrefixLength and MinRemotePrefixLength6 refuse peers' IPv4 and IPv6 CIDRs
+	// larger than these (0: /8 and /32).
+	MinRemotePrefixLength, MinRemotePrefixLength6 int
 	// AllowPrivilegedGateways lets gateway templates render privileged pods (host namespaces,
 	// hostPath, privileged containers, added capabilities).
 	AllowPrivilegedGateways bool
@@ -55,7 +56,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	pools := o.Pools
 	if len(pools) == 0 {
-		pools = ipam.DefaultPools
+		pools = slices.Concat(ipam.DefaultPools, ipam.DefaultPools6)
 	}
 	local := slices.Concat(o.PodCIDRs, o.ServiceCIDRs, o.Reserved, o.NodeCIDRs)
 	local = append(local, o.ExternalCIDR, o.InternalCIDR)
@@ -87,7 +88,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	overlay := &OverlayAddresses{Hosts: overlayHosts, Reader: mgr.GetAPIReader()}
 	c, reader, ev := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("skein-controller")
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		&ConfigurationReconciler{Client: c, Reader: reader, IPAM: alloc, Events: ev, MinPrefixLength: o.MinRemotePrefixLength},
+		&ConfigurationReconciler{Client: c, Reader: reader, IPAM: alloc, Events: ev, MinPrefixLength: o.MinRemotePrefixLength, MinPrefixLength6: o.MinRemotePrefixLength6},
 		&InternalNodeReconciler{Client: c, Reader: reader, Overlay: overlay, External: externalHosts},
 		&PublicKeyReconciler{Client: c},
 		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: true, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways, PodRoutes: podRoutes},
@@ -117,8 +118,8 @@ func checkPodCIDRs(ps []netip.Prefix) error {
 		return fmt.Errorf("controller: %d pod CIDRs, want 1 to 16", len(ps))
 	}
 	for i, p := range ps {
-		if !p.IsValid() || !p.Addr().Is4() {
-			return fmt.Errorf("controller: pod CIDR %v is not an IPv4 CIDR", p)
+		if !p.IsValid() || p.Addr().Is4In6() {
+			return fmt.Errorf("controller: pod CIDR %v is not an IPv4 or IPv6 CIDR", p)
 		}
 		if p != p.Masked() {
 			return fmt.Errorf("controller: pod CIDR %v has host bits set (%v?)", p, p.Masked())

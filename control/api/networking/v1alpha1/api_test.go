@@ -126,6 +126,23 @@ func TestSpecManifestsAccepted(t *testing.T) {
 	}
 }
 
+// TestIPv6CIDRsAccepted: every CIDR field takes IPv6 as well as IPv4: a dual-stack peer (its
+// IPv6 pod CIDR beside the IPv4 one), and an IPv6-only peer.
+func TestIPv6CIDRsAccepted(t *testing.T) {
+	requireAPI(t)
+	ns := env.Namespace(t, "ipv6")
+	for name, cidr := range map[string]netv1alpha1.ClusterConfigCIDR{
+		"dual-stack": {Pod: "10.243.0.0/16", External: "10.70.0.0/16", AdditionalPods: []netv1alpha1.CIDR{"fd00:10:244::/56"}, AdditionalExternals: []netv1alpha1.CIDR{"2001:db8:70::/64"}},
+		"ipv6-only":  {Pod: "fd00:10:244::/56", External: "2001:db8:ffff:ffff:ffff:ffff:ffff:0/112"},
+	} {
+		conf := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: cidr}}}
+		if err := env.Client.Create(ctx(t), conf); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
 // TestDefaults checks the spec's defaults are applied at admission: MTU 1340, port 51820,
 // service type LoadBalancer, protocol UDP.
 func TestDefaults(t *testing.T) {
@@ -358,6 +375,13 @@ func TestMalformedRejected(t *testing.T) {
 		{"additional external default route", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 10.70.0.0/16, additionalExternals: [0.0.0.0/0]}}}", "spec.remote.cidr.additionalExternals[0]", "must not be a default route"},
 		{"sixteen additional pod cidrs", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 10.70.0.0/16, additionalPods: [" + sixteenCIDRs + "]}}}", "spec.remote.cidr.additionalPods", "must have at most 15 items"},
 		{"cidr inside the tunnel /30", conf + "spec: {remote: {cidr: {pod: 169.254.100.0/30, external: 10.70.0.0/16}}}", "spec.remote.cidr.pod", "link-local"},
+		{"ipv6 default route", conf + "spec: {remote: {cidr: {pod: '::/0', external: 10.70.0.0/16}}}", "spec.remote.cidr.pod", "must not be a default route"},
+		{"ipv6 host bits", conf + "spec: {remote: {cidr: {pod: 'fd00:244::1/56', external: 10.70.0.0/16}}}", "spec.remote.cidr.pod", "host bits zero"},
+		{"ipv6 link-local", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 'fe80::/64'}}}", "spec.remote.cidr.external", "fe80::/10 (link-local)"},
+		{"ipv6 multicast", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 10.70.0.0/16, additionalPods: ['ff05::/16']}}}", "spec.remote.cidr.additionalPods[0]", "ff00::/8 (multicast)"},
+		{"ipv6 loopback", conf + "spec: {remote: {cidr: {pod: '::1/128', external: 10.70.0.0/16}}}", "spec.remote.cidr.pod", "::/8 (unspecified, loopback"},
+		{"ipv6 covering the reserved ranges", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 10.70.0.0/16, additionalExternals: ['::/1']}}}", "spec.remote.cidr.additionalExternals[0]", "::/8 (unspecified"},
+		{"ipv4-mapped ipv6", conf + "spec: {remote: {cidr: {pod: '::ffff:10.0.0.0/104', external: 10.70.0.0/16}}}", "spec.remote.cidr.pod", "must"},
 		{"server port 0", gws + "spec: {endpoint: {port: 0}, serverTemplateRef: " + tmpl + "}", "spec.endpoint.port", "greater than or equal to 1"},
 		{"server port 70000", gws + "spec: {endpoint: {port: 70000}, serverTemplateRef: " + tmpl + "}", "spec.endpoint.port", "less than or equal to 65535"},
 		{"unknown service type", gws + "spec: {endpoint: {serviceType: Ingress}, serverTemplateRef: " + tmpl + "}", "spec.endpoint.serviceType", `supported values: "NodePort", "LoadBalancer", "ClusterIP"`},

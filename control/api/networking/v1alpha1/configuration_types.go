@@ -11,11 +11,13 @@ type ClusterConfigCIDR struct {
 	// Pod is the pod CIDR of the cluster.
 	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() > 0",message="must not be a default route (/0): it would send all of this cluster's traffic to the peer"
 	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsCIDR(cidr(self)) || cidr(self).containsCIDR(cidr(r)))",message="must not overlap 0.0.0.0/8 (this network), 127.0.0.0/8 (loopback), 169.254.0.0/16 (link-local: cloud metadata, the tunnel), 224.0.0.0/4 (multicast) or 240.0.0.0/4 (reserved)"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || !['::/8', 'fe80::/10', 'ff00::/8'].exists(r, cidr(r).containsCIDR(cidr(self)) || cidr(self).containsCIDR(cidr(r)))",message="must not overlap ::/8 (unspecified, loopback, IPv4-mapped and other reserved addresses), fe80::/10 (link-local) or ff00::/8 (multicast)"
 	Pod CIDR `json:"pod"`
 	// External is the external CIDR of the cluster: the range its nodes and host-network
 	// traffic are seen from by peers.
 	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() > 0",message="must not be a default route (/0): it would send all of this cluster's traffic to the peer"
 	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsCIDR(cidr(self)) || cidr(self).containsCIDR(cidr(r)))",message="must not overlap 0.0.0.0/8 (this network), 127.0.0.0/8 (loopback), 169.254.0.0/16 (link-local: cloud metadata, the tunnel), 224.0.0.0/4 (multicast) or 240.0.0.0/4 (reserved)"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || !['::/8', 'fe80::/10', 'ff00::/8'].exists(r, cidr(r).containsCIDR(cidr(self)) || cidr(self).containsCIDR(cidr(r)))",message="must not overlap ::/8 (unspecified, loopback, IPv4-mapped and other reserved addresses), fe80::/10 (link-local) or ff00::/8 (multicast)"
 	External CIDR `json:"external"`
 	// AdditionalPods are the cluster's further pod CIDRs, for clusters whose pods come from more
 	// than one range (a second IP pool added as the cluster grew). A field of skein's own: the
@@ -25,6 +27,7 @@ type ClusterConfigCIDR struct {
 	// +kubebuilder:validation:MaxItems=15
 	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() > 0",message="must not be a default route (/0): it would send all of this cluster's traffic to the peer"
 	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsCIDR(cidr(self)) || cidr(self).containsCIDR(cidr(r)))",message="must not overlap 0.0.0.0/8 (this network), 127.0.0.0/8 (loopback), 169.254.0.0/16 (link-local: cloud metadata, the tunnel), 224.0.0.0/4 (multicast) or 240.0.0.0/4 (reserved)"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || !['::/8', 'fe80::/10', 'ff00::/8'].exists(r, cidr(r).containsCIDR(cidr(self)) || cidr(self).containsCIDR(cidr(r)))",message="must not overlap ::/8 (unspecified, loopback, IPv4-mapped and other reserved addresses), fe80::/10 (link-local) or ff00::/8 (multicast)"
 	AdditionalPods []CIDR `json:"additionalPods,omitempty"`
 	// AdditionalExternals are the cluster's further external CIDRs (nodes in more than one
 	// range). A field of skein's own, mapped like additionalPods.
@@ -33,6 +36,7 @@ type ClusterConfigCIDR struct {
 	// +kubebuilder:validation:MaxItems=15
 	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() > 0",message="must not be a default route (/0): it would send all of this cluster's traffic to the peer"
 	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || !['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/4', '240.0.0.0/4'].exists(r, cidr(r).containsCIDR(cidr(self)) || cidr(self).containsCIDR(cidr(r)))",message="must not overlap 0.0.0.0/8 (this network), 127.0.0.0/8 (loopback), 169.254.0.0/16 (link-local: cloud metadata, the tunnel), 224.0.0.0/4 (multicast) or 240.0.0.0/4 (reserved)"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || !['::/8', 'fe80::/10', 'ff00::/8'].exists(r, cidr(r).containsCIDR(cidr(self)) || cidr(self).containsCIDR(cidr(r)))",message="must not overlap ::/8 (unspecified, loopback, IPv4-mapped and other reserved addresses), fe80::/10 (link-local) or ff00::/8 (multicast)"
 	AdditionalExternals []CIDR `json:"additionalExternals,omitempty"`
 }
 

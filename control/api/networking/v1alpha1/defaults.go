@@ -30,7 +30,8 @@ type ForbiddenRemoteRange struct {
 
 // ForbiddenRemoteRanges can never be a peer's pods or nodes: routing them to a gateway would
 // take this cluster's own traffic with them. Admission refuses Configurations that overlap
-// them (the CEL rule on ClusterConfigCIDR repeats the list; a test keeps the two equal), and
+// them (the CEL rules on ClusterConfigCIDR repeat the list, one rule per family; a test keeps
+// them equal), and
 // the controller and the node agent check again.
 var ForbiddenRemoteRanges = []ForbiddenRemoteRange{
 	{"0.0.0.0/8", "this network"},
@@ -38,6 +39,9 @@ var ForbiddenRemoteRanges = []ForbiddenRemoteRange{
 	{"169.254.0.0/16", "link-local: cloud metadata, the tunnel"},
 	{"224.0.0.0/4", "multicast"},
 	{"240.0.0.0/4", "reserved"},
+	{"::/8", "unspecified, loopback, IPv4-mapped and other reserved addresses"},
+	{"fe80::/10", "link-local"},
+	{"ff00::/8", "multicast"},
 }
 
 // ForbiddenRange returns the first of ForbiddenRemoteRanges that p overlaps, if any: the one
@@ -54,3 +58,7 @@ func ForbiddenRange(p netip.Prefix) (ForbiddenRemoteRange, bool) {
 // DefaultMinRemotePrefixLength is the shortest prefix the controller accepts from a peer:
 // a /7 is 33 million addresses, more than any cluster has pods.
 const DefaultMinRemotePrefixLength = 8
+
+// DefaultMinRemotePrefixLength6 is the same for IPv6: a /32 is what a registry allocates a
+// whole network operator; a cluster's pods take a /48 to a /64 per node.
+const DefaultMinRemotePrefixLength6 = 32

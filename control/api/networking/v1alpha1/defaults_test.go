@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,14 +38,18 @@ func TestForbiddenRangesInCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var quoted []string
+	// One rule per family, each listing that family's ranges.
+	quoted := map[bool][]string{}
 	for _, r := range netv1alpha1.ForbiddenRemoteRanges {
-		quoted = append(quoted, "'"+r.Prefix+"'")
+		is4 := netip.MustParsePrefix(r.Prefix).Addr().Is4()
+		quoted[is4] = append(quoted[is4], "'"+r.Prefix+"'")
 	}
-	rule := "[" + strings.Join(quoted, ", ") + "]"
 	// The YAML folds and quotes the rule: compare with single spaces and plain quotes.
 	text := strings.ReplaceAll(strings.Join(strings.Fields(string(b)), " "), "''", "'")
-	if n := strings.Count(text, rule); n < 4 {
-		t.Errorf("the CRD carries the list %s %d times, want 4 (spec and status, pod and external): the CEL rule and ForbiddenRemoteRanges disagree", rule, n)
+	for _, is4 := range []bool{true, false} {
+		rule := "[" + strings.Join(quoted[is4], ", ") + "]"
+		if n := strings.Count(text, rule); n < 4 {
+			t.Errorf("the CRD carries the list %s %d times, want 4 (pod, external, additionalPods, additionalExternals): the CEL rules and ForbiddenRemoteRanges disagree", rule, n)
+		}
 	}
 }
