@@ -37,7 +37,8 @@ func scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// clients are the gateway's REST clients, one per group version.
+// clients are the gateway's REST clients, one per group version, over one HTTP client (one
+// connection to the API server, as the typed clientset had).
 type clients struct {
 	net   *rest.RESTClient // networking.liqo.io/v1alpha1
 	core  *rest.RESTClient // core/v1, JSON
@@ -49,14 +50,18 @@ func newClients(cfg *rest.Config) (*clients, error) {
 	if err != nil {
 		return nil, err
 	}
+	hc, err := restapi.HTTPClient(cfg)
+	if err != nil {
+		return nil, err
+	}
 	var c clients
-	if c.net, err = restapi.New(cfg, netv1alpha1.SchemeGroupVersion, s, restapi.JSON); err != nil {
+	if c.net, err = restapi.NewShared(cfg, hc, netv1alpha1.SchemeGroupVersion, s, restapi.JSON); err != nil {
 		return nil, err
 	}
-	if c.core, err = restapi.New(cfg, corev1.SchemeGroupVersion, s, restapi.JSON); err != nil {
+	if c.core, err = restapi.NewShared(cfg, hc, corev1.SchemeGroupVersion, s, restapi.JSON); err != nil {
 		return nil, err
 	}
-	if c.coord, err = restapi.New(cfg, coordinationv1.SchemeGroupVersion, s, restapi.JSON); err != nil {
+	if c.coord, err = restapi.NewShared(cfg, hc, coordinationv1.SchemeGroupVersion, s, restapi.JSON); err != nil {
 		return nil, err
 	}
 	return &c, nil

@@ -14,6 +14,7 @@ package restapi
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -33,7 +34,23 @@ const (
 
 // New returns a REST client for the group version gv ("" group: the core API under /api),
 // decoding with s, which must hold the kinds read through it (and metav1's, AddToGroupVersion).
+// It has an HTTP client of its own; NewShared lets several share one.
 func New(cfg *rest.Config, gv schema.GroupVersion, s *runtime.Scheme, contentType string) (*rest.RESTClient, error) {
+	return NewShared(cfg, nil, gv, s, contentType)
+}
+
+// HTTPClient returns the HTTP client (its transport, its connections) that NewShared's clients
+// of cfg may share: one connection to the API server instead of one per group version.
+func HTTPClient(cfg *rest.Config) (*http.Client, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("HTTP client for the API server: %w", err)
+	}
+	return hc, nil
+}
+
+// NewShared is New over hc (from HTTPClient of the same cfg; nil: a client of its own).
+func NewShared(cfg *rest.Config, hc *http.Client, gv schema.GroupVersion, s *runtime.Scheme, contentType string) (*rest.RESTClient, error) {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &gv
 	c.APIPath = "/apis"
@@ -49,7 +66,13 @@ func New(cfg *rest.Config, gv schema.GroupVersion, s *runtime.Scheme, contentTyp
 	if c.UserAgent == "" {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
-	rc, err := rest.RESTClientFor(c)
+	var rc *rest.RESTClient
+	var err error
+	if hc != nil {
+		rc, err = rest.RESTClientForConfigAndClient(c, hc)
+	} else {
+		rc, err = rest.RESTClientFor(c)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("REST client for %s: %w", gv, err)
 	}
