@@ -136,9 +136,13 @@ func main() {
 	case !slices.Contains([]string{"NodePort", "LoadBalancer", "ClusterIP"}, *gwServiceType):
 		fail(fmt.Errorf("--gateway-server-service-type %q: want NodePort, LoadBalancer or ClusterIP", *gwServiceType))
 	}
+	poolList := prefixes("pools", *pools)
+	if err := checkPools(poolList); err != nil {
+		fail(err)
+	}
 	opts := controller.Options{
 		PodCIDRs: prefixes("pod-cidrs", *podCIDRs), ServiceCIDRs: prefixes("service-cidr", *serviceCIDR),
-		Reserved: prefixes("reserved", *reserved), Pools: prefixes("pools", *pools), NodeCIDRs: prefixes("node-cidrs", *nodeCIDRs),
+		Reserved: prefixes("reserved", *reserved), Pools: poolList, NodeCIDRs: prefixes("node-cidrs", *nodeCIDRs),
 		MinRemotePrefixLength: *minPrefix, MinRemotePrefixLength6: *minPrefix6, AllowPrivilegedGateways: *allowPrivileged, GatewayWatchPods: *watchPods,
 		ExternalCIDR: external[0], InternalCIDR: internal[0], Metrics: ctrlmetrics.Registry,
 	}
@@ -250,4 +254,21 @@ func joinPrefixes(ps []netip.Prefix) string {
 		s[i] = p.String()
 	}
 	return strings.Join(s, ",")
+}
+
+// checkPools refuses remap pools a peer's CIDR could never be remapped into (overlapping the
+// ranges admission refuses: loopback, multicast, link-local, ...) and pools listed twice or
+// overlapping, before anything connects.
+func checkPools(pools []netip.Prefix) error {
+	for i, p := range pools {
+		if f, bad := netv1alpha1.ForbiddenRange(p); bad {
+			return fmt.Errorf("--pools: %v overlaps %s (%s): remaps there would never be routed", p, f.Prefix, f.Why)
+		}
+		for _, q := range pools[:i] {
+			if q.Overlaps(p) {
+				return fmt.Errorf("--pools: %v and %v overlap: list each range once", q, p)
+			}
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -20,4 +21,30 @@ func TestParsePrefixes(t *testing.T) {
 			t.Errorf("parsePrefixes(%q): %v, want %q", in, err, want)
 		}
 	}
+}
+
+func TestCheckPools(t *testing.T) {
+	if err := checkPools(mustPrefixes(t, "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fd00::/8")); err != nil {
+		t.Errorf("the default pools: %v", err)
+	}
+	for in, want := range map[string]string{
+		"0.0.0.0/0":              "--pools: 0.0.0.0/0 overlaps 0.0.0.0/8 (this network)",
+		"127.0.0.0/8":            "--pools: 127.0.0.0/8 overlaps 127.0.0.0/8 (loopback)",
+		"10.0.0.0/8,224.0.0.0/3": "--pools: 224.0.0.0/3 overlaps 224.0.0.0/4 (multicast)",
+		"fe80::/10":              "--pools: fe80::/10 overlaps fe80::/10 (link-local)",
+		"10.0.0.0/8,10.1.0.0/16": "--pools: 10.0.0.0/8 and 10.1.0.0/16 overlap",
+	} {
+		if err := checkPools(mustPrefixes(t, in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("checkPools(%s): %v, want %q", in, err, want)
+		}
+	}
+}
+
+func mustPrefixes(t *testing.T, s string) []netip.Prefix {
+	t.Helper()
+	ps, err := parsePrefixes("pools", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
 }
