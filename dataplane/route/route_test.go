@@ -698,23 +698,7 @@ func BenchmarkLookup6_1k(b *testing.B) {
 			}
 		}
 	}
-	var table *Table
-	tableBytes := retainedBytes(func() *Table { table = build(b, routes); return table })
-	addrs := make([][16]byte, 4096)
-	for i := range addrs {
-		a := routes[r.IntN(len(routes))].prefix.Addr()
-		if r.IntN(2) == 0 {
-			a = nearAddr(r, a)
-		}
-		addrs[i] = a.As16()
-	}
-	var sum uint32
-	for i := 0; b.Loop(); i++ {
-		hop, _ := table.Lookup6(addrs[i&(len(addrs)-1)])
-		sum += hop
-	}
-	runtime.KeepAlive(sum)
-	b.ReportMetric(tableBytes, "bytes/table") // after the loop: b.Loop's timer reset drops metrics
+	benchmarkLookup6Routes(b, r, routes)
 }
 
 // benchmarkLookup6Routes looks up addresses in or near routes (half of them inside a route,
