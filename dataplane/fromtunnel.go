@@ -191,9 +191,13 @@ func (d *Dataplane) icmpToTunnel(b *batch, orig packet.IPv4, e icmpError) {
 	if !b.t.hasTunIP || !mayAnswer(orig) || !d.allowICMP(b) {
 		return
 	}
-	buf := b.scratch[0]
-	n := buildICMPError(buf, b.t.tunnelIP, e.typ, e.code, e.rest, orig)
-	if !d.queue.push(buf[:n]) {
+	n := buildICMPError(b.scratch[0], b.t.tunnelIP, e.typ, e.code, e.rest, orig)
+	d.queueToTunnel(b, b.scratch[0][:n])
+}
+
+// queueToTunnel queues an error the gateway built into the tunnel and wakes the reader.
+func (d *Dataplane) queueToTunnel(b *batch, pkt []byte) {
+	if !d.queue.push(pkt) {
 		b.tl[DropQueueFull]++
 		return
 	}
@@ -207,11 +211,6 @@ func (d *Dataplane) icmpToTunnel6(b *batch, orig packet.IPv6, e icmpError) {
 	if !b.t.hasTunnelIP6 || !mayAnswer6(orig, e.typ == packet.ICMPv6PacketTooBig) || !d.allowICMP(b) {
 		return
 	}
-	buf := b.scratch[0]
-	n := buildICMPv6Error(buf, b.t.tunnelIP6, e.typ, e.code, e.rest, orig)
-	if !d.queue.push(buf[:n]) {
-		b.tl[DropQueueFull]++
-		return
-	}
-	d.conn.Wake()
+	n := buildICMPv6Error(b.scratch[0], b.t.tunnelIP6, e.typ, e.code, e.rest, orig)
+	d.queueToTunnel(b, b.scratch[0][:n])
 }
