@@ -16,6 +16,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
 	"gvisor.dev/gvisor/pkg/waiter"
@@ -25,62 +26,102 @@ const nicID = 1
 
 // Stack is a gVisor network stack holding the gateway's own addresses. Packets for them come
 // in through DeliverLocal (the dataplane's local handler); everything the stack sends goes out
-// through the function given to New (the dataplane's Inject). It answers ICMP echo on every
-// address and runs the connection prober.
+// through the function given to New (the dataplane's Inject). It answers ICMP and ICMPv6 echo
+// on every address and runs the connection prober.
 type Stack struct {
 	s      *stack.Stack
 	ep     *channel.Endpoint
 	out    func(pkt []byte) error
 	handle *channel.NotificationHandle
+	// v4, v6: the families the stack has addresses of (and protocols for).
+	v4, v6 bool
 
 	delivered, sent, sendErrors atomic.Uint64
 	closeOnce                   sync.Once
+
+	// idle holds the echo endpoints of finished pings by source address, for the next ones
+	// (an endpoint a probe: gVisor's endpoint and route were most of an idle gateway's garbage).
+	mu     sync.Mutex
+	idle   map[netip.Addr][]*echoEndpoint
+	closed bool
 }
 
-// New builds a stack owning addrs (IPv4), with link MTU mtu, sending through out. out is
-// called synchronously from whichever goroutine made the stack send (often the dataplane's,
-// inside DeliverLocal); it must not block.
+// New builds a stack owning addrs (IPv4 and IPv6, each once), with link MTU mtu, sending
+// through out. out is called synchronously from whichever goroutine made the stack send
+// (often the dataplane's, inside DeliverLocal); it must not block. The IPv6 protocol is there
+// only with an IPv6 address, and sends nothing of its own: no duplicate address detection,
+// router solicitation or MLD (the dataplane routes; there is no link to discover).
 func New(addrs []netip.Addr, mtu int, out func(pkt []byte) error) (*Stack, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("netstack: no addresses")
 	}
-	st := &Stack{
-		s: stack.New(stack.Options{
-			NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol},
-			TransportProtocols: []stack.TransportProtocolFactory{icmp.NewProtocol4},
-		}),
-		ep:  channel.New(256, uint32(mtu), ""),
-		out: out,
+	st := &Stack{out: out, idle: map[netip.Addr][]*echoEndpoint{}}
+	seen := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		switch {
+		case !a.IsValid() || a.Is4In6() || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast():
+			return nil, fmt.Errorf("netstack: address %v: want a unicast IPv4 or IPv6 address", a)
+		case seen[a]:
+			return nil, fmt.Errorf("netstack: address %v given twice", a)
+		}
+		seen[a] = true
+		st.v4, st.v6 = st.v4 || a.Is4(), st.v6 || a.Is6()
 	}
+	if mtu < header.IPv6MinimumMTU && st.v6 {
+		return nil, fmt.Errorf("netstack: MTU %d: IPv6 needs at least %d", mtu, header.IPv6MinimumMTU)
+	}
+	var opts stack.Options
+	var routes []tcpip.Route
+	if st.v4 {
+		opts.NetworkProtocols = append(opts.NetworkProtocols, ipv4.NewProtocol)
+		opts.TransportProtocols = append(opts.TransportProtocols, icmp.NewProtocol4)
+		routes = append(routes, tcpip.Route{Destination: header.IPv4EmptySubnet, NIC: nicID})
+	}
+	if st.v6 {
+		opts.NetworkProtocols = append(opts.NetworkProtocols, ipv6.NewProtocol)
+		opts.TransportProtocols = append(opts.TransportProtocols, icmp.NewProtocol6)
+		routes = append(routes, tcpip.Route{Destination: header.IPv6EmptySubnet, NIC: nicID})
+	}
+	st.s = stack.New(opts)
+	st.ep = channel.New(256, uint32(mtu), "")
 	st.handle = st.ep.AddNotify(st)
 	if err := st.s.CreateNIC(nicID, st.ep); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("netstack: create NIC: %v", err)
 	}
 	for _, a := range addrs {
-		if !a.Is4() {
-			st.Close()
-			return nil, fmt.Errorf("netstack: address %v: only IPv4 so far", a)
+		pa := tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: tcpip.AddrFromSlice(a.AsSlice()).WithPrefix()}
+		if a.Is6() {
+			pa.Protocol = ipv6.ProtocolNumber
 		}
-		pa := tcpip.ProtocolAddress{Protocol: ipv4.ProtocolNumber, AddressWithPrefix: tcpip.AddrFrom4(a.As4()).WithPrefix()}
 		if err := st.s.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
 			st.Close()
 			return nil, fmt.Errorf("netstack: add address %v: %v", a, err)
 		}
 	}
 	// Everything leaves through the one NIC: the dataplane routes it.
-	st.s.SetRouteTable([]tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: nicID}})
+	st.s.SetRouteTable(routes)
 	return st, nil
 }
 
 // DeliverLocal hands a packet addressed to one of the stack's addresses to the stack. The
-// packet is copied. It implements the dataplane's LocalHandler.
+// packet is copied. It implements the dataplane's LocalHandler; it refuses a packet of a
+// family the stack has no address of.
 func (st *Stack) DeliverLocal(pkt []byte) bool {
-	if len(pkt) == 0 || pkt[0]>>4 != 4 {
+	if len(pkt) == 0 {
+		return false
+	}
+	var proto tcpip.NetworkProtocolNumber
+	switch v := pkt[0] >> 4; {
+	case v == 4 && st.v4:
+		proto = ipv4.ProtocolNumber
+	case v == 6 && st.v6:
+		proto = ipv6.ProtocolNumber
+	default:
 		return false
 	}
 	pb := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(pkt)})
-	st.ep.InjectInbound(ipv4.ProtocolNumber, pb)
+	st.ep.InjectInbound(proto, pb)
 	pb.DecRef()
 	st.delivered.Add(1)
 	return true
@@ -117,6 +158,15 @@ func (st *Stack) Stats() Stats {
 // Close stops the stack.
 func (st *Stack) Close() {
 	st.closeOnce.Do(func() {
+		st.mu.Lock()
+		st.closed = true
+		for _, eps := range st.idle {
+			for _, e := range eps {
+				e.close()
+			}
+		}
+		st.idle = nil
+		st.mu.Unlock()
 		if st.handle != nil {
 			st.ep.RemoveNotify(st.handle)
 		}
@@ -126,55 +176,132 @@ func (st *Stack) Close() {
 	})
 }
 
-// Ping sends one ICMP echo request from src to dst and waits up to timeout for the reply; it
-// returns the round-trip time.
-func (st *Stack) Ping(ctx context.Context, src, dst netip.Addr, seq uint16, timeout time.Duration) (time.Duration, error) {
-	var wq waiter.Queue
-	ep, terr := st.s.NewEndpoint(icmp.ProtocolNumber4, ipv4.ProtocolNumber, &wq)
-	if terr != nil {
-		return 0, fmt.Errorf("ping: endpoint: %v", terr)
-	}
-	defer ep.Close()
-	if terr := ep.Bind(tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(src.As4())}); terr != nil {
-		return 0, fmt.Errorf("ping: bind %v: %v", src, terr)
-	}
-	entry, ready := waiter.NewChannelEntry(waiter.EventIn)
-	wq.EventRegister(&entry)
-	defer wq.EventUnregister(&entry)
+// echoEndpoint is an ICMP or ICMPv6 endpoint bound to one of the stack's addresses, with
+// what waits for its replies. One ping uses it at a time.
+type echoEndpoint struct {
+	ep    tcpip.Endpoint
+	wq    waiter.Queue
+	entry waiter.Entry
+	ready chan struct{}
+	src   netip.Addr
+}
 
-	var msg [header.ICMPv4MinimumSize + 8]byte
+func (e *echoEndpoint) close() {
+	e.wq.EventUnregister(&e.entry)
+	e.ep.Close()
+}
+
+// echoEndpoint returns an idle endpoint bound to src, or a new one.
+func (st *Stack) echoEndpoint(src netip.Addr) (*echoEndpoint, error) {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return nil, errors.New("netstack: closed")
+	}
+	if eps := st.idle[src]; len(eps) > 0 {
+		e := eps[len(eps)-1]
+		st.idle[src] = eps[:len(eps)-1]
+		st.mu.Unlock()
+		return e, nil
+	}
+	st.mu.Unlock()
+	e := &echoEndpoint{src: src}
+	var terr tcpip.Error
+	switch {
+	case src.Is4() && st.v4:
+		e.ep, terr = st.s.NewEndpoint(icmp.ProtocolNumber4, ipv4.ProtocolNumber, &e.wq)
+	case src.Is6() && st.v6:
+		e.ep, terr = st.s.NewEndpoint(icmp.ProtocolNumber6, ipv6.ProtocolNumber, &e.wq)
+	default:
+		return nil, fmt.Errorf("%v: the stack has no address of its family", src)
+	}
+	if terr != nil {
+		return nil, fmt.Errorf("endpoint: %v", terr)
+	}
+	if terr := e.ep.Bind(tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFromSlice(src.AsSlice())}); terr != nil {
+		e.ep.Close()
+		return nil, fmt.Errorf("bind %v: %v", src, terr)
+	}
+	e.entry, e.ready = waiter.NewChannelEntry(waiter.EventIn)
+	e.wq.EventRegister(&e.entry)
+	return e, nil
+}
+
+// release keeps e for the next ping from its address (a few per address at most).
+func (st *Stack) release(e *echoEndpoint) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed || len(st.idle[e.src]) >= 4 {
+		e.close()
+		return
+	}
+	st.idle[e.src] = append(st.idle[e.src], e)
+}
+
+// echoLen is an echo request's length: the ICMP header and 8 bytes of payload (the send time).
+const echoLen = header.ICMPv4MinimumSize + 8
+
+// Ping sends one ICMP echo request (ICMPv6 when src and dst are IPv6) from src, one of the
+// stack's addresses, to dst and waits up to timeout for the reply; it returns the round-trip
+// time. Pings may run concurrently.
+func (st *Stack) Ping(ctx context.Context, src, dst netip.Addr, seq uint16, timeout time.Duration) (time.Duration, error) {
+	if src.Is4() != dst.Is4() || !dst.IsValid() {
+		return 0, fmt.Errorf("ping %v from %v: want two addresses of one family", dst, src)
+	}
+	e, err := st.echoEndpoint(src)
+	if err != nil {
+		return 0, fmt.Errorf("ping %v: %w", dst, err)
+	}
+	rtt, reuse, err := e.ping(ctx, dst, seq, timeout)
+	if reuse {
+		st.release(e)
+	} else {
+		e.close()
+	}
+	return rtt, err
+}
+
+// ping is one echo on e; reuse says whether e is fit for the next one.
+func (e *echoEndpoint) ping(ctx context.Context, dst netip.Addr, seq uint16, timeout time.Duration) (_ time.Duration, reuse bool, _ error) {
+	var msg [echoLen]byte
+	request, reply := uint8(header.ICMPv4Echo), uint8(header.ICMPv4EchoReply)
+	if dst.Is6() {
+		request, reply = uint8(header.ICMPv6EchoRequest), uint8(header.ICMPv6EchoReply)
+	}
+	// The identifier is the endpoint's (gVisor fills it in); the type, code and sequence sit
+	// at the same offsets in ICMP and ICMPv6.
 	icmpv4 := header.ICMPv4(msg[:])
-	icmpv4.SetType(header.ICMPv4Echo)
+	icmpv4.SetType(header.ICMPv4Type(request))
 	icmpv4.SetSequence(seq)
 	start := time.Now()
 	binary.BigEndian.PutUint64(msg[header.ICMPv4MinimumSize:], uint64(start.UnixNano()))
-	to := tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFrom4(dst.As4())}
-	if _, terr := ep.Write(bytes.NewReader(msg[:]), tcpip.WriteOptions{To: &to}); terr != nil {
-		return 0, fmt.Errorf("ping %v: %v", dst, terr)
+	to := tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFromSlice(dst.AsSlice())}
+	if _, terr := e.ep.Write(bytes.NewReader(msg[:]), tcpip.WriteOptions{To: &to}); terr != nil {
+		return 0, false, fmt.Errorf("ping %v: %v", dst, terr)
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var reply [128]byte
+	var in [128]byte
 	for {
-		w := tcpip.SliceWriter(reply[:])
-		res, terr := ep.Read(&w, tcpip.ReadOptions{NeedRemoteAddr: true})
+		w := tcpip.SliceWriter(in[:])
+		res, terr := e.ep.Read(&w, tcpip.ReadOptions{})
 		if terr == nil {
-			r := header.ICMPv4(reply[:res.Count])
-			if res.Count >= len(msg) && r.Type() == header.ICMPv4EchoReply && r.Sequence() == seq &&
+			r := header.ICMPv4(in[:res.Count])
+			if res.Count >= len(msg) && uint8(r.Type()) == reply && r.Sequence() == seq &&
 				bytes.Equal(r[header.ICMPv4MinimumSize:len(msg)], msg[header.ICMPv4MinimumSize:]) {
-				return time.Since(start), nil
+				return time.Since(start), true, nil
 			}
-			continue // a stale reply
+			continue // a stale reply (of an earlier ping that timed out)
 		}
 		if _, wouldBlock := terr.(*tcpip.ErrWouldBlock); !wouldBlock {
-			return 0, fmt.Errorf("ping %v: %v", dst, terr)
+			return 0, false, fmt.Errorf("ping %v: %v", dst, terr)
 		}
 		select {
-		case <-ready:
+		case <-e.ready:
 		case <-timer.C:
-			return 0, fmt.Errorf("ping %v: no reply within %v", dst, timeout)
+			return 0, true, fmt.Errorf("ping %v: no reply within %v", dst, timeout)
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, true, ctx.Err()
 		}
 	}
 }

@@ -29,7 +29,11 @@ type wire struct {
 	count atomic.Int64
 }
 
-func newPair(t *testing.T) *wire {
+func newPair(t testing.TB) *wire {
+	return newPairOf(t, []netip.Addr{gwA, netip.MustParseAddr("10.80.0.1")}, []netip.Addr{gwB})
+}
+
+func newPairOf(t testing.TB, a, b []netip.Addr) *wire {
 	w := &wire{toA: make(chan []byte, 64), toB: make(chan []byte, 64), stop: make(chan struct{})}
 	send := func(ch chan []byte) func([]byte) error {
 		return func(p []byte) error {
@@ -45,10 +49,10 @@ func newPair(t *testing.T) *wire {
 		}
 	}
 	var err error
-	if w.a, err = netstack.New([]netip.Addr{gwA, netip.MustParseAddr("10.80.0.1")}, 1340, send(w.toB)); err != nil {
+	if w.a, err = netstack.New(a, 1340, send(w.toB)); err != nil {
 		t.Fatal(err)
 	}
-	if w.b, err = netstack.New([]netip.Addr{gwB}, 1340, send(w.toA)); err != nil {
+	if w.b, err = netstack.New(b, 1340, send(w.toA)); err != nil {
 		t.Fatal(err)
 	}
 	for _, pair := range []struct {
@@ -198,8 +202,42 @@ func TestNewErrors(t *testing.T) {
 	if _, err := netstack.New(nil, 1340, func([]byte) error { return nil }); err == nil {
 		t.Error("no addresses accepted")
 	}
-	if _, err := netstack.New([]netip.Addr{netip.MustParseAddr("fd00::1")}, 1340, func([]byte) error { return nil }); err == nil {
-		t.Error("IPv6 accepted")
+	for _, addrs := range [][]string{
+		{"169.254.100.1", "169.254.100.1"}, // twice
+		{"::ffff:10.0.0.1"},                // IPv4 mapped: which family?
+		{"fe80::1%eth0"},                   // a zone
+		{"0.0.0.0"}, {"::"}, {"ff02::1"}, {"224.0.0.1"},
+	} {
+		var as []netip.Addr
+		for _, a := range addrs {
+			as = append(as, netip.MustParseAddr(a))
+		}
+		if st, err := netstack.New(as, 1340, func([]byte) error { return nil }); err == nil {
+			st.Close()
+			t.Errorf("%v accepted", addrs)
+		}
+	}
+	if _, err := netstack.New([]netip.Addr{netip.MustParseAddr("fd00::1")}, 1200, func([]byte) error { return nil }); err == nil {
+		t.Error("an IPv6 stack with a link MTU below 1280 accepted")
+	}
+	// A family the stack has no address of: not its packets, and no pings from it.
+	st, err := netstack.New([]netip.Addr{gwA}, 1340, func([]byte) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	req := pt.IPv6{Src: "fd00::5", Dst: "fd00::1", Next: 58, Payload: pt.ICMPv6("fd00::5", "fd00::1", 128, 0, [4]byte{0, 7, 0, 1}, nil)}.Build()
+	if st.DeliverLocal(req) {
+		t.Error("an IPv4-only stack took an IPv6 packet")
+	}
+	if _, err := st.Ping(context.Background(), netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2"), 1, time.Second); err == nil {
+		t.Error("an IPv4-only stack pinged from an IPv6 address")
+	}
+	if _, err := st.Ping(context.Background(), gwA, netip.MustParseAddr("fd00::2"), 1, time.Second); err == nil {
+		t.Error("a ping from IPv4 to IPv6 was sent")
+	}
+	if _, err := st.Ping(context.Background(), gwB, gwA, 1, time.Second); err == nil {
+		t.Error("a ping from an address the stack does not own was sent")
 	}
 }
 
