@@ -114,7 +114,7 @@ func (b *batch) clamp6(ip packet.IPv6) {
 }
 
 // deliverLocal hands a packet for the gateway's own addresses to the local handler.
-func (d *Dataplane) deliverLocal(b *batch, ip packet.IPv4) {
+func (d *Dataplane) deliverLocal(b *batch, ip []byte) {
 	if h := d.local.Load(); h != nil && (*h).DeliverLocal(ip) {
 		b.tl[Local]++
 		return

@@ -136,9 +136,7 @@ func (d *Dataplane) fromTunnel(b *batch, pkt []byte) (node nodeHop, ip packet.IP
 	return t.nodes[hop-hopNode], ip, true
 }
 
-// fromTunnel6 is fromTunnel for IPv6. The gateway's own addresses are IPv4 only so far: the
-// netstack does not answer on its IPv6 ones (TunnelIP6, OverlayIP6), which only source the
-// ICMPv6 errors it sends.
+// fromTunnel6 is fromTunnel for IPv6.
 func (d *Dataplane) fromTunnel6(b *batch, pkt []byte) (node nodeHop, ip packet.IPv6, ok bool) {
 	t := b.t
 	ip, err := packet.ParseIPv6(pkt)
@@ -152,7 +150,18 @@ func (d *Dataplane) fromTunnel6(b *batch, pkt []byte) (node nodeHop, ip packet.I
 	}
 	hop, found := t.routes.Lookup6(dst)
 	switch {
-	case !found, hop == hopLocal, hop >= hopNode && t.ownBack != nil && !presented:
+	case found && hop == hopLocal:
+		// As in fromTunnel: only the peer gateway speaks to this one, to its tunnel address.
+		// IPv6 has no link-local tunnel network, so the source must be an address routed
+		// back into the tunnel (the peer's tunnel address is): the netstack's reply to any
+		// other source, raw as the peer sent it, could reach a local pod of the same address.
+		if back, ok := t.routes.Lookup6(ip.Src()); !ok || back != hopTunnel || !t.hasTunnelIP6 || ip.Dst() != t.tunnelIP6 {
+			b.tl[DropNoRoute]++
+			return node, nil, false
+		}
+		d.deliverLocal(b, ip)
+		return node, nil, false
+	case !found, hop >= hopNode && t.ownBack != nil && !presented:
 		b.tl[DropNoRoute]++
 		return node, nil, false
 	case hop == hopTunnel:

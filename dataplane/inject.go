@@ -21,37 +21,53 @@ func (d *Dataplane) Inject(pkt []byte) error {
 	if d.closed.Load() {
 		return os.ErrClosed
 	}
-	ip, err := packet.ParseIPv4(pkt)
-	if err != nil {
-		return fmt.Errorf("inject: %w", err)
-	}
 	t := d.t.Load()
-	hop, ok := t.routes.Lookup4(ip.Dst())
+	var (
+		hop       uint32
+		ok        bool
+		dst       fmt.Stringer
+		etherType uint16
+	)
+	if len(pkt) > 0 && pkt[0]>>4 == 6 {
+		ip, err := packet.ParseIPv6(pkt)
+		if err != nil {
+			return fmt.Errorf("inject: %w", err)
+		}
+		hop, ok = t.routes.Lookup6(ip.Dst())
+		dst, etherType = ip.DstAddr(), packet.EtherTypeIPv6
+	} else {
+		ip, err := packet.ParseIPv4(pkt)
+		if err != nil {
+			return fmt.Errorf("inject: %w", err)
+		}
+		hop, ok = t.routes.Lookup4(ip.Dst())
+		dst, etherType = ip.DstAddr(), packet.EtherTypeIPv4
+	}
 	switch {
 	case !ok:
 		d.ctr.inc(ToTunnel, DropNoRoute)
-		return fmt.Errorf("inject: no route to %v", ip.DstAddr())
+		return fmt.Errorf("inject: no route to %v", dst)
 	case hop == hopLocal:
-		return fmt.Errorf("inject: %v is the gateway's own address", ip.DstAddr())
+		return fmt.Errorf("inject: %v is the gateway's own address", dst)
 	case hop == hopTunnel:
-		if len(ip) > t.tunnelMTU {
-			return fmt.Errorf("inject: %d-byte packet exceeds the tunnel MTU %d", len(ip), t.tunnelMTU)
+		if len(pkt) > t.tunnelMTU {
+			return fmt.Errorf("inject: %d-byte packet exceeds the tunnel MTU %d", len(pkt), t.tunnelMTU)
 		}
-		if !d.queue.push(ip) {
+		if !d.queue.push(pkt) {
 			d.ctr.inc(ToTunnel, DropQueueFull)
 			return errQueueFull
 		}
 		d.conn.Wake()
 		return nil
 	}
-	if len(ip) > t.overlayMTU {
-		return fmt.Errorf("inject: %d-byte packet exceeds the overlay MTU %d", len(ip), t.overlayMTU)
+	if len(pkt) > t.overlayMTU {
+		return fmt.Errorf("inject: %d-byte packet exceeds the overlay MTU %d", len(pkt), t.overlayMTU)
 	}
 	node := t.nodes[hop-hopNode]
 	d.imu.Lock()
 	defer d.imu.Unlock()
-	n := copy(d.ibuf[overlay.HeaderLen:], ip)
-	t.vtep.PutHeader(d.ibuf[:overlay.HeaderLen], node.mac, packet.EtherTypeIPv4)
+	n := copy(d.ibuf[overlay.HeaderLen:], pkt)
+	t.vtep.PutHeader(d.ibuf[:overlay.HeaderLen], node.mac, etherType)
 	msg := []Message{{Head: d.ibuf[:overlay.HeaderLen], Body: d.ibuf[overlay.HeaderLen : overlay.HeaderLen+n], Addr: node.addr}}
 	if sent, err := d.conn.WriteBatch(msg); sent != 1 {
 		d.ctr.inc(FromTunnel, DropSend)

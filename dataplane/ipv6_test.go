@@ -3,6 +3,7 @@ package dataplane_test
 import (
 	"bytes"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -298,4 +299,72 @@ func TestICMPv6ErrorsNotSent(t *testing.T) {
 			t.Errorf("ICMPv6 errors sent %d, rate-limited %d; want 2 and 3 (burst 2)", s, l)
 		}
 	})
+}
+
+// TestLocalAndInject6: the gateway's own IPv6 addresses. From the overlay, a pod's echo to the
+// overlay IPv6 address goes to the local handler. From the tunnel, only the peer gateway's
+// tunnel address (routed back into the tunnel) reaches this gateway's tunnel address: a
+// source as the peer's pods number themselves (this site's pods' own addresses, when the
+// sites overlap) and the overlay address are not delivered, or the netstack's reply would go
+// to a local pod. The netstack's IPv6 replies are injected into the tunnel or to the node.
+func TestLocalAndInject6(t *testing.T) {
+	cfg := icmp6Config()
+	cfg.Local = append(cfg.Local, cfg.OverlayIP6, cfg.TunnelIP6)
+	cfg.Remote = append(cfg.Remote, pfx("fd99::2/128"))
+	dp, c := newDP(t, cfg)
+	h := &handler{}
+	dp.SetLocalHandler(h)
+	ping := pt.IPv6{Src: "fd00:244:0:1::5", Dst: "fd80::1", Next: 58, Payload: pt.ICMPv6("fd00:244:0:1::5", "fd80::1", 128, 0, [4]byte{0, 1, 0, 1}, []byte("hi"))}.Build()
+	c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv6, ping), from1)
+	good := syn6("fd00:244:0:1::5", "fd71:0:0:2::7", 64)
+	c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv6, good), from1)
+	if got := readPackets(t, dp); len(got) != 1 {
+		t.Fatalf("%d packets into the tunnel, want 1 (the ping is local)", len(got))
+	}
+	probe := pt.IPv6{Src: "fd99::2", Dst: "fd99::1", Next: 58, Payload: pt.ICMPv6("fd99::2", "fd99::1", 128, 0, [4]byte{0, 2, 0, 1}, nil)}.Build()
+	fromPeerPod := pt.IPv6{Src: "fd00:244:0:2::7", Dst: "fd99::1", Next: 58, Payload: pt.ICMPv6("fd00:244:0:2::7", "fd99::1", 128, 0, [4]byte{0, 3, 0, 1}, nil)}.Build()
+	toOverlayAddr := pt.IPv6{Src: "fd99::2", Dst: "fd80::1", Next: 58, Payload: pt.ICMPv6("fd99::2", "fd80::1", 128, 0, [4]byte{0, 4, 0, 1}, nil)}.Build()
+	write(t, dp, probe, fromPeerPod, toOverlayAddr)
+	h.mu.Lock()
+	got := h.got
+	h.mu.Unlock()
+	if len(got) != 2 || !bytes.Equal(got[0], ping) || !bytes.Equal(got[1], probe) {
+		t.Errorf("local handler got %d packets, want the pod's ping and the peer gateway's probe", len(got))
+	}
+	if cn := dp.Counters(); cn.Get(dataplane.FromTunnel, dataplane.DropNoRoute) != 2 {
+		n := cn.Get(dataplane.FromTunnel, dataplane.DropNoRoute)
+		t.Errorf("%d dropped from the tunnel as unroutable, want 2", n)
+	}
+
+	reply := pt.IPv6{Src: "fd99::1", Dst: "fd99::2", Next: 58, Payload: pt.ICMPv6("fd99::1", "fd99::2", 129, 0, [4]byte{0, 2, 0, 1}, nil)}.Build()
+	if err := dp.Inject(reply); err != nil {
+		t.Fatal(err)
+	}
+	if got := readPackets(t, dp); len(got) != 1 || !bytes.Equal(got[0], reply) {
+		t.Fatalf("injected IPv6 packet not read back into the tunnel unchanged: %d packets", len(got))
+	}
+	pong := pt.IPv6{Src: "fd80::1", Dst: "fd00:244:0:1::5", Next: 58, Payload: pt.ICMPv6("fd80::1", "fd00:244:0:1::5", 129, 0, [4]byte{0, 1, 0, 1}, []byte("hi"))}.Build()
+	if err := dp.Inject(pong); err != nil {
+		t.Fatal(err)
+	}
+	sent := c.TakeSent()
+	if len(sent) != 1 || !bytes.Equal(decapSent(t, sent[0], node1, node1MAC), pong) {
+		t.Fatal("injected IPv6 reply to a local pod not sent to node1")
+	}
+	if vx, _ := packet.ParseVXLAN(sent[0].B); packet.Ethernet(vx.Payload()).EtherType() != packet.EtherTypeIPv6 {
+		t.Error("injected IPv6 reply sent with another EtherType")
+	}
+	for _, bad := range []struct {
+		pkt  []byte
+		want string
+	}{
+		{[]byte{0x60, 2, 3}, "inject"},
+		{pt.IPv6{Src: "fd80::1", Dst: "fd09::9", Next: 58, Payload: make([]byte, 8)}.Build(), "no route"},
+		{pt.IPv6{Src: "fd80::1", Dst: "fd99::1", Next: 58, Payload: make([]byte, 8)}.Build(), "own address"},
+		{pt.IPv6{Src: "fd99::1", Dst: "fd99::2", Next: 17, Payload: make([]byte, 2000)}.Build(), "tunnel MTU"},
+	} {
+		if err := dp.Inject(bad.pkt); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("Inject: %v, want an error containing %q", err, bad.want)
+		}
+	}
 }

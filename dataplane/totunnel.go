@@ -229,7 +229,7 @@ func (d *Dataplane) forwardToTunnel6(b *batch, inner []byte, slot int, sender ui
 		b.tl[DropNoRoute]++
 		return 0
 	case hop == hopLocal:
-		b.tl[DropLocalUnavailable]++ // the netstack has no IPv6 address yet
+		d.deliverLocal(b, ip)
 		return 0
 	case hop != hopTunnel:
 		b.tl[DropLoop]++

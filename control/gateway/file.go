@@ -89,6 +89,16 @@ type RemoteConfig struct {
 	RemappedPodCIDR string `json:"remappedPodCIDR,omitempty"`
 	// RemappedExternalCIDR is how this site sees externalCIDR (same length).
 	RemappedExternalCIDR string `json:"remappedExternalCIDR,omitempty"`
+	// PodCIDR6 is a dual-stack peer's IPv6 pod network, beside an IPv4 podCIDR. (An IPv6-only
+	// peer may give its networks in podCIDR and externalCIDR instead: they take either
+	// family.)
+	PodCIDR6 string `json:"podCIDR6,omitempty"`
+	// ExternalCIDR6 is a dual-stack peer's IPv6 external network, beside an IPv4 externalCIDR.
+	ExternalCIDR6 string `json:"externalCIDR6,omitempty"`
+	// RemappedPodCIDR6 is how this site sees podCIDR6 (same length), as remappedPodCIDR.
+	RemappedPodCIDR6 string `json:"remappedPodCIDR6,omitempty"`
+	// RemappedExternalCIDR6 is how this site sees externalCIDR6 (same length).
+	RemappedExternalCIDR6 string `json:"remappedExternalCIDR6,omitempty"`
 }
 
 // LocalConfig is this site's pod network as its nodes number it and, to join a peer that
@@ -103,6 +113,11 @@ type LocalConfig struct {
 	// state, and lets no real local address cross. Empty: the peer sees local pods under
 	// their own addresses.
 	RemappedPodCIDR string `json:"remappedPodCIDR,omitempty"`
+	// PodCIDR6 is a dual-stack site's IPv6 pod network, beside an IPv4 podCIDR (podCIDR
+	// takes either family).
+	PodCIDR6 string `json:"podCIDR6,omitempty"`
+	// RemappedPodCIDR6 is how the peer sees podCIDR6 (same length), as remappedPodCIDR.
+	RemappedPodCIDR6 string `json:"remappedPodCIDR6,omitempty"`
 }
 
 // OverlayConfig is the gateway's VTEP.
@@ -241,49 +256,67 @@ func (c *File) Resolve() (*config.Gateway, error) {
 		}
 	}
 
-	for _, r := range []struct{ field, real, remapped, remappedField string }{
-		{"remote.podCIDR", c.Remote.PodCIDR, c.Remote.RemappedPodCIDR, "remote.remappedPodCIDR"},
-		{"remote.externalCIDR", c.Remote.ExternalCIDR, c.Remote.RemappedExternalCIDR, "remote.remappedExternalCIDR"},
+	// cidr parses a CIDR of the file (of family "IPv6", or either for ""), naming field.
+	cidr := func(field, v, family string) (netip.Prefix, bool) {
+		p, err := netip.ParsePrefix(v)
+		switch {
+		case err != nil || p.Masked() != p || p.Addr().Is4In6():
+			bad(field, "%q is not an IPv4 or IPv6 CIDR without host bits", v)
+		case family == "IPv6" && !p.Addr().Is6():
+			bad(field, "%q is not an IPv6 CIDR: it holds the IPv6 network beside the IPv4 one", v)
+		default:
+			return p, true
+		}
+		return p, false
+	}
+	r := c.Remote
+	if r.PodCIDR == "" {
+		bad("remote.podCIDR", "required: the peer cluster's pod CIDR as it numbers it")
+	}
+	for _, r := range []struct{ field, real, remapped, remappedField, family string }{
+		{"remote.podCIDR", r.PodCIDR, r.RemappedPodCIDR, "remote.remappedPodCIDR", ""},
+		{"remote.externalCIDR", r.ExternalCIDR, r.RemappedExternalCIDR, "remote.remappedExternalCIDR", ""},
+		{"remote.podCIDR6", r.PodCIDR6, r.RemappedPodCIDR6, "remote.remappedPodCIDR6", "IPv6"},
+		{"remote.externalCIDR6", r.ExternalCIDR6, r.RemappedExternalCIDR6, "remote.remappedExternalCIDR6", "IPv6"},
 	} {
 		if r.real == "" {
-			if r.field == "remote.podCIDR" {
-				bad(r.field, "required: the peer cluster's pod CIDR as it numbers it")
-			}
 			if r.remapped != "" {
 				bad(r.remappedField, "set without %s", r.field)
 			}
 			continue
 		}
-		real, err := netip.ParsePrefix(r.real)
-		if err != nil || real.Masked() != real || !real.Addr().Is4() {
-			bad(r.field, "%q is not an IPv4 CIDR without host bits", r.real)
+		real, ok := cidr(r.field, r.real, r.family)
+		if !ok {
 			continue
 		}
 		rm := config.Remote{Field: r.field, Real: real}
 		if r.remapped != "" {
 			rm.Field = r.remappedField
-			if rm.Seen, err = netip.ParsePrefix(r.remapped); err != nil {
-				bad(r.remappedField, "%q is not an IPv4 CIDR without host bits", r.remapped)
+			if rm.Seen, ok = cidr(r.remappedField, r.remapped, r.family); !ok {
 				continue
 			}
 		}
 		s.Remote = append(s.Remote, rm)
 	}
 
-	switch l := c.Local; {
-	case l.PodCIDR == "" && l.RemappedPodCIDR != "":
-		bad("local.remappedPodCIDR", "set without local.podCIDR (this site's pod network as its nodes number it)")
-	case l.PodCIDR != "":
-		loc := config.Local{Field: "local.podCIDR", PresentedField: "local.remappedPodCIDR"}
-		var perr error
-		if loc.Real, perr = netip.ParsePrefix(l.PodCIDR); perr != nil || loc.Real.Masked() != loc.Real || !loc.Real.Addr().Is4() {
-			bad("local.podCIDR", "%q is not an IPv4 CIDR without host bits", l.PodCIDR)
-			break
+	for _, l := range []struct{ field, real, remapped, remappedField, family string }{
+		{"local.podCIDR", c.Local.PodCIDR, c.Local.RemappedPodCIDR, "local.remappedPodCIDR", ""},
+		{"local.podCIDR6", c.Local.PodCIDR6, c.Local.RemappedPodCIDR6, "local.remappedPodCIDR6", "IPv6"},
+	} {
+		if l.real == "" {
+			if l.remapped != "" {
+				bad(l.remappedField, "set without %s (this site's pod network as its nodes number it)", l.field)
+			}
+			continue
 		}
-		if l.RemappedPodCIDR != "" {
-			if loc.Presented, perr = netip.ParsePrefix(l.RemappedPodCIDR); perr != nil {
-				bad("local.remappedPodCIDR", "%q is not an IPv4 CIDR without host bits", l.RemappedPodCIDR)
-				break
+		loc := config.Local{Field: l.field, PresentedField: l.remappedField}
+		var ok bool
+		if loc.Real, ok = cidr(l.field, l.real, l.family); !ok {
+			continue
+		}
+		if l.remapped != "" {
+			if loc.Presented, ok = cidr(l.remappedField, l.remapped, l.family); !ok {
+				continue
 			}
 		}
 		s.Local = append(s.Local, loc)

@@ -111,6 +111,29 @@ func TestResolve(t *testing.T) {
 	}
 }
 
+// TestResolveDualStack: a standalone gateway between two dual-stack sites, the peer's IPv6
+// pods remapped, this site's IPv6 pods presented under another prefix.
+func TestResolveDualStack(t *testing.T) {
+	yaml := strings.Replace(goodServer, "externalCIDR: 10.70.0.0/16", "externalCIDR: 10.70.0.0/16\n  podCIDR6: fd00:244::/48\n  remappedPodCIDR6: fd71::/48", 1)
+	yaml = strings.Replace(yaml, "podCIDRs: [10.244.1.0/24]", "podCIDRs: [10.244.1.0/24, 'fd00:244:0:1::/64']", 1)
+	yaml = strings.Replace(yaml, "mtu: 1340", "mtu: 1340\nlocal:\n  podCIDR: 10.244.0.0/16\n  podCIDR6: fd00:244::/48\n  remappedPodCIDR6: fd72::/48", 1)
+	c, err := gateway.LoadFile(writeConfig(t, yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := c.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := g.Dataplane
+	if fmt.Sprint(dp.NAT) != "[10.71.0.0/16->10.244.0.0/16 fd71::/48->fd00:244::/48]" || fmt.Sprint(dp.LocalNAT) != "[fd00:244::/48->fd72::/48]" {
+		t.Errorf("NAT %v, local NAT %v", dp.NAT, dp.LocalNAT)
+	}
+	if !g.TunnelIP6.IsValid() || !dp.OverlayIP6.IsValid() || !strings.Contains(fmt.Sprint(g.AllowedIPs), "fd00:244::/48") {
+		t.Errorf("tunnel IPv6 %v, overlay IPv6 %v, allowed IPs %v", g.TunnelIP6, dp.OverlayIP6, g.AllowedIPs)
+	}
+}
+
 func TestResolveErrors(t *testing.T) {
 	cases := []struct {
 		from, to string
@@ -129,10 +152,18 @@ func TestResolveErrors(t *testing.T) {
 		{"mtu: 1340", "mtu: 100", "tunnel MTU 100"},
 		{"mtu: 1340", "mtu: 1340\nwindow: -1", "window: -1: want 1-16384 packets"},
 		{"mtu: 1340", "mtu: 1340\nlocal:\n  remappedPodCIDR: 10.99.0.0/16", "local.remappedPodCIDR: set without local.podCIDR"},
-		{"mtu: 1340", "mtu: 1340\nlocal:\n  podCIDR: 10.244.0/16", `local.podCIDR: "10.244.0/16" is not an IPv4 CIDR`},
-		{"mtu: 1340", "mtu: 1340\nlocal:\n  podCIDR: 10.244.0.0/16\n  remappedPodCIDR: x", `local.remappedPodCIDR: "x" is not an IPv4 CIDR`},
+		{"mtu: 1340", "mtu: 1340\nlocal:\n  podCIDR: 10.244.0/16", `local.podCIDR: "10.244.0/16" is not an IPv4 or IPv6 CIDR`},
+		{"mtu: 1340", "mtu: 1340\nlocal:\n  podCIDR: 10.244.0.0/16\n  remappedPodCIDR: x", `local.remappedPodCIDR: "x" is not an IPv4 or IPv6 CIDR`},
 		{"mtu: 1340", "mtu: 1340\nlocal:\n  podCIDR: 10.244.0.0/16\n  remappedPodCIDR: 10.71.0.0/16", "local.remappedPodCIDR: 10.71.0.0/16 overlaps remote.remappedPodCIDR"},
 		{"mtu: 1340", "mtu: 1340\nlocal:\n  podCIDR: 10.245.0.0/16\n  remappedPodCIDR: 10.99.0.0/16", "nodes[0].podCIDRs[0]: 10.244.1.0/24 is outside local.podCIDR 10.245.0.0/16"},
+		// Dual-stack fields.
+		{"externalCIDR: 10.70.0.0/16", "externalCIDR: 10.70.0.0/16\n  podCIDR6: 10.69.0.0/16", `remote.podCIDR6: "10.69.0.0/16" is not an IPv6 CIDR`},
+		{"externalCIDR: 10.70.0.0/16", "externalCIDR: 10.70.0.0/16\n  remappedPodCIDR6: fd71::/48", "remote.remappedPodCIDR6: set without remote.podCIDR6"},
+		{"externalCIDR: 10.70.0.0/16", "externalCIDR: 10.70.0.0/16\n  podCIDR6: fd00:244::/48\n  remappedPodCIDR6: fd71::/64", "remote.remappedPodCIDR6: fd71::/64 must have the length of fd00:244::/48"},
+		{"externalCIDR: 10.70.0.0/16", "externalCIDR: 10.70.0.0/16\n  podCIDR6: fd00:244::/48\n  remappedPodCIDR6: 10.72.0.0/16", `remote.remappedPodCIDR6: "10.72.0.0/16" is not an IPv6 CIDR`},
+		{"externalCIDR: 10.70.0.0/16", "externalCIDR: 10.70.0.0/16\n  podCIDR6: '::ffff:10.0.0.0/104'", `remote.podCIDR6: "::ffff:10.0.0.0/104" is not an IPv4 or IPv6 CIDR`},
+		{"mtu: 1340", "mtu: 1340\nlocal:\n  podCIDR: 10.244.0.0/16\n  podCIDR6: fd00:244::/48\n  remappedPodCIDR6: fd99::/56", "local.remappedPodCIDR6: fd99::/56 must have the length of fd00:244::/48"},
+		{"podCIDRs: [10.244.1.0/24]", "podCIDRs: [10.244.1.0/24, '64:ff9b:1::/120']", "nodes[0].podCIDRs[1]: 64:ff9b:1::/120 overlaps 64:ff9b:1::/96"},
 	}
 	for _, tc := range cases {
 		if !strings.Contains(goodServer, tc.from) {

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"cmp"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -28,9 +27,9 @@ type Objects struct {
 	PeerKey *netv1alpha1.PublicKey
 	// Secret holds this gateway's key pair (the gateway's status.secretRef).
 	Secret *corev1.Secret
-	// InternalNodes, Nodes and Pods map local pods to node VTEPs: a node's pod CIDRs come
-	// from its Node; Pods add /32 routes for pods outside their node's CIDRs (CNIs that do not
-	// allocate per-node ranges). PodAddrOf makes a Pod's entry.
+	// InternalNodes, Nodes and Pods map local pods to node VTEPs: a node's pod CIDRs (both
+	// families) come from its Node; Pods add /32 and /128 routes for pods outside their node's
+	// CIDRs (CNIs that do not allocate per-node ranges). PodAddrOf makes a Pod's entry.
 	InternalNodes []netv1alpha1.InternalNode
 	Nodes         []corev1.Node
 	Pods          []PodAddr
@@ -144,7 +143,7 @@ func FromObjects(o Objects, l Local) (*config.Gateway, error) {
 		return nil, notReady("the controller has not assigned the gateway's overlay address (status.internalEndpoint.ip)")
 	}
 	if s.Overlay.IP, err = netip.ParseAddr(string(*internal.IP)); err != nil {
-		return nil, fmt.Errorf("status.internalEndpoint.ip %q is not an IPv4 address", *internal.IP)
+		return nil, fmt.Errorf("status.internalEndpoint.ip %q is not an IP address", *internal.IP)
 	}
 
 	// The remote cluster's networks.
@@ -180,7 +179,7 @@ func FromObjects(o Objects, l Local) (*config.Gateway, error) {
 		tunnel = netip.MustParsePrefix(config.DefaultTunnelCIDR)
 	}
 	reserved := func(a netip.Addr) bool {
-		if a == s.Overlay.IP || tunnel.Contains(a) {
+		if a == s.Overlay.IP || tunnel.Contains(a) || internal6.Contains(a) {
 			return true
 		}
 		for _, r := range s.Remote {
@@ -195,6 +194,9 @@ func FromObjects(o Objects, l Local) (*config.Gateway, error) {
 	}
 	return config.Build(s)
 }
+
+// internal6 holds the gateways' own IPv6 addresses (netv1alpha1.Internal6Prefix).
+var internal6 = netip.MustParsePrefix(netv1alpha1.Internal6Prefix)
 
 // nodes maps local pods to node VTEPs. reserved reports the addresses no pod's /32 may take.
 func nodes(o Objects, reserved func(netip.Addr) bool) ([]dataplane.Node, error) {
@@ -228,7 +230,7 @@ func nodes(o Objects, reserved func(netip.Addr) bool) ([]dataplane.Node, error) 
 				cidrs = []string{node.Spec.PodCIDR}
 			}
 			for _, s := range cidrs {
-				if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() {
+				if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Zone() == "" && !p.Addr().Is4In6() {
 					n.PodCIDRs = append(n.PodCIDRs, p.Masked())
 				}
 			}
@@ -236,7 +238,7 @@ func nodes(o Objects, reserved func(netip.Addr) bool) ([]dataplane.Node, error) 
 		// Host-network traffic of the node leaves with its external address (the agent's SNAT):
 		// replies to it go back to this node.
 		if in.Spec.ExternalIP != nil {
-			if a, err := netip.ParseAddr(string(*in.Spec.ExternalIP)); err == nil && a.Is4() {
+			if a, err := netip.ParseAddr(string(*in.Spec.ExternalIP)); err == nil && a.Zone() == "" && !a.Is4In6() {
 				n.Pods = append(n.Pods, a)
 				nodeAddrs[a] = true
 			}
@@ -249,9 +251,7 @@ func nodes(o Objects, reserved func(netip.Addr) bool) ([]dataplane.Node, error) 
 	// gateway VTEP to point at, which needs this gateway running. It starts without nodes (what
 	// comes from the tunnel for the pods is dropped as unroutable) and gets them live.
 	for _, c := range podClaims(o.Pods, index, out, nodeAddrs, reserved) {
-		var b [4]byte
-		binary.BigEndian.PutUint32(b[:], c.ip)
-		out[c.node].Pods = append(out[c.node].Pods, netip.AddrFrom4(b))
+		out[c.node].Pods = append(out[c.node].Pods, c.ip)
 	}
 	for i := range out {
 		slices.SortFunc(out[i].Pods, func(a, b netip.Addr) int { return a.Compare(b) })
@@ -259,15 +259,10 @@ func nodes(o Objects, reserved func(netip.Addr) bool) ([]dataplane.Node, error) 
 	return out, nil
 }
 
-// podClaim is a pod's IPv4 address (as a number, to sort) and the index of its node.
+// podClaim is a pod's IPv4 or IPv6 address and the index of its node.
 type podClaim struct {
-	ip   uint32
+	ip   netip.Addr
 	node int
-}
-
-func ip4Uint32(a netip.Addr) uint32 {
-	b := a.As4()
-	return binary.BigEndian.Uint32(b[:])
 }
 
 // podClaims are the pod addresses routed by /32 to the node each runs on: those outside
@@ -288,20 +283,24 @@ func podClaims(pods []PodAddr, index map[string]int, out []dataplane.Node, nodeA
 	var claims []podClaim
 	for _, p := range pods {
 		i, ok := index[p.Node]
-		a := p.IP
-		if !ok || !a.Is4() || inCIDRs(out[i].PodCIDRs, a) || nodeAddrs[a] || reserved(a) {
+		if !ok {
 			continue
 		}
-		claims = append(claims, podClaim{ip: ip4Uint32(a), node: i})
+		for _, a := range [2]netip.Addr{p.IP, p.IP6} {
+			if !a.IsValid() || inCIDRs(out[i].PodCIDRs, a) || nodeAddrs[a] || reserved(a) {
+				continue
+			}
+			claims = append(claims, podClaim{ip: a, node: i})
+		}
 	}
 	if len(claims) == 0 {
 		return nil
 	}
-	slices.SortFunc(claims, func(x, y podClaim) int { return cmp.Or(cmp.Compare(x.ip, y.ip), cmp.Compare(x.node, y.node)) })
+	slices.SortFunc(claims, func(x, y podClaim) int { return cmp.Or(x.ip.Compare(y.ip), cmp.Compare(x.node, y.node)) })
 	claims = slices.Compact(claims) // the same address twice on one node
 	// claimsOf is where the claims of ip are in claims.
-	claimsOf := func(ip uint32) (int, int) {
-		lo, _ := slices.BinarySearchFunc(claims, ip, func(c podClaim, ip uint32) int { return cmp.Compare(c.ip, ip) })
+	claimsOf := func(ip netip.Addr) (int, int) {
+		lo, _ := slices.BinarySearchFunc(claims, ip, func(c podClaim, ip netip.Addr) int { return c.ip.Compare(ip) })
 		hi := lo
 		for hi < len(claims) && claims[hi].ip == ip {
 			hi++
@@ -320,12 +319,17 @@ func podClaims(pods []PodAddr, index map[string]int, out []dataplane.Node, nodeA
 	// A claim of an address its node's pod CIDR routes to a pod of that node.
 	for _, p := range pods {
 		i, ok := index[p.Node]
-		if !ok || len(out[i].PodCIDRs) == 0 || !p.IP.Is4() || !inCIDRs(out[i].PodCIDRs, p.IP) {
+		if !ok || len(out[i].PodCIDRs) == 0 {
 			continue
 		}
-		lo, hi := claimsOf(ip4Uint32(p.IP))
-		for k := lo; k < hi; k++ {
-			claims[k].node = -1
+		for _, a := range [2]netip.Addr{p.IP, p.IP6} {
+			if !a.IsValid() || !inCIDRs(out[i].PodCIDRs, a) {
+				continue
+			}
+			lo, hi := claimsOf(a)
+			for k := lo; k < hi; k++ {
+				claims[k].node = -1
+			}
 		}
 	}
 	return slices.DeleteFunc(claims, func(c podClaim) bool { return c.node < 0 })

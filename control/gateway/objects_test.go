@@ -163,6 +163,41 @@ func TestFromObjectsAdditionalCIDRs(t *testing.T) {
 	}
 }
 
+// TestFromObjectsDualStack: the peer's IPv6 pods (an additional pod CIDR) remapped, the
+// nodes' IPv6 pod CIDRs, and /128 routes for IPv6 pods outside them; none for a pod claiming
+// one of the gateways' own IPv6 addresses.
+func TestFromObjectsDualStack(t *testing.T) {
+	o := objects()
+	o.Configuration.Spec.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{"fd00:244::/48"}
+	o.Configuration.Status.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{"fd71::/48"}
+	o.Nodes[0].Spec.PodCIDRs = []string{"10.244.1.0/24", "fd00:244:0:1::/64"}
+	o.Pods = podAddrs(
+		corev1.Pod{Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "10.244.1.9"}, {IP: "fd00:244:0:1::9"}}}},
+		corev1.Pod{Spec: corev1.PodSpec{NodeName: "n2"}, Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "10.244.7.3"}, {IP: "fd00:244:0:7::3"}}}},
+		corev1.Pod{Spec: corev1.PodSpec{NodeName: "n2"}, Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "fd00:244:0:7::4"}}}},
+		corev1.Pod{Spec: corev1.PodSpec{NodeName: "n2"}, Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "64:ff9b:1::a50:1"}}}}, // the gateway's own
+		corev1.Pod{Spec: corev1.PodSpec{NodeName: "n2"}, Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "fd71::5"}}}},          // the peer's, as seen here
+	)
+	g, err := gateway.FromObjects(o, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := g.Dataplane
+	if fmt.Sprint(dp.NAT) != "[10.71.0.0/16->10.244.0.0/16 fd71::/48->fd00:244::/48]" {
+		t.Errorf("NAT %v", dp.NAT)
+	}
+	if !strings.Contains(fmt.Sprint(g.AllowedIPs), "fd00:244::/48") || g.TunnelIP6.String() != "64:ff9b:1::a9fe:6401" || dp.OverlayIP6.String() != "64:ff9b:1::a50:1" {
+		t.Errorf("allowed IPs %v, tunnel %v, overlay %v", g.AllowedIPs, g.TunnelIP6, dp.OverlayIP6)
+	}
+	byName := map[string]string{}
+	for _, n := range dp.Nodes {
+		byName[n.Name] = fmt.Sprint(n.PodCIDRs, n.Pods)
+	}
+	if byName["n1"] != "[10.244.1.0/24 fd00:244:0:1::/64] [10.70.0.1]" || byName["n2"] != "[] [10.244.7.3 fd00:244:0:7::3 fd00:244:0:7::4]" {
+		t.Errorf("nodes %v", byName)
+	}
+}
+
 // TestFromObjectsNoNodes: a gateway starts before any agent published its VTEP (the agents
 // wait for the gateway's VTEP), with no node to deliver to.
 func TestFromObjectsNoNodes(t *testing.T) {

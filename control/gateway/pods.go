@@ -16,17 +16,17 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// PodAddr is what a gateway keeps of a pod for its /32 routes (Options.WatchPods): the node it
-// runs on and its IPv4 address.
+// PodAddr is what a gateway keeps of a pod for its /32 and /128 routes (Options.WatchPods):
+// the node it runs on and its IPv4 and IPv6 addresses (either may be zero).
 type PodAddr struct {
-	Node string
-	IP   netip.Addr
+	Node    string
+	IP, IP6 netip.Addr
 }
 
-// PodAddrOf reduces a Pod to its PodAddr. ok is false for a pod the gateway routes nothing to:
-// one on the host network (its address is its node's), one not scheduled or without an
-// address yet, one that has finished (Succeeded or Failed: its address is free and may already
-// belong to a new pod on another node), and one without an IPv4 address.
+// PodAddrOf reduces a Pod to its PodAddr: its first IPv4 and first IPv6 address. ok is false
+// for a pod the gateway routes nothing to: one on the host network (its addresses are its
+// node's), one not scheduled or without an address yet, and one that has finished (Succeeded
+// or Failed: its addresses are free and may already belong to a new pod on another node).
 func PodAddrOf(p *corev1.Pod) (a PodAddr, ok bool) {
 	if p.Spec.HostNetwork || p.Spec.NodeName == "" ||
 		p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -37,11 +37,20 @@ func PodAddrOf(p *corev1.Pod) (a PodAddr, ok bool) {
 		ips = []corev1.PodIP{{IP: p.Status.PodIP}}
 	}
 	for _, s := range ips {
-		if ip, err := netip.ParseAddr(s.IP); err == nil && ip.Is4() {
-			return PodAddr{Node: p.Spec.NodeName, IP: ip}, true
+		ip, err := netip.ParseAddr(s.IP)
+		switch {
+		case err != nil || ip.Zone() != "":
+		case ip.Is4() && !a.IP.IsValid():
+			a.IP = ip
+		case ip.Is6() && !ip.Is4In6() && !a.IP6.IsValid():
+			a.IP6 = ip
 		}
 	}
-	return PodAddr{}, false
+	if !a.IP.IsValid() && !a.IP6.IsValid() {
+		return PodAddr{}, false
+	}
+	a.Node = p.Spec.NodeName
+	return a, true
 }
 
 // podAPI is the part of client-go's typed Pods client the pod watch uses.

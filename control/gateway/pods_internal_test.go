@@ -60,7 +60,8 @@ func realisticPod(i int) *corev1.Pod {
 	}
 }
 
-// TestPodAddrOf: a pod's route is its node and first IPv4 address, and there is none for a pod
+// TestPodAddrOf: a pod's routes are its node and first IPv4 and IPv6 addresses, and there are
+// none for a pod
 // that owns no address of its own or no longer owns it.
 func TestPodAddrOf(t *testing.T) {
 	base := realisticPod(7)
@@ -76,11 +77,15 @@ func TestPodAddrOf(t *testing.T) {
 		{"unknown phase", func(p *corev1.Pod) { p.Status.Phase = "" }, want, true},
 		{"podIPs first", func(p *corev1.Pod) {
 			p.Status.PodIPs = []corev1.PodIP{{IP: "10.9.9.9"}, {IP: "fd00::9"}}
-		}, PodAddr{Node: base.Spec.NodeName, IP: netip.MustParseAddr("10.9.9.9")}, true},
+		}, PodAddr{Node: base.Spec.NodeName, IP: netip.MustParseAddr("10.9.9.9"), IP6: netip.MustParseAddr("fd00::9")}, true},
 		{"dual-stack, IPv6 first", func(p *corev1.Pod) {
-			p.Status.PodIP, p.Status.PodIPs = "fd00::9", []corev1.PodIP{{IP: "fd00::9"}, {IP: "10.9.9.8"}}
-		}, PodAddr{Node: base.Spec.NodeName, IP: netip.MustParseAddr("10.9.9.8")}, true},
-		{"IPv6 only", func(p *corev1.Pod) { p.Status.PodIP, p.Status.PodIPs = "fd00::9", []corev1.PodIP{{IP: "fd00::9"}} }, PodAddr{}, false},
+			p.Status.PodIP, p.Status.PodIPs = "fd00::9", []corev1.PodIP{{IP: "fd00::9"}, {IP: "10.9.9.8"}, {IP: "fd00::8"}, {IP: "10.9.9.7"}}
+		}, PodAddr{Node: base.Spec.NodeName, IP: netip.MustParseAddr("10.9.9.8"), IP6: netip.MustParseAddr("fd00::9")}, true},
+		{"IPv6 only", func(p *corev1.Pod) { p.Status.PodIP, p.Status.PodIPs = "fd00::9", []corev1.PodIP{{IP: "fd00::9"}} },
+			PodAddr{Node: base.Spec.NodeName, IP6: netip.MustParseAddr("fd00::9")}, true},
+		{"IPv4-mapped and zoned addresses are neither", func(p *corev1.Pod) {
+			p.Status.PodIP, p.Status.PodIPs = "", []corev1.PodIP{{IP: "::ffff:10.9.9.9"}, {IP: "fe80::1%eth0"}}
+		}, PodAddr{}, false},
 		{"host network", func(p *corev1.Pod) { p.Spec.HostNetwork = true }, PodAddr{}, false},
 		{"not scheduled", func(p *corev1.Pod) { p.Spec.NodeName = "" }, PodAddr{}, false},
 		{"no address yet", func(p *corev1.Pod) { p.Status.PodIP = "" }, PodAddr{}, false},

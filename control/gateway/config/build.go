@@ -60,7 +60,9 @@ type Spec struct {
 
 	// TunnelMTU is the largest inner packet in the tunnel (0: the spec's DefaultMTU).
 	TunnelMTU int
-	// TunnelCIDR is the tunnel's /30 or wider IPv4 network (zero: DefaultTunnelCIDR).
+	// TunnelCIDR is the tunnel's /30 or wider IPv4 network (zero: DefaultTunnelCIDR). A
+	// gateway that carries IPv6 also has each end's address inside netv1alpha1.Internal6Prefix
+	// (netv1alpha1.Internal6), in the tunnel as on the overlay.
 	TunnelCIDR netip.Prefix
 
 	// Remote are the peer cluster's networks.
@@ -122,7 +124,7 @@ type Overlay struct {
 	// Listen is the gateway's IPv4 underlay address, where nodes send overlay frames.
 	Listen netip.Addr
 	// IP is the gateway's IPv4 overlay address; MAC its overlay MAC (zero: derived from IP,
-	// overlay.GatewayMAC).
+	// overlay.GatewayMAC). A gateway that carries IPv6 is also netv1alpha1.Internal6(IP).
 	IP  netip.Addr
 	MAC packet.MAC
 	// MTU of the nodes' overlay devices (0: the dataplane's default).
@@ -135,7 +137,7 @@ type Overlay struct {
 // the gateway's configuration. It is the only function that applies defaults; the front-ends
 // only map their input.
 func Build(s Spec) (*Gateway, error) {
-	b := &builder{s: s, g: &Gateway{PrivateKey: s.PrivateKey, PeerPublicKey: s.PeerPublicKey, Pprof: s.Pprof}}
+	b := &builder{s: s, g: &Gateway{PrivateKey: s.PrivateKey, PeerPublicKey: s.PeerPublicKey, Pprof: s.Pprof}, v6: carriesIPv6(s)}
 	b.runtime()
 	b.wireGuard()
 	b.tunnel()
@@ -162,7 +164,40 @@ type builder struct {
 	g    *Gateway
 	dp   dataplane.Config
 	errs []string
+	// v6: the gateway carries IPv6 (a network of either side, or a node's pods, is IPv6), so
+	// it has IPv6 addresses of its own.
+	v6 bool
 }
+
+// carriesIPv6 reports whether any network s routes is IPv6.
+func carriesIPv6(s Spec) bool {
+	for _, r := range s.Remote {
+		if r.Real.Addr().Is6() || r.Seen.Addr().Is6() {
+			return true
+		}
+	}
+	for _, l := range s.Local {
+		if l.Real.Addr().Is6() || l.Presented.Addr().Is6() {
+			return true
+		}
+	}
+	for _, n := range s.Nodes {
+		for _, p := range n.PodCIDRs {
+			if p.Addr().Is6() {
+				return true
+			}
+		}
+		for _, a := range n.Pods {
+			if a.Is6() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// internal6 is netv1alpha1.Internal6Prefix.
+var internal6 = netip.MustParsePrefix(netv1alpha1.Internal6Prefix)
 
 func (b *builder) bad(field, format string, a ...any) {
 	b.errs = append(b.errs, field+": "+fmt.Sprintf(format, a...))
@@ -263,25 +298,47 @@ func (b *builder) tunnel() {
 	if g.PeerTunnelIP.IsValid() {
 		b.dp.Remote = append(b.dp.Remote, netip.PrefixFrom(g.PeerTunnelIP, 32))
 		g.AllowedIPs = append(g.AllowedIPs, netip.PrefixFrom(g.PeerTunnelIP, 32))
+		if b.v6 {
+			g.TunnelIP6, g.PeerTunnelIP6 = netv1alpha1.Internal6(g.TunnelIP), netv1alpha1.Internal6(g.PeerTunnelIP)
+			b.dp.TunnelIP6 = g.TunnelIP6
+			b.dp.Remote = append(b.dp.Remote, netip.PrefixFrom(g.PeerTunnelIP6, 128))
+			g.AllowedIPs = append(g.AllowedIPs, netip.PrefixFrom(g.PeerTunnelIP6, 128))
+		}
 	}
 }
 
-// isCIDR4 reports whether p is an IPv4 network without host bits.
-func isCIDR4(p netip.Prefix) bool { return p.IsValid() && p.Addr().Is4() && p.Masked() == p }
+// isCIDR reports whether p is an IPv4 or IPv6 network without host bits (an IPv4-mapped
+// IPv6 prefix is neither).
+func isCIDR(p netip.Prefix) bool {
+	return p.IsValid() && p.Masked() == p && !p.Addr().Is4In6()
+}
 
-// mapping checks a network and the prefix it is mapped onto (zero: itself): IPv4 networks
-// without host bits, of one length, so that each address moves one for one. It names a problem
-// by field (the network) or mappedField, and returns the prefix mapped onto.
+// family names p's address family.
+func family(p netip.Prefix) string {
+	if p.Addr().Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+// mapping checks a network and the prefix it is mapped onto (zero: itself): IPv4 or IPv6
+// networks without host bits, of one family and length, so that each address moves one for
+// one. It names a problem by field (the network) or mappedField, and returns the prefix
+// mapped onto.
 func (b *builder) mapping(field, mappedField string, real, mapped netip.Prefix) (netip.Prefix, bool) {
-	if !isCIDR4(real) {
-		b.bad(field, "%s is not an IPv4 CIDR without host bits", real)
+	if !isCIDR(real) {
+		b.bad(field, "%s is not an IPv4 or IPv6 CIDR without host bits", real)
 		return mapped, false
 	}
 	if !mapped.IsValid() {
 		return real, true
 	}
-	if !isCIDR4(mapped) {
-		b.bad(mappedField, "%s is not an IPv4 CIDR without host bits", mapped)
+	if !isCIDR(mapped) {
+		b.bad(mappedField, "%s is not an IPv4 or IPv6 CIDR without host bits", mapped)
+		return mapped, false
+	}
+	if mapped.Addr().Is4() != real.Addr().Is4() {
+		b.bad(mappedField, "%s is %s and %s %s: want two CIDRs of one family", mapped, family(mapped), real, family(real))
 		return mapped, false
 	}
 	if mapped.Bits() != real.Bits() {
@@ -344,6 +401,10 @@ func (b *builder) overlay() {
 	}
 	if o.IP.IsValid() && g.TunnelIP.IsValid() {
 		b.dp.Local = []netip.Addr{o.IP, g.TunnelIP}
+		if b.v6 && o.IP.Is4() {
+			b.dp.OverlayIP6 = netv1alpha1.Internal6(o.IP)
+			b.dp.Local = append(b.dp.Local, b.dp.OverlayIP6, g.TunnelIP6)
+		}
 	}
 	if b.s.RequireNodes && len(b.s.Nodes) == 0 {
 		b.bad("nodes", "at least one node VTEP is needed to deliver traffic from the tunnel")
@@ -401,8 +462,8 @@ func (b *builder) local() {
 	}
 	var reals []netip.Prefix
 	for _, l := range b.s.Local {
-		if !isCIDR4(l.Real) {
-			b.bad(l.Field, "%s is not an IPv4 CIDR without host bits", l.Real)
+		if !isCIDR(l.Real) {
+			b.bad(l.Field, "%s is not an IPv4 or IPv6 CIDR without host bits", l.Real)
 			continue
 		}
 		if why := forbidden(l.Real); why != "" {
@@ -483,6 +544,11 @@ func (b *builder) crossCheck() {
 	holds("the gateway's underlay address overlay.listen", o.Listen)
 	for i, n := range b.s.Nodes {
 		holds(fmt.Sprintf("nodes[%d]'s VTEP", i), n.VTEP)
+		for j, pc := range n.PodCIDRs {
+			if pc.Overlaps(internal6) {
+				b.bad(fmt.Sprintf("nodes[%d].podCIDRs[%d]", i, j), "%v overlaps %v, which holds the gateways' own IPv6 addresses", pc, internal6)
+			}
+		}
 	}
 	for _, r := range b.s.Remote {
 		for _, p := range []netip.Prefix{r.Real, r.Seen} {

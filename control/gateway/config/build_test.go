@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -79,7 +80,24 @@ func TestBuildRefuses(t *testing.T) {
 		{func(s *config.Spec) { s.PeerPublicKey = config.Key{} }, "peerPublicKey: required"},
 		{func(s *config.Spec) { s.TunnelCIDR = netip.MustParsePrefix("169.254.100.0/31") }, "tunnelCIDR: 169.254.100.0/31"},
 		{func(s *config.Spec) { s.Remote[0].Seen = netip.MustParsePrefix("10.71.0.0/24") }, "pod: 10.71.0.0/24 must have the length of 10.244.0.0/16"},
-		{func(s *config.Spec) { s.Remote[0].Real = netip.MustParsePrefix("10.244.0.1/16") }, "pod: 10.244.0.1/16 is not an IPv4 CIDR"},
+		{func(s *config.Spec) { s.Remote[0].Real = netip.MustParsePrefix("10.244.0.1/16") }, "pod: 10.244.0.1/16 is not an IPv4 or IPv6 CIDR"},
+		{func(s *config.Spec) { s.Remote[0].Real = netip.MustParsePrefix("::ffff:10.244.0.0/112") }, "pod: ::ffff:10.244.0.0/112 is not an IPv4 or IPv6 CIDR"},
+		{func(s *config.Spec) { s.Remote[0].Seen = netip.MustParsePrefix("fd71::/112") }, "pod: fd71::/112 is IPv6 and 10.244.0.0/16 IPv4: want two CIDRs of one family"},
+		{func(s *config.Spec) { s.Remote = append(s.Remote, remote("fd00:244::/48", "64:ff9b:1::/48")) }, "64:ff9b:1::/48 overlaps ::/8"},
+		{func(s *config.Spec) { s.Remote = append(s.Remote, remote("fe80::/64", "")) }, "fe80::/64 overlaps fe80::/10"},
+		{func(s *config.Spec) { s.Remote = append(s.Remote, remote("::/0", "")) }, "::/0 is a default route"},
+		{func(s *config.Spec) { s.Remote = append(s.Remote, remote("fd00:244::/48", "fd71::/64")) }, "fd71::/64 must have the length of fd00:244::/48"},
+		{func(s *config.Spec) {
+			s.Nodes = []dataplane.Node{{Name: "a", VTEP: netip.MustParseAddr("192.168.77.5"), MAC: [6]byte{2, 0, 0, 0, 0, 1}, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("64:ff9b:1::/104")}}}
+		}, "nodes[0].podCIDRs[0]: 64:ff9b:1::/104 overlaps 64:ff9b:1::/96"},
+		{func(s *config.Spec) {
+			s.Remote = append(s.Remote, remote("fd00:244::/48", "fd71::/48"))
+			s.Nodes = []dataplane.Node{{Name: "a", VTEP: netip.MustParseAddr("192.168.77.5"), MAC: [6]byte{2, 0, 0, 0, 0, 1}, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("fd71:0:0:1::/64")}}}
+		}, "fd71::/48 overlaps nodes[0]'s pod CIDR fd71:0:0:1::/64"},
+		{func(s *config.Spec) {
+			s.Remote = append(s.Remote, remote("fd00:244::/48", "fd71::/48"))
+			s.TunnelMTU = 1200
+		}, "IPv6 needs links of at least 1280 bytes"},
 		{func(s *config.Spec) { s.Overlay.Listen = netip.Addr{} }, "overlay.listen"},
 		{func(s *config.Spec) { v := uint32(1 << 24); s.Overlay.VNI = &v }, "overlay.vni"},
 		{func(s *config.Spec) { s.RequireNodes = true }, "nodes: at least one"},
@@ -148,6 +166,80 @@ func TestBuildRefuses(t *testing.T) {
 			t.Errorf("got %v, want an error containing %q", err, tc.want)
 		}
 	}
+}
+
+func remote(real, seen string) config.Remote {
+	r := config.Remote{Field: "remote " + real, Real: netip.MustParsePrefix(real)}
+	if seen != "" {
+		r.Seen = netip.MustParsePrefix(seen)
+	}
+	return r
+}
+
+// TestBuildDualStack: a gateway with an IPv6 network of the peer's and IPv6 pods of its own
+// routes both families: the IPv6 pairs and routes are the dataplane's, WireGuard accepts both
+// families from the peer, and the gateway has an IPv6 address in the tunnel and on the overlay
+// (its IPv4 ones inside 64:ff9b:1::/96), which the netstack owns and the ICMPv6 errors leave
+// from. An IPv4-only gateway has none of them.
+func TestBuildDualStack(t *testing.T) {
+	for _, server := range []bool{true, false} {
+		s := spec(server)
+		s.Remote = append(s.Remote, remote("fd00:244::/48", "fd71::/48"), remote("fd00:96::/112", ""))
+		s.Nodes = []dataplane.Node{{Name: "a", VTEP: netip.MustParseAddr("192.168.77.5"), MAC: [6]byte{2, 0, 0, 0, 0, 1},
+			PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:244:0:1::/64")}}}
+		g, err := config.Build(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dp := g.Dataplane
+		tunnel, peer := "64:ff9b:1::a9fe:6401", "64:ff9b:1::a9fe:6402"
+		if !server {
+			tunnel, peer = peer, tunnel
+		}
+		if g.TunnelIP6.String() != tunnel || g.PeerTunnelIP6.String() != peer || dp.TunnelIP6 != g.TunnelIP6 {
+			t.Errorf("server %v: tunnel IPv6 %v, peer %v, dataplane's %v; want %s and %s", server, g.TunnelIP6, g.PeerTunnelIP6, dp.TunnelIP6, tunnel, peer)
+		}
+		if dp.OverlayIP6.String() != "64:ff9b:1::a50:1" {
+			t.Errorf("overlay IPv6 %v, want 64:ff9b:1::a50:1 (10.80.0.1 inside 64:ff9b:1::/96)", dp.OverlayIP6)
+		}
+		want := []string{"10.80.0.1", "169.254.100.1", "64:ff9b:1::a50:1", "64:ff9b:1::a9fe:6401"}
+		if !server {
+			want[1], want[3] = "169.254.100.2", "64:ff9b:1::a9fe:6402"
+		}
+		if got := fmtList(dp.Local); got != strings.Join(want, " ") {
+			t.Errorf("local addresses %s, want %s", got, strings.Join(want, " "))
+		}
+		if got, want := fmtList(g.AllowedIPs), "169.254.100.2/32 "+peer+"/128 10.244.0.0/16 fd00:244::/48 fd00:96::/112"; server && got != want {
+			t.Errorf("allowed IPs %s, want %s", got, want)
+		}
+		if got := fmtList(dp.NAT); got != "10.71.0.0/16->10.244.0.0/16 fd71::/48->fd00:244::/48" {
+			t.Errorf("NAT %s", got)
+		}
+		if got := fmtList(dp.Remote); !strings.Contains(got, peer+"/128") || !strings.Contains(got, "fd00:96::/112") {
+			t.Errorf("routes into the tunnel %s: want the peer's tunnel IPv6 address and the NAT-less IPv6 network", got)
+		}
+	}
+	g, err := config.Build(spec(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dp := g.Dataplane; g.TunnelIP6.IsValid() || dp.TunnelIP6.IsValid() || dp.OverlayIP6.IsValid() || len(dp.Local) != 2 {
+		t.Errorf("an IPv4-only gateway has IPv6 addresses: %v %v %v", g.TunnelIP6, dp.OverlayIP6, dp.Local)
+	}
+	// IPv6 pods of its own alone make a gateway dual-stack (the peer routes them to it).
+	s := spec(true)
+	s.Nodes = []dataplane.Node{{Name: "a", VTEP: netip.MustParseAddr("192.168.77.5"), MAC: [6]byte{2, 0, 0, 0, 0, 1}, Pods: []netip.Addr{netip.MustParseAddr("fd00:244::5")}}}
+	if g, err = config.Build(s); err != nil || !g.TunnelIP6.IsValid() {
+		t.Errorf("a gateway with an IPv6 pod: %v, tunnel IPv6 %v", err, g.TunnelIP6)
+	}
+}
+
+func fmtList[T any](l []T) string {
+	var out []string
+	for _, x := range l {
+		out = append(out, fmt.Sprint(x))
+	}
+	return strings.Join(out, " ")
 }
 
 func local(real, presented string) config.Local {

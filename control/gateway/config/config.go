@@ -57,8 +57,10 @@ type Gateway struct {
 	AllowedIPs    []netip.Prefix
 	Keepalive     int
 
-	// TunnelIP and PeerTunnelIP are the two ends of the tunnel's /30.
-	TunnelIP, PeerTunnelIP netip.Addr
+	// TunnelIP and PeerTunnelIP are the two ends of the tunnel's /30; TunnelIP6 and
+	// PeerTunnelIP6 their IPv6 addresses when the gateway carries IPv6 (else zero).
+	TunnelIP, PeerTunnelIP   netip.Addr
+	TunnelIP6, PeerTunnelIP6 netip.Addr
 	// OverlayListen is where the overlay socket binds.
 	OverlayListen netip.AddrPort
 

@@ -378,6 +378,7 @@ func TestMalformedRejected(t *testing.T) {
 		{"ipv6 default route", conf + "spec: {remote: {cidr: {pod: '::/0', external: 10.70.0.0/16}}}", "spec.remote.cidr.pod", "must not be a default route"},
 		{"ipv6 host bits", conf + "spec: {remote: {cidr: {pod: 'fd00:244::1/56', external: 10.70.0.0/16}}}", "spec.remote.cidr.pod", "host bits zero"},
 		{"ipv6 link-local", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 'fe80::/64'}}}", "spec.remote.cidr.external", "fe80::/10 (link-local)"},
+		{"ipv6 gateways' own", conf + "spec: {remote: {cidr: {pod: '64:ff9b:1::/64', external: 10.244.0.0/16}}}", "spec.remote.cidr.pod", "::/8 (unspecified"},
 		{"ipv6 multicast", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 10.70.0.0/16, additionalPods: ['ff05::/16']}}}", "spec.remote.cidr.additionalPods[0]", "ff00::/8 (multicast)"},
 		{"ipv6 loopback", conf + "spec: {remote: {cidr: {pod: '::1/128', external: 10.70.0.0/16}}}", "spec.remote.cidr.pod", "::/8 (unspecified, loopback"},
 		{"ipv6 covering the reserved ranges", conf + "spec: {remote: {cidr: {pod: 10.243.0.0/16, external: 10.70.0.0/16, additionalExternals: ['::/1']}}}", "spec.remote.cidr.additionalExternals[0]", "::/8 (unspecified"},

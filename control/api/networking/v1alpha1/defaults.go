@@ -19,7 +19,27 @@ const (
 	DefaultOverlayDevice = "liqo.vxlan"
 	// DefaultInternalCIDR holds the overlay addresses of nodes and gateways.
 	DefaultInternalCIDR = "10.80.0.0/16"
+	// Internal6Prefix holds the IPv6 addresses of gateways and nodes on the overlay and in
+	// the tunnel: each is its IPv4 address inside this /96 (Internal6), so they need no
+	// allocation of their own and both ends of a route agree on them. It lies in RFC 8215's
+	// local-use translation prefix 64:ff9b:1::/48, which is no cluster's pods and which no
+	// peer's CIDR may overlap (it lies in ::/8, one of ForbiddenRemoteRanges); unlike
+	// fe80::/10 the kernel forwards packets from it, so the ICMPv6 errors a gateway sends from
+	// it reach pods.
+	Internal6Prefix = "64:ff9b:1::/96"
 )
+
+// Internal6 is the IPv6 address of a gateway's or node's IPv4 overlay or tunnel address a
+// (Internal6Prefix); it returns a unchanged when a is not IPv4.
+func Internal6(a netip.Addr) netip.Addr {
+	if !a.Is4() {
+		return a
+	}
+	b := netip.MustParsePrefix(Internal6Prefix).Addr().As16()
+	v := a.As4()
+	copy(b[12:], v[:])
+	return netip.AddrFrom16(b)
+}
 
 // ForbiddenRemoteRange is a range a peer's CIDRs may never overlap, with why.
 // +kubebuilder:object:generate=false
