@@ -88,12 +88,15 @@ func (n *Netlink) Link(name string) (*Link, error) {
 	case *netlink.Geneve:
 		out.VNI, out.Port = v.ID, v.Dport
 	}
-	addrs, err := n.h.AddrList(l, unix.AF_INET)
+	addrs, err := n.h.AddrList(l, unix.AF_UNSPEC)
 	if err != nil {
 		return nil, fmt.Errorf("addresses of %s: %w", name, err)
 	}
 	for _, ad := range addrs {
 		ip, _ := netip.AddrFromSlice(ad.IP)
+		if ip.Is6() && !ip.Is4In6() && ip.IsLinkLocalUnicast() {
+			continue // the kernel's own (IPv6 autoconfiguration), never the agent's
+		}
 		ones, _ := ad.Mask.Size()
 		out.Addrs = append(out.Addrs, netip.PrefixFrom(ip.Unmap(), ones))
 	}
@@ -166,8 +169,15 @@ func (n *Netlink) SetLink(name string, mtu int, up bool) error {
 	return nil
 }
 
+// toAddr is p as an address to add or delete. An IPv6 one skips duplicate address detection
+// (`ip addr add ... nodad`): the controller hands out the overlay's addresses, and the
+// detection's probes over the overlay reach nobody (its FDB has no flood entry).
 func toAddr(p netip.Prefix) *netlink.Addr {
-	return &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+	a := &netlink.Addr{IPNet: ipNet(p)}
+	if p.Addr().Is6() {
+		a.Flags = unix.IFA_F_NODAD
+	}
+	return a
 }
 
 func (n *Netlink) AddAddr(link string, p netip.Prefix) error {
@@ -258,8 +268,12 @@ func (n *Netlink) Neighbors(link string) ([]Neigh, error) {
 	if err != nil {
 		return nil, fmt.Errorf("neighbours of %s: %w", link, err)
 	}
+	entries6, err := n.h.NeighList(l.Attrs().Index, unix.AF_INET6)
+	if err != nil && !noIPv6(err) {
+		return nil, fmt.Errorf("IPv6 neighbours of %s: %w", link, err)
+	}
 	var out []Neigh
-	for _, e := range entries {
+	for _, e := range append(entries, entries6...) {
 		ip, ok := netip.AddrFromSlice(e.IP)
 		if !ok || e.State&netlink.NUD_PERMANENT == 0 || len(e.HardwareAddr) != 6 {
 			continue
@@ -274,8 +288,27 @@ func (n *Netlink) neigh(link string, e Neigh) (*netlink.Neigh, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
+	return &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: family(e.IP), State: netlink.NUD_PERMANENT,
 		IP: e.IP.AsSlice(), HardwareAddr: net.HardwareAddr(e.MAC[:])}, nil
+}
+
+// noIPv6 reports whether err says the kernel has no IPv6 (booted with ipv6.disable=1): there
+// is then no IPv6 state to list, and an IPv4-only agent carries on.
+func noIPv6(err error) bool {
+	return errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EPROTONOSUPPORT)
+}
+
+// family is a's address family (AF_INET or AF_INET6).
+func family(a netip.Addr) int {
+	if a.Is4() {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
+}
+
+// ipNet is p as the netlink package takes it.
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
 func (n *Netlink) SetNeigh(link string, e Neigh) error {
@@ -305,8 +338,12 @@ func (n *Netlink) Routes() ([]Route, error) {
 	if err != nil {
 		return nil, fmt.Errorf("routes of table %d: %w", Table, err)
 	}
+	rs6, err := n.h.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: Table}, netlink.RT_FILTER_TABLE)
+	if err != nil && !noIPv6(err) {
+		return nil, fmt.Errorf("IPv6 routes of table %d: %w", Table, err)
+	}
 	var out []Route
-	for _, r := range rs {
+	for _, r := range append(rs, rs6...) {
 		if r.Dst == nil {
 			continue
 		}
@@ -321,7 +358,7 @@ func (n *Netlink) Routes() ([]Route, error) {
 func (n *Netlink) route(link string, r Route) (*netlink.Route, error) {
 	nr := &netlink.Route{
 		Table: Table,
-		Dst:   &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), 32)},
+		Dst:   ipNet(r.Dst),
 		Gw:    r.Via.AsSlice(),
 		Flags: int(netlink.FLAG_ONLINK),
 	}
@@ -348,7 +385,7 @@ func (n *Netlink) AddRoute(link string, r Route) error {
 
 func (n *Netlink) DelRoute(link string, r Route) error {
 	// The route is identified by destination and table; the device may already be gone.
-	nr := &netlink.Route{Table: Table, Dst: &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), 32)}}
+	nr := &netlink.Route{Table: Table, Dst: ipNet(r.Dst)}
 	if err := n.h.RouteDel(nr); err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("delete route %s table %d: %w", r.Dst, Table, err)
 	}
@@ -360,8 +397,12 @@ func (n *Netlink) Rules() ([]Rule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
 	}
+	rs6, err := n.h.RuleList(netlink.FAMILY_V6)
+	if err != nil && !noIPv6(err) {
+		return nil, fmt.Errorf("IPv6 rules: %w", err)
+	}
 	var out []Rule
-	for _, r := range rs {
+	for _, r := range append(rs, rs6...) {
 		if r.Table != Table || r.Dst == nil {
 			continue
 		}
@@ -374,10 +415,10 @@ func (n *Netlink) Rules() ([]Rule, error) {
 
 func (n *Netlink) rule(r Rule) *netlink.Rule {
 	nr := netlink.NewRule()
-	nr.Family = netlink.FAMILY_V4
+	nr.Family = family(r.To.Addr())
 	nr.Table = Table
 	nr.Priority = r.Priority
-	nr.Dst = &net.IPNet{IP: r.To.Addr().AsSlice(), Mask: net.CIDRMask(r.To.Bits(), 32)}
+	nr.Dst = ipNet(r.To)
 	return nr
 }
 
@@ -533,7 +574,7 @@ func Monitor(nsPath string, changed func(), done <-chan struct{}) error {
 	return nil
 }
 
-// subscribeRules reports every change of the namespace's IPv4 policy rules (vishvananda's
+// subscribeRules reports every change of the namespace's IPv4 and IPv6 policy rules (vishvananda's
 // netlink has no rule subscription): a rule to table 18952 deleted by hand is then repaired at
 // once, like a route, instead of at the next resync.
 func subscribeRules(nsh *netns.NsHandle, done <-chan struct{}) (<-chan struct{}, error) {
@@ -545,9 +586,9 @@ func subscribeRules(nsh *netns.NsHandle, done <-chan struct{}) (<-chan struct{},
 			return nil, fmt.Errorf("subscribe to rules: %w", cerr)
 		}
 		defer cur.Close()
-		sock, err = nl.SubscribeAt(*nsh, cur, unix.NETLINK_ROUTE, unix.RTNLGRP_IPV4_RULE)
+		sock, err = nl.SubscribeAt(*nsh, cur, unix.NETLINK_ROUTE, unix.RTNLGRP_IPV4_RULE, unix.RTNLGRP_IPV6_RULE)
 	} else {
-		sock, err = nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_IPV4_RULE)
+		sock, err = nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_IPV4_RULE, unix.RTNLGRP_IPV6_RULE)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to rules: %w", err)

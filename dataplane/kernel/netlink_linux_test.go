@@ -116,10 +116,16 @@ func dump(t *testing.T, ns *netnstest.NS) string {
 		// which ip fails to resolve now and then while other tests add and remove namespaces.
 		{"ip", "-br", "link", "show"}, {"ip", "-4", "-br", "addr", "show"}, {"ip", "rule", "show"},
 		{"ip", "route", "show", "table", "all"}, {"ip", "neigh", "show", "nud", "permanent"},
+		{"ip", "-6", "-br", "addr", "show"}, {"ip", "-6", "rule", "show"}, {"ip", "-6", "route", "show", "table", "all"},
 	} {
 		for _, l := range strings.Split(ns.Run(t, cmd...), "\n") {
 			// IPv6 link-local addresses and their local routes come and go with the kernel's
 			// address autoconfiguration, on its own time after a link comes up.
+			// Of the IPv6 routes, only table 18952's are the agent's (the rest come and go
+			// with the links' IPv6 autoconfiguration).
+			if cmd[1] == "-6" && cmd[2] == "route" && !strings.Contains(l, "table 18952") {
+				continue
+			}
 			if f := strings.Fields(l); strings.Contains(l, "valid_lft") || len(f) > 0 && (strings.HasPrefix(f[0], "fe80::") || len(f) > 1 && f[0] == "local" && strings.HasPrefix(f[1], "fe80::")) {
 				continue
 			}

@@ -30,7 +30,11 @@ type Overlay struct {
 	Local netip.Addr
 	// Address is the device's overlay address with its prefix, such as 10.80.0.11/16.
 	Address netip.Prefix
-	MTU     int
+	// Address6 is the device's IPv6 overlay address with its prefix, such as
+	// 64:ff9b:1::a50:b/96; zero: none. It is needed for IPv6 routes: their next hops (the
+	// gateways' OverlayIP6) are on its network.
+	Address6 netip.Prefix
+	MTU      int
 	// MAC of the device; zero lets the kernel pick one. A MAC derived from the node keeps
 	// the node's VTEP the same when the device is recreated.
 	MAC packet.MAC
@@ -39,11 +43,14 @@ type Overlay struct {
 // Peer is a peering's active gateway as the node reaches it over the overlay.
 type Peer struct {
 	// OverlayIP and MAC are the gateway's overlay address and MAC; VTEP is the active gateway
-	// pod's IP, where the frames go.
-	OverlayIP netip.Addr
-	MAC       packet.MAC
-	VTEP      netip.Addr
-	// Routes are the peer's CIDRs as this cluster sees them, routed via OverlayIP.
+	// pod's IP, where the frames go. OverlayIP6 is the gateway's IPv6 overlay address, the
+	// next hop of its IPv6 routes (zero: it has none).
+	OverlayIP  netip.Addr
+	OverlayIP6 netip.Addr
+	MAC        packet.MAC
+	VTEP       netip.Addr
+	// Routes are the peer's CIDRs as this cluster sees them, routed via OverlayIP (IPv4) or
+	// OverlayIP6 (IPv6).
 	Routes []netip.Prefix
 }
 
@@ -65,6 +72,7 @@ type Link struct {
 	MTU   int
 	MAC   packet.MAC
 	Up    bool
+	// Addrs are its addresses but the kernel's own IPv6 link-local ones.
 	Addrs []netip.Prefix
 }
 
@@ -80,13 +88,13 @@ type Neigh struct {
 	MAC packet.MAC
 }
 
-// Route is `Dst via Via dev <overlay> onlink table 18952`.
+// Route is `Dst via Via dev <overlay> onlink table 18952` (`ip -6 route` for IPv6).
 type Route struct {
 	Dst netip.Prefix
 	Via netip.Addr
 }
 
-// Rule is `to To lookup 18952 priority Priority`.
+// Rule is `to To lookup 18952 priority Priority` (`ip -6 rule` for IPv6).
 type Rule struct {
 	To       netip.Prefix
 	Priority int
@@ -111,15 +119,15 @@ type Kernel interface {
 	// failover repoints without a gap).
 	SetFDB(link string, e FDBEntry) error
 	DelFDB(link string, e FDBEntry) error
-	// Neighbors lists the link's permanent IPv4 neighbour entries.
+	// Neighbors lists the link's permanent IPv4 and IPv6 neighbour entries.
 	Neighbors(link string) ([]Neigh, error)
 	SetNeigh(link string, n Neigh) error
 	DelNeigh(link string, n Neigh) error
-	// Routes lists the routes of Table.
+	// Routes lists the routes of Table, both families.
 	Routes() ([]Route, error)
 	AddRoute(link string, r Route) error
 	DelRoute(link string, r Route) error
-	// Rules lists the rules that look up Table.
+	// Rules lists the rules that look up Table, both families.
 	Rules() ([]Rule, error)
 	AddRule(r Rule) error
 	DelRule(r Rule) error
@@ -151,6 +159,9 @@ func (d *Desired) validate() error {
 	if !o.Local.Is4() || !o.Address.Addr().Is4() {
 		errs = append(errs, fmt.Errorf("overlay: local %v and address %v must be IPv4", o.Local, o.Address))
 	}
+	if o.Address6.IsValid() && (!o.Address6.Addr().Is6() || o.Address6.Addr().Is4In6() || o.Address6.Addr().IsLinkLocalUnicast() || o.Address6.Addr().IsMulticast()) {
+		errs = append(errs, fmt.Errorf("overlay: IPv6 address %v must be a unicast IPv6 address of global scope", o.Address6))
+	}
 	if o.MTU < 576 || o.MTU > 9000 {
 		errs = append(errs, fmt.Errorf("overlay MTU %d: want 576-9000", o.MTU))
 	}
@@ -162,7 +173,13 @@ func (d *Desired) validate() error {
 		if !o.Address.Contains(p.OverlayIP) {
 			errs = append(errs, fmt.Errorf("peer gateway %v is outside the overlay network %v", p.OverlayIP, o.Address.Masked()))
 		}
+		if p.OverlayIP6.IsValid() && (!p.OverlayIP6.Is6() || !o.Address6.Contains(p.OverlayIP6)) {
+			errs = append(errs, fmt.Errorf("peer gateway %v: IPv6 overlay address %v is outside the overlay's IPv6 network %v", p.OverlayIP, p.OverlayIP6, o.Address6.Masked()))
+		}
 		for _, r := range p.Routes {
+			if r.Addr().Is6() && !p.OverlayIP6.IsValid() {
+				errs = append(errs, fmt.Errorf("remote CIDR %v of peer gateway %v: an IPv6 route needs the gateway's IPv6 overlay address", r, p.OverlayIP))
+			}
 			if other, ok := seen[r.Masked()]; ok && other != p.OverlayIP {
 				errs = append(errs, fmt.Errorf("remote CIDR %v is routed to two gateways (%v and %v)", r, other, p.OverlayIP))
 			}
@@ -230,14 +247,18 @@ func Reconcile(k Kernel, d Desired) (Changes, error) {
 		}
 		ch.Links++
 	}
-	if !slices.Contains(l.Addrs, o.Address) {
-		if err := k.AddAddr(o.Name, o.Address); err != nil {
-			return ch, err
+	for _, a := range []netip.Prefix{o.Address, o.Address6} {
+		if a.IsValid() && !slices.Contains(l.Addrs, a) {
+			if err := k.AddAddr(o.Name, a); err != nil {
+				return ch, err
+			}
+			ch.Addrs++
 		}
-		ch.Addrs++
 	}
+	// Any other address the agent could have given the device goes (the kernel's IPv6
+	// link-local one stays).
 	for _, a := range l.Addrs {
-		if a != o.Address && a.Addr().Is4() {
+		if a != o.Address && a != o.Address6 && !a.Addr().IsLinkLocalUnicast() {
 			if err := k.DelAddr(o.Name, a); err != nil {
 				return ch, err
 			}
@@ -256,8 +277,15 @@ func Reconcile(k Kernel, d Desired) (Changes, error) {
 	for _, p := range d.Peers {
 		wantFDB = append(wantFDB, FDBEntry{MAC: p.MAC, Dst: p.VTEP})
 		wantNeigh = append(wantNeigh, Neigh{IP: p.OverlayIP, MAC: p.MAC})
+		if p.OverlayIP6.IsValid() {
+			wantNeigh = append(wantNeigh, Neigh{IP: p.OverlayIP6, MAC: p.MAC})
+		}
 		for _, r := range p.Routes {
-			wantRoutes = append(wantRoutes, Route{Dst: r.Masked(), Via: p.OverlayIP})
+			via := p.OverlayIP
+			if r.Addr().Is6() {
+				via = p.OverlayIP6
+			}
+			wantRoutes = append(wantRoutes, Route{Dst: r.Masked(), Via: via})
 			wantRules = append(wantRules, Rule{To: r.Masked(), Priority: prio})
 		}
 	}
@@ -426,6 +454,14 @@ func NewFake() *Fake {
 
 func (f *Fake) op(format string, a ...any) { f.Ops = append(f.Ops, fmt.Sprintf(format, a...)) }
 
+// six is iproute2's family flag for a: " -6" for IPv6, else nothing.
+func six(a netip.Addr) string {
+	if a.Is6() && !a.Is4In6() {
+		return " -6"
+	}
+	return ""
+}
+
 // Script returns the recorded commands, one per line, and forgets them.
 func (f *Fake) Script() string {
 	f.mu.Lock()
@@ -509,7 +545,11 @@ func (f *Fake) SetLink(name string, mtu int, up bool) error {
 func (f *Fake) AddAddr(link string, p netip.Prefix) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.op("ip addr add %s dev %s", p, link)
+	nodad := ""
+	if p.Addr().Is6() {
+		nodad = " nodad"
+	}
+	f.op("ip addr add %s dev %s%s", p, link, nodad)
 	f.links[link].Addrs = append(f.links[link].Addrs, p)
 	return nil
 }
@@ -554,7 +594,7 @@ func (f *Fake) Neighbors(link string) ([]Neigh, error) {
 func (f *Fake) SetNeigh(link string, n Neigh) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.op("ip neigh replace %s lladdr %s dev %s nud permanent", n.IP, overlay.MACString(n.MAC), link)
+	f.op("ip%s neigh replace %s lladdr %s dev %s nud permanent", six(n.IP), n.IP, overlay.MACString(n.MAC), link)
 	f.neigh[link] = append(slices.DeleteFunc(f.neigh[link], func(x Neigh) bool { return x.IP == n.IP }), n)
 	return nil
 }
@@ -562,7 +602,7 @@ func (f *Fake) SetNeigh(link string, n Neigh) error {
 func (f *Fake) DelNeigh(link string, n Neigh) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.op("ip neigh del %s dev %s", n.IP, link)
+	f.op("ip%s neigh del %s dev %s", six(n.IP), n.IP, link)
 	f.neigh[link] = slices.DeleteFunc(f.neigh[link], func(x Neigh) bool { return x == n })
 	return nil
 }
@@ -576,7 +616,7 @@ func (f *Fake) Routes() ([]Route, error) {
 func (f *Fake) AddRoute(link string, r Route) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.op("ip route add %s via %s dev %s onlink table %d", r.Dst, r.Via, link, Table)
+	f.op("ip%s route add %s via %s dev %s onlink table %d", six(r.Via), r.Dst, r.Via, link, Table)
 	f.routes = append(f.routes, r)
 	return nil
 }
@@ -584,7 +624,7 @@ func (f *Fake) AddRoute(link string, r Route) error {
 func (f *Fake) DelRoute(link string, r Route) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.op("ip route del %s via %s dev %s table %d", r.Dst, r.Via, link, Table)
+	f.op("ip%s route del %s via %s dev %s table %d", six(r.Via), r.Dst, r.Via, link, Table)
 	f.routes = slices.DeleteFunc(f.routes, func(x Route) bool { return x == r })
 	return nil
 }
@@ -598,7 +638,7 @@ func (f *Fake) Rules() ([]Rule, error) {
 func (f *Fake) AddRule(r Rule) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.op("ip rule add to %s lookup %d priority %d", r.To, Table, r.Priority)
+	f.op("ip%s rule add to %s lookup %d priority %d", six(r.To.Addr()), r.To, Table, r.Priority)
 	f.rules = append(f.rules, r)
 	return nil
 }
@@ -606,7 +646,7 @@ func (f *Fake) AddRule(r Rule) error {
 func (f *Fake) DelRule(r Rule) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.op("ip rule del to %s lookup %d priority %d", r.To, Table, r.Priority)
+	f.op("ip%s rule del to %s lookup %d priority %d", six(r.To.Addr()), r.To, Table, r.Priority)
 	f.rules = slices.DeleteFunc(f.rules, func(x Rule) bool { return x == r })
 	return nil
 }

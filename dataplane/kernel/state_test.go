@@ -38,6 +38,16 @@ func TestGolden(t *testing.T) {
 		{"remap", func(d *kernel.Desired) { d.Peers[1].Routes = []netip.Prefix{netip.MustParsePrefix("10.74.0.0/16")} }},
 		{"peer-removed", func(d *kernel.Desired) { d.Peers = d.Peers[:1] }},
 		{"mtu", func(d *kernel.Desired) { d.Overlay.MTU = 1400 }},
+		{"ipv6", func(d *kernel.Desired) {
+			d.Overlay.Address6 = netip.MustParsePrefix("64:ff9b:1::a50:b/96")
+			d.Peers[0].OverlayIP6 = netip.MustParseAddr("64:ff9b:1::a50:1")
+			d.Peers[0].Routes = append(d.Peers[0].Routes, netip.MustParsePrefix("fd71::/48"))
+		}},
+		{"ipv6-remap", func(d *kernel.Desired) { d.Peers[0].Routes[2] = netip.MustParsePrefix("fd72::/48") }},
+		{"ipv6-removed", func(d *kernel.Desired) {
+			d.Overlay.Address6, d.Peers[0].OverlayIP6 = netip.Prefix{}, netip.Addr{}
+			d.Peers[0].Routes = d.Peers[0].Routes[:2]
+		}},
 	}
 	var all strings.Builder
 	for _, s := range steps {
@@ -69,6 +79,10 @@ func TestValidate(t *testing.T) {
 		{func(d *kernel.Desired) { d.Overlay.MTU = 100 }, "MTU 100"},
 		{func(d *kernel.Desired) { d.Peers[0].OverlayIP = netip.MustParseAddr("10.99.0.1") }, "outside the overlay network"},
 		{func(d *kernel.Desired) { d.Peers[1].Routes = d.Peers[0].Routes }, "routed to two gateways"},
+		{func(d *kernel.Desired) { d.Peers[0].Routes = append(d.Peers[0].Routes, netip.MustParsePrefix("fd71::/48")) }, "an IPv6 route needs the gateway's IPv6 overlay address"},
+		{func(d *kernel.Desired) { d.Peers[0].OverlayIP6 = netip.MustParseAddr("64:ff9b:1::a50:1") }, "outside the overlay's IPv6 network"},
+		{func(d *kernel.Desired) { d.Overlay.Address6 = netip.MustParsePrefix("fe80::1/64") }, "global scope"},
+		{func(d *kernel.Desired) { d.Overlay.Address6 = netip.MustParsePrefix("10.0.0.1/8") }, "global scope"},
 	}
 	for _, tc := range cases {
 		d := desired()
