@@ -631,8 +631,9 @@ func (n *Netlink) RouteGet(dst netip.Addr) (dev string, table int, err error) {
 	return l.Attrs().Name, rs[0].Table, nil
 }
 
-// LocalNetworks lists the IPv4 networks this namespace's links have addresses in (an address
-// 192.168.10.20/24 gives 192.168.10.0/24; a /32 gives itself), leaving out loopback and the
+// LocalNetworks lists the IPv4 and IPv6 networks this namespace's links have addresses in (an
+// address 192.168.10.20/24 gives 192.168.10.0/24; a /32 gives itself; IPv6 link-local ones
+// are left out), leaving out loopback and the
 // links named in skip (the overlay device). A peer's CIDR that overlaps one would send the
 // node's traffic to its own neighbours (a DNS resolver, the API server, the other nodes) into
 // the tunnel.
@@ -647,14 +648,14 @@ func (n *Netlink) LocalNetworks(skip ...string) ([]netip.Prefix, error) {
 		if a.Flags&net.FlagLoopback != 0 || slices.Contains(skip, a.Name) {
 			continue
 		}
-		addrs, err := n.h.AddrList(l, unix.AF_INET)
+		addrs, err := n.h.AddrList(l, unix.AF_UNSPEC)
 		if err != nil {
 			return nil, fmt.Errorf("addresses of %s: %w", a.Name, err)
 		}
 		for _, ad := range addrs {
 			ip, ok := netip.AddrFromSlice(ad.IP)
-			if !ok {
-				continue
+			if !ok || ip.Is6() && !ip.Is4In6() && ip.IsLinkLocalUnicast() {
+				continue // fe80::/10 is forbidden to peers anyway
 			}
 			ones, _ := ad.Mask.Size()
 			out = append(out, netip.PrefixFrom(ip.Unmap(), ones).Masked())

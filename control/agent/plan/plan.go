@@ -92,6 +92,9 @@ func (n Node) refuse(p, internal netip.Prefix) string {
 	return ""
 }
 
+// internal6 holds the overlay's IPv6 addresses (netv1alpha1.Internal6Prefix).
+var internal6 = netip.MustParsePrefix(netv1alpha1.Internal6Prefix)
+
 // ErrNoOverlayIP means the controller has not assigned the node's overlay address yet.
 var ErrNoOverlayIP = errors.New("the node's InternalNode has no spec.overlayIP yet")
 
@@ -154,7 +157,7 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 		}
 		for _, s := range c.Status.Remote.CIDR.All() {
 			pr, err := netip.ParsePrefix(string(s.CIDR))
-			if err != nil || !pr.Addr().Is4() {
+			if err != nil || pr.Addr().Is4In6() || pr.Addr().Zone() != "" {
 				continue
 			}
 			if why := n.refuse(pr.Masked(), internal); why != "" {
@@ -219,8 +222,19 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 			p.Waiting = append(p.Waiting, fmt.Sprintf("%s: status.internalEndpoint does not parse: %v", g.ref, err))
 			continue
 		}
-		p.Kernel.Peers = append(p.Kernel.Peers, kernel.Peer{OverlayIP: oip, MAC: mac, VTEP: vtep, Routes: routes})
-		snatRemote = append(snatRemote, routes...)
+		peer := kernel.Peer{OverlayIP: oip, MAC: mac, VTEP: vtep, Routes: routes}
+		// IPv6 routes go via the gateway's IPv6 overlay address, its IPv4 one inside
+		// Internal6Prefix, on the device's IPv6 network.
+		if slices.ContainsFunc(routes, func(r netip.Prefix) bool { return r.Addr().Is6() }) {
+			peer.OverlayIP6 = netv1alpha1.Internal6(oip)
+			p.Kernel.Overlay.Address6 = netip.PrefixFrom(netv1alpha1.Internal6(ip), internal6.Bits())
+		}
+		p.Kernel.Peers = append(p.Kernel.Peers, peer)
+		for _, r := range routes {
+			if r.Addr().Is4() { // host-network SNAT is IPv4 only so far
+				snatRemote = append(snatRemote, r)
+			}
+		}
 	}
 	if ext := o.InternalNode.Spec.ExternalIP; ext != nil && len(snatRemote) > 0 {
 		if e, err := netip.ParseAddr(string(*ext)); err == nil {

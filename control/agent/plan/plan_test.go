@@ -209,3 +209,36 @@ func TestFromObjectsOrderFree(t *testing.T) {
 		}
 	}
 }
+
+// TestFromObjectsDualStack: a peer's IPv6 CIDRs are routed via the gateway's IPv6 overlay
+// address (its IPv4 one inside 64:ff9b:1::/96), the device gets its own IPv6 overlay address
+// on that network, host-network SNAT stays IPv4, and an IPv6 CIDR overlapping a network the
+// node has an address in (or a forbidden range) is refused like an IPv4 one.
+func TestFromObjectsDualStack(t *testing.T) {
+	o := objects()
+	o.Configurations[0].Status.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{"fd71::/48", "fd00:77::/64", "::ffff:10.9.0.0/112"}
+	n := node
+	n.LocalNetworks = []netip.Prefix{netip.MustParsePrefix("fd00:77::/64")}
+	p, err := plan.FromObjects(n, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p.Kernel.Overlay.Address6.String(); a != "64:ff9b:1::a50:b/96" {
+		t.Errorf("overlay IPv6 address %s, want 64:ff9b:1::a50:b/96", a)
+	}
+	peer := p.Kernel.Peers[0]
+	if peer.OverlayIP6.String() != "64:ff9b:1::a50:1" || !slices.Contains(peer.Routes, netip.MustParsePrefix("fd71::/48")) ||
+		slices.Contains(peer.Routes, netip.MustParsePrefix("fd00:77::/64")) || len(peer.Routes) != 3 {
+		t.Errorf("peer %+v: want fd71::/48 via 64:ff9b:1::a50:1 beside the IPv4 routes, not fd00:77::/64 nor the IPv4-mapped CIDR", peer)
+	}
+	if !strings.Contains(strings.Join(p.Refused, "; "), "fd00:77::/64 overlaps fd00:77::/64, a network this node has an address in") {
+		t.Errorf("refused: %v", p.Refused)
+	}
+	if p.SNAT == nil || len(p.SNAT.Remote) != 2 {
+		t.Errorf("SNAT %+v: want the two IPv4 CIDRs only", p.SNAT)
+	}
+	// Without IPv6 routes, no IPv6 at all.
+	if p, _ := plan.FromObjects(node, objects()); p.Kernel.Overlay.Address6.IsValid() || p.Kernel.Peers[0].OverlayIP6.IsValid() {
+		t.Errorf("an IPv4-only plan has IPv6 addresses: %+v", p.Kernel)
+	}
+}
