@@ -95,6 +95,7 @@ func main() {
 	watchPods := fs.String("gateway-watch-pods", controller.PodRoutesAuto, "how gateways find a local pod's node: true (from the Pod objects: every gateway gets --watch-pods and may read every Pod), false (from Node.spec.podCIDRs; templates may still pass --watch-pods) or auto (false until a gateway pod is seen outside its node's pod CIDRs, then true; an event on that gateway says so)")
 	minPrefix := fs.Int("min-remote-prefix-length", netv1alpha1.DefaultMinRemotePrefixLength, "refuse peers' IPv4 CIDRs larger than this prefix length (a Configuration whose pod or external CIDR is, say, a /4 is not routed: Ready=False, ForbiddenCIDR)")
 	minPrefix6 := fs.Int("min-remote-prefix-length6", netv1alpha1.DefaultMinRemotePrefixLength6, "the same for peers' IPv6 CIDRs")
+	ipv6 := fs.Bool("ipv6", true, "map peers' IPv6 CIDRs (dual-stack and IPv6-only peers; a clashing one is remapped from the IPv6 --pools); false refuses a Configuration with an IPv6 CIDR (Ready=False, InvalidCIDR), for clusters whose nodes have no IPv6")
 	gwMTU := fs.Int("gateway-mtu", netv1alpha1.DefaultMTU, "tunnel MTU skeinctl network connect uses when --mtu is not given (the chart's peering.networking.gateway.mtu; 576-9000)")
 	gwServiceType := fs.String("gateway-server-service-type", string(netv1alpha1.ServiceTypeLoadBalancer), "type of a gateway server's Service in this cluster when skeinctl network connect is not told (peering.networking.gateway.server.service.type: NodePort, LoadBalancer or ClusterIP)")
 	gwPort := fs.Int("gateway-server-port", netv1alpha1.DefaultPort, "port of a gateway server's Service in this cluster when skeinctl network connect is not told (peering.networking.gateway.server.service.port)")
@@ -143,7 +144,7 @@ func main() {
 	opts := controller.Options{
 		PodCIDRs: prefixes("pod-cidrs", *podCIDRs), ServiceCIDRs: prefixes("service-cidr", *serviceCIDR),
 		Reserved: prefixes("reserved", *reserved), Pools: poolList, NodeCIDRs: prefixes("node-cidrs", *nodeCIDRs),
-		MinRemotePrefixLength: *minPrefix, MinRemotePrefixLength6: *minPrefix6, AllowPrivilegedGateways: *allowPrivileged, GatewayWatchPods: *watchPods,
+		MinRemotePrefixLength: *minPrefix, MinRemotePrefixLength6: *minPrefix6, IPv6: *ipv6, AllowPrivilegedGateways: *allowPrivileged, GatewayWatchPods: *watchPods,
 		ExternalCIDR: external[0], InternalCIDR: internal[0], Metrics: ctrlmetrics.Registry,
 	}
 	ctrlmetrics.Registry.MustRegister(buildmetric.Collector("controller"))

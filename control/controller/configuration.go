@@ -51,10 +51,10 @@ type ConfigurationReconciler struct {
 	// MinPrefixLength and MinPrefixLength6 are the shortest IPv4 and IPv6 prefixes accepted
 	// from a peer (0: the API's defaults, /8 and /32).
 	MinPrefixLength, MinPrefixLength6 int
-	// IPv6 maps peers' IPv6 CIDRs (remapped from the IPAM's IPv6 pools when they clash). Off,
-	// they are refused (Ready=False, InvalidCIDR), and so is the whole Configuration: the
-	// gateways and the node agents route IPv4 only so far (issue #24), and a mapped IPv6 CIDR
-	// would stop the gateway's configuration, the IPv4 routes with it.
+	// IPv6 maps peers' IPv6 CIDRs (remapped from the IPAM's IPv6 pools when they clash). Off
+	// (skein-controller --ipv6=false, for a cluster whose nodes have no IPv6), they are refused
+	// (Ready=False, InvalidCIDR), and so is the whole Configuration: half a peering routed
+	// would look like a working one.
 	IPv6 bool
 	// Events, if set, receives a warning for every condition that is not Ready.
 	Events events.EventRecorder
@@ -309,7 +309,7 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			continue
 		}
 		if want.Addr().Is6() && !r.IPv6 {
-			errs = append(errs, fmt.Sprintf("spec.remote.cidr.%s %v is IPv6, which the gateways and node agents do not route yet", f.Field, want))
+			errs = append(errs, fmt.Sprintf("spec.remote.cidr.%s %v is IPv6, and this cluster's controller maps IPv4 only (skein-controller --ipv6=false, chart value ipam.ipv6)", f.Field, want))
 			continue
 		}
 		// The peer's own CIDRs must not overlap each other: a packet to an address in both

@@ -622,8 +622,8 @@ func TestAPIServerAddressesAfterAFailedRead(t *testing.T) {
 // TestIPv6CIDRs: with IPv6 on, a dual-stack peer on this cluster's own IPv4 and IPv6 pod
 // CIDRs has both remapped, the IPv6 one into the IPv6 pool and checksum-neutral; an IPv6-only
 // peer whose CIDRs clash with nothing keeps them; an IPv6 CIDR larger than
-// --min-remote-prefix-length6 is refused. With IPv6 off (the default until the gateways and the
-// agents route it), a peer with an IPv6 CIDR is refused whole, saying why.
+// --min-remote-prefix-length6 is refused. With IPv6 off (--ipv6=false), a peer with an IPv6
+// CIDR is refused whole, saying why.
 func TestIPv6CIDRs(t *testing.T) {
 	env := apitest.Start(t)
 	c := env.Client
@@ -685,7 +685,7 @@ func TestIPv6CIDRs(t *testing.T) {
 	apitest.Must(t, c.Create(ctx, later))
 	l := waitStatus(t, c, ns, "later")["later"]
 	if cond := meta.FindStatusCondition(l.Status.Conditions, "Ready"); l.Status.Remote != nil || cond.Reason != "InvalidCIDR" ||
-		!strings.Contains(cond.Message, "spec.remote.cidr.additionalPods[0] fd00:30:244::/56 is IPv6, which the gateways and node agents do not route yet") {
+		!strings.Contains(cond.Message, "spec.remote.cidr.additionalPods[0] fd00:30:244::/56 is IPv6, and this cluster's controller maps IPv4 only (skein-controller --ipv6=false") {
 		t.Errorf("later, with IPv6 off: %+v", l.Status)
 	}
 }

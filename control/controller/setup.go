@@ -24,6 +24,8 @@ type Options struct {
 	// MinRemotePrefixLength and MinRemotePrefixLength6 refuse peers' IPv4 and IPv6 CIDRs
 	// larger than these (0: /8 and /32).
 	MinRemotePrefixLength, MinRemotePrefixLength6 int
+	// IPv6 maps peers' IPv6 CIDRs (ConfigurationReconciler.IPv6).
+	IPv6 bool
 	// AllowPrivilegedGateways lets gateway templates render privileged pods (host namespaces,
 	// hostPath, privileged containers, added capabilities).
 	AllowPrivilegedGateways bool
@@ -88,7 +90,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	overlay := &OverlayAddresses{Hosts: overlayHosts, Reader: mgr.GetAPIReader()}
 	c, reader, ev := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("skein-controller")
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		&ConfigurationReconciler{Client: c, Reader: reader, IPAM: alloc, Events: ev, MinPrefixLength: o.MinRemotePrefixLength, MinPrefixLength6: o.MinRemotePrefixLength6},
+		&ConfigurationReconciler{Client: c, Reader: reader, IPAM: alloc, Events: ev, MinPrefixLength: o.MinRemotePrefixLength, MinPrefixLength6: o.MinRemotePrefixLength6, IPv6: o.IPv6},
 		&InternalNodeReconciler{Client: c, Reader: reader, Overlay: overlay, External: externalHosts},
 		&PublicKeyReconciler{Client: c},
 		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: true, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways, PodRoutes: podRoutes},
