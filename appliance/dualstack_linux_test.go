@@ -86,7 +86,9 @@ func wantAddrs6(t *testing.T, ip packet.IPv6, src, dst string, icmpType uint8) {
 // gateway built by config.Build from both families. A's pod reaches B's over IPv6 through
 // both prefix translations and back; the gateway answers ICMPv6 echo on its overlay IPv6
 // address; a packet whose hop limit runs out at the
-// gateway gets a Time Exceeded from the gateway's overlay IPv6 address; IPv4 still works.
+// gateway gets a Time Exceeded from the gateway's overlay IPv6 address, and one whose hop
+// limit runs out at the peer's gateway a Time Exceeded from the peer's tunnel address, its
+// quote translated back through both NATs; IPv4 still works.
 func TestDualStackInMemory(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	binds := bindtest.NewChannelBinds()
@@ -110,6 +112,18 @@ func TestDualStackInMemory(t *testing.T) {
 	// Hop limit 1: the gateway would forward it with 0; Time Exceeded from its overlay address.
 	a.send6(echo6(packet.ICMPv6EchoRequest, "fd00:244:0:1::5", "fd71:0:0:2::7", 1))
 	wantAddrs6(t, a.receive6(t), own, "fd00:244:0:1::5", 3)
+
+	// Hop limit 2: it runs out at B's gateway, whose Time Exceeded comes back through the
+	// tunnel from B's tunnel IPv6 address, its quote translated by A's gateway back to what
+	// A's pod sent (fd71:0:0:2::7), so that the pod's socket matches it.
+	sent := echo6(packet.ICMPv6EchoRequest, "fd00:244:0:1::5", "fd71:0:0:2::7", 2)
+	a.send6(sent)
+	te := a.receive6(t)
+	wantAddrs6(t, te, clientPlan.PeerTunnelIP6.String(), "fd00:244:0:1::5", 3)
+	quote := []byte(te)[48:]
+	if len(quote) < 40 || netip.AddrFrom16([16]byte(quote[8:24])).String() != "fd00:244:0:1::5" || netip.AddrFrom16([16]byte(quote[24:40])).String() != "fd71:0:0:2::7" {
+		t.Errorf("Time Exceeded quotes % x, want the packet as A's pod sent it (fd00:244:0:1::5 -> fd71:0:0:2::7)", quote[:min(len(quote), 40)])
+	}
 
 	// IPv4 beside it.
 	a.send(echo(packet.ICMPEcho, "10.244.1.5", "10.71.2.7"))
