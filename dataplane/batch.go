@@ -100,11 +100,19 @@ func (b *batch) clamp(ip packet.IPv4) {
 // clamp6 is clamp for IPv6: the TCP header past any extension headers, in an unfragmented
 // packet or a first fragment.
 func (b *batch) clamp6(ip packet.IPv6) {
-	up, err := ip.Upper()
-	if err != nil || up.Proto != packet.ProtoTCP || up.FragmentOffset != 0 {
+	off := packet.IPv6HeaderLen
+	switch ip.NextHeader() {
+	case packet.ProtoTCP: // no extension headers, nearly every packet
+	case packet.ProtoUDP, packet.ProtoICMPv6:
 		return
+	default:
+		up, err := ip.Upper()
+		if err != nil || up.Proto != packet.ProtoTCP || up.FragmentOffset != 0 {
+			return
+		}
+		off = up.Offset
 	}
-	seg, err := packet.ParseTCP(ip[up.Offset:])
+	seg, err := packet.ParseTCP(ip[off:])
 	if err != nil {
 		return
 	}

@@ -63,7 +63,7 @@ var pathCases = []struct {
 }{
 	{"remap", benchConfig, "10.244.1.5"},
 	{"remap+local", benchLocalNAT, "10.99.1.5"},
-	{"remap/ipv6", benchDualStack, "fd00:244:0:1::5"},
+	{"remap-ipv6", benchDualStack, "fd00:244:0:1::5"},
 }
 
 // benchDualStack is benchConfig with dualStackConfig's IPv6 networks.

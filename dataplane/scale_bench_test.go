@@ -28,6 +28,28 @@ func limitPod(n, k int) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)})
 }
 
+// limitPod6 is limitPod for IPv6: pod k of node n is fd00:64::<n*64+1+k>.
+func limitPod6(n, k int) netip.Addr {
+	a := n*64 + 1 + k
+	return netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x64, 12: byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)})
+}
+
+// atLimits6 is atLimits with the pods' IPv6 addresses too (a /128 route each, as the
+// watcher makes for a dual-stack CNI that gives nodes no pod CIDRs).
+func atLimits6(cfg dataplane.Config) dataplane.Config {
+	cfg = atLimits(cfg)
+	pods := make([]netip.Addr, 0, limitPods)
+	for n := range limitNodes {
+		start := len(pods)
+		for k := range podsPerNode {
+			pods = append(pods, limitPod6(n, k))
+		}
+		node := &cfg.Nodes[len(cfg.Nodes)-limitNodes+n]
+		node.Pods = append(node.Pods[:len(node.Pods):len(node.Pods)], pods[start:len(pods):len(pods)]...)
+	}
+	return cfg
+}
+
 // atLimits adds limitNodes nodes of podsPerNode pods each to cfg (whose own nodes stay):
 // VTEPs in 172.20.0.0/16, MACs 02:5f:00:00:xx:xx, pods as limitPod numbers them.
 func atLimits(cfg dataplane.Config) dataplane.Config {
@@ -65,6 +87,7 @@ var limitCases = []struct {
 }{
 	{"remap/5000-nodes-150k-pods", func() dataplane.Config { return atLimits(benchConfig()) }, limitPod(2500, 7).String()},
 	{"remap+local/5000-nodes-150k-pods", limitLocalNAT, "10.114.113.8"}, // limitPod(2500, 7) = 10.66.113.8
+	{"remap-ipv6/5000-nodes-300k-pod-addresses", func() dataplane.Config { return atLimits6(benchDualStack()) }, limitPod6(2500, 7).String()},
 }
 
 func TestLimitConfig(t *testing.T) {

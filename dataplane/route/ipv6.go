@@ -31,11 +31,17 @@ type ipv6Table struct {
 	lengths []ipv6Length
 }
 
-// ipv6Length holds the routes of one prefix length.
+// ipv6Length holds the routes of one prefix length: up to maxFew in few, compared one by one
+// (a gateway's own /128s, its peer's one or two networks: no hash to compute), more in hops.
 type ipv6Length struct {
 	mask addr128
+	few  []flatSlot
 	hops flatHash
 }
+
+// maxFew is the most routes of one length kept in a list rather than hashed: comparing four
+// keys costs less than hashing one.
+const maxFew = 4
 
 // route6 is an IPv6 route with its address as an addr128.
 type route6 struct {
@@ -52,7 +58,15 @@ func buildIPv6(routes []route6) ipv6Table {
 		for end < len(routes) && routes[end].bits == routes[start].bits {
 			end++
 		}
-		t.lengths = append(t.lengths, ipv6Length{mask: mask128(routes[start].bits), hops: newFlatHash(routes[start:end])})
+		l := ipv6Length{mask: mask128(routes[start].bits)}
+		if end-start <= maxFew {
+			for _, r := range routes[start:end] {
+				l.few = append(l.few, flatSlot{key: r.addr, hop: r.hop, used: true})
+			}
+		} else {
+			l.hops = newFlatHash(routes[start:end])
+		}
+		t.lengths = append(t.lengths, l)
 		start = end
 	}
 	return t
@@ -62,7 +76,16 @@ func buildIPv6(routes []route6) ipv6Table {
 func (t *ipv6Table) lookup(dst addr128) (hop uint32, ok bool) {
 	for i := range t.lengths {
 		l := &t.lengths[i]
-		if hop, ok := l.hops.get(dst.and(l.mask)); ok {
+		k := dst.and(l.mask)
+		if l.few != nil {
+			for j := range l.few {
+				if l.few[j].key == k {
+					return l.few[j].hop, true
+				}
+			}
+			continue
+		}
+		if hop, ok := l.hops.get(k); ok {
 			return hop, true
 		}
 	}
