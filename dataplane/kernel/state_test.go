@@ -79,7 +79,9 @@ func TestValidate(t *testing.T) {
 		{func(d *kernel.Desired) { d.Overlay.MTU = 100 }, "MTU 100"},
 		{func(d *kernel.Desired) { d.Peers[0].OverlayIP = netip.MustParseAddr("10.99.0.1") }, "outside the overlay network"},
 		{func(d *kernel.Desired) { d.Peers[1].Routes = d.Peers[0].Routes }, "routed to two gateways"},
-		{func(d *kernel.Desired) { d.Peers[0].Routes = append(d.Peers[0].Routes, netip.MustParsePrefix("fd71::/48")) }, "an IPv6 route needs the gateway's IPv6 overlay address"},
+		{func(d *kernel.Desired) {
+			d.Peers[0].Routes = append(d.Peers[0].Routes, netip.MustParsePrefix("fd71::/48"))
+		}, "an IPv6 route needs the gateway's IPv6 overlay address"},
 		{func(d *kernel.Desired) { d.Peers[0].OverlayIP6 = netip.MustParseAddr("64:ff9b:1::a50:1") }, "outside the overlay's IPv6 network"},
 		{func(d *kernel.Desired) { d.Overlay.Address6 = netip.MustParsePrefix("fe80::1/64") }, "global scope"},
 		{func(d *kernel.Desired) { d.Overlay.Address6 = netip.MustParsePrefix("10.0.0.1/8") }, "global scope"},
