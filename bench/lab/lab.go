@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,6 +40,10 @@ var (
 	// allocates the Nodes' spec.podCIDRs from PodCIDR, which no pod then uses.
 	BlockPools  = []netip.Prefix{netip.MustParsePrefix("10.245.0.0/16"), netip.MustParsePrefix("10.246.0.0/16")}
 	ServiceCIDR = netip.MustParsePrefix("10.96.0.0/12")
+	// PodCIDR6 and ServiceCIDR6 are the IPv6 pod and service CIDRs of a lab with DualStack; the
+	// pod CIDR is the same in every cluster on purpose, as PodCIDR is. Each node gets a /64 of it.
+	PodCIDR6     = netip.MustParsePrefix("fd00:244::/56")
+	ServiceCIDR6 = netip.MustParsePrefix("fd00:96::/112")
 	// APIServerService is the kubernetes Service's ClusterIP and port, where pods reach the
 	// API server.
 	APIServerService = netip.MustParseAddrPort("10.96.0.1:443")
@@ -80,7 +85,27 @@ func (o Options) podCIDRs() []netip.Prefix {
 	if o.PodBlocks {
 		return BlockPools
 	}
+	if o.DualStack {
+		return []netip.Prefix{PodCIDR, PodCIDR6}
+	}
 	return []netip.Prefix{PodCIDR}
+}
+
+// serviceCIDRs are the clusters' Service ClusterIP ranges.
+func (o Options) serviceCIDRs() []netip.Prefix {
+	if o.DualStack {
+		return []netip.Prefix{ServiceCIDR, ServiceCIDR6}
+	}
+	return []netip.Prefix{ServiceCIDR}
+}
+
+// joinCIDRs is prefixes as a flag value: comma-separated.
+func joinCIDRs(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
 }
 
 // podBlock is node j's block in a lab with PodBlocks: a /24 of the pools in turn.
@@ -141,6 +166,8 @@ type Lab struct {
 	Clusters []ClusterState
 	// PodCIDRs are where the clusters' pods get addresses (the same in every cluster).
 	PodCIDRs []netip.Prefix
+	// ServiceCIDRs are the clusters' Service ClusterIP ranges (the same in every cluster).
+	ServiceCIDRs []netip.Prefix
 	// Registry is the lab's registry (RegistryAddr) when it serves images, else empty.
 	Registry string
 	// NodeStack is the real node stack's bin directory when the nodes run it (Config.NodeStack).
@@ -213,7 +240,7 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lab{Topology: topo, StateDir: stateDir, K8sBin: cfg.K8sBin, BinDir: cfg.BinDir, Started: started, PodCIDRs: cfg.podCIDRs(), NodeStack: cfg.NodeStack}
+	l := &Lab{Topology: topo, StateDir: stateDir, K8sBin: cfg.K8sBin, BinDir: cfg.BinDir, Started: started, PodCIDRs: cfg.podCIDRs(), ServiceCIDRs: cfg.serviceCIDRs(), NodeStack: cfg.NodeStack}
 	var layouts []string
 	if cfg.ImageLayout != "" {
 		layouts = append(layouts, cfg.ImageLayout)
@@ -362,7 +389,7 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 	}
 	if err := spawn(cfg.LabBinary, stateDir, ns, log("kube-apiserver"), bin("kube-apiserver"),
 		"--etcd-servers", "http://127.0.0.1:2379", "--bind-address", "0.0.0.0", "--secure-port", "6443",
-		"--advertise-address", cp, "--service-cluster-ip-range", ServiceCIDR.String(),
+		"--advertise-address", cp, "--service-cluster-ip-range", joinCIDRs(cfg.serviceCIDRs()),
 		"--client-ca-file", p.path("ca.crt"), "--tls-cert-file", p.path("apiserver.crt"), "--tls-private-key-file", p.path("apiserver.key"),
 		"--service-account-key-file", p.path("sa.pub"), "--service-account-signing-key-file", p.path("sa.key"),
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
@@ -372,14 +399,20 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		"--allow-privileged", "--profiling=false", "--v", "1"); err != nil {
 		return ClusterState{}, err
 	}
-	if err := spawn(cfg.LabBinary, stateDir, ns, log("kube-controller-manager"), bin("kube-controller-manager"),
+	// Nodes get a /24 of PodCIDR (and a /64 of PodCIDR6 in a dual-stack lab).
+	nodeCIDRs := []string{"--cluster-cidr", PodCIDR.String(), "--node-cidr-mask-size", "24"}
+	if cfg.DualStack {
+		nodeCIDRs = []string{"--cluster-cidr", joinCIDRs([]netip.Prefix{PodCIDR, PodCIDR6}),
+			"--node-cidr-mask-size-ipv4", "24", "--node-cidr-mask-size-ipv6", "64"}
+	}
+	if err := spawn(cfg.LabBinary, stateDir, ns, log("kube-controller-manager"), slices.Concat([]string{bin("kube-controller-manager"),
 		"--kubeconfig", kcfg["controller-manager"], "--authentication-kubeconfig", kcfg["controller-manager"],
 		"--authorization-kubeconfig", kcfg["controller-manager"], "--bind-address", "127.0.0.1",
 		"--use-service-account-credentials", "--service-account-private-key-file", p.path("sa.key"),
-		"--root-ca-file", p.path("ca.crt"), "--allocate-node-cidrs", "--cluster-cidr", PodCIDR.String(),
-		"--node-cidr-mask-size", "24", "--service-cluster-ip-range", ServiceCIDR.String(),
+		"--root-ca-file", p.path("ca.crt"), "--allocate-node-cidrs"}, nodeCIDRs, []string{
+		"--service-cluster-ip-range", joinCIDRs(cfg.serviceCIDRs()),
 		"--flex-volume-plugin-dir", filepath.Join(dir, "volume-plugins"), // not the machine's /usr/libexec/kubernetes
-		"--leader-elect=false", "--profiling=false", "--v", "1"); err != nil {
+		"--leader-elect=false", "--profiling=false", "--v", "1"})...); err != nil {
 		return ClusterState{}, err
 	}
 	if err := spawn(cfg.LabBinary, stateDir, ns, log("kube-scheduler"), bin("kube-scheduler"),
@@ -389,9 +422,12 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		return ClusterState{}, err
 	}
 	// kube-proxy takes one CIDR per family: one that holds every pod CIDR.
-	proxyCIDR := PodCIDR
+	proxyCIDR := PodCIDR.String()
 	if cfg.PodBlocks {
-		proxyCIDR = netip.MustParsePrefix("10.244.0.0/14")
+		proxyCIDR = "10.244.0.0/14"
+	}
+	if cfg.DualStack {
+		proxyCIDR = joinCIDRs([]netip.Prefix{PodCIDR, PodCIDR6})
 	}
 	for j, n := range cl.Nodes {
 		name := nodeName(n)
@@ -399,6 +435,14 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 			nc := NodeConfig{Name: name, Addr: n.Addr, Dir: filepath.Join(stateDir, name), LogDir: logs, Cluster: cl.Name,
 				StackBin: cfg.NodeStack, Kubeconfig: kcfg["kubelet-"+name], FlannelKubeconfig: kcfg["flannel"], CACert: p.path("ca.crt"),
 				CgroupRoot: cgroupParent + "/" + n.Name, ClusterCIDR: PodCIDR, Registry: RegistryAddr, PauseImage: PauseImage}
+			if cfg.DualStack {
+				nc.DualStack, nc.Addr6, nc.ClusterCIDR6 = true, n.Addr6, PodCIDR6
+				for k, other := range cl.Nodes {
+					if k != j {
+						nc.Neighbours = append(nc.Neighbours, Neighbour{Name: nodeName(other), Addr: other.Addr, Addr6: other.Addr6})
+					}
+				}
+			}
 			if cfg.PodBlocks {
 				nc.PodBlock, nc.PodPools = podBlock(j), BlockPools
 				for k, other := range cl.Nodes {
@@ -424,7 +468,7 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		}
 		if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-kube-proxy"), bin("kube-proxy"),
 			"--kubeconfig", kcfg["kube-proxy"], "--hostname-override", name, "--proxy-mode", "nftables",
-			"--cluster-cidr", proxyCIDR.String(), "--conntrack-max-per-core", "0",
+			"--cluster-cidr", proxyCIDR, "--conntrack-max-per-core", "0",
 			"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256", "--v", "1"); err != nil {
 			return ClusterState{}, err
 		}

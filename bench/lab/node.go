@@ -66,6 +66,20 @@ type NodeConfig struct {
 	PodBlock    netip.Prefix
 	PodPools    []netip.Prefix
 	BlockRoutes []BlockRoute
+	// DualStack replaces flannel with a dual-stack pod network (dualstack.go): pods get an
+	// address of each family from the Node's spec.podCIDRs, which the node routes to the other
+	// nodes (Neighbours) by their addresses of that family; Addr6 is this node's IPv6 address
+	// and ClusterCIDR6 the IPv6 pod CIDR.
+	DualStack    bool
+	Addr6        netip.Addr   `json:",omitzero"`
+	ClusterCIDR6 netip.Prefix `json:",omitzero"`
+	Neighbours   []Neighbour  `json:",omitempty"`
+}
+
+// Neighbour is another node of the cluster: its Kubernetes name and its addresses.
+type Neighbour struct {
+	Name        string
+	Addr, Addr6 netip.Addr
 }
 
 // BlockRoute is another node's pod block and the node's address.
@@ -194,12 +208,18 @@ func NodeInit(c NodeConfig) error {
 		}
 		s.reap()
 	}
-	if c.PodBlock.IsValid() {
+	switch {
+	case c.PodBlock.IsValid():
 		if err := c.blockNetwork(); err != nil {
 			return err
 		}
 		s.logf("pod network: block %s, routes to %d other blocks, pods masqueraded outside %v", c.PodBlock, len(c.BlockRoutes), c.PodPools)
-	} else {
+	case c.DualStack:
+		if err := c.dualStackMasquerade(); err != nil {
+			return err
+		}
+		go c.dualStackNetwork(s.logf)
+	default:
 		s.start(flanneld)
 		go c.cniWriter(s.logf)
 	}

@@ -34,6 +34,14 @@ type Options struct {
 	// on the block, routes between the nodes, pod traffic leaving the pools masqueraded (as
 	// Calico's natOutgoing does).
 	PodBlocks bool
+	// DualStack gives the clusters IPv6 too: pods get an address of each family from their
+	// Node's spec.podCIDRs (PodCIDR and PodCIDR6, the same in every cluster), Services a
+	// ClusterIP range of each (ServiceCIDR and ServiceCIDR6), and nodes an IPv6 address on their
+	// underlay link (Underlay6) that only the nodes of the cluster use: the pod network routes
+	// each node's pod CIDRs to it, IPv4 via its IPv4 address and IPv6 via its IPv6 one, in place
+	// of flannel. The router, the control plane and the workstation stay IPv4 only. It excludes
+	// PodBlocks.
+	DualStack bool
 }
 
 // NS is a network namespace of the lab.
@@ -41,6 +49,8 @@ type NS struct {
 	Name string
 	// Addr is the namespace's address on its network (underlay for cluster members).
 	Addr netip.Addr
+	// Addr6 is a node's IPv6 address on its cluster's Underlay6 in a lab with DualStack.
+	Addr6 netip.Addr `json:",omitzero"`
 }
 
 // Cluster is one cluster's namespaces.
@@ -89,6 +99,9 @@ func Up(o Options) (_ *Topology, err error) {
 	}
 	if o.Clusters > 20 || o.Nodes > 50 {
 		return nil, fmt.Errorf("lab: at most 20 clusters of 50 nodes")
+	}
+	if o.DualStack && o.PodBlocks {
+		return nil, errors.New("lab: DualStack and PodBlocks are two different pod networks: choose one")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, fmt.Errorf("lab: the ip command (Debian package iproute2) is needed: %w", err)
@@ -150,6 +163,23 @@ func Up(o Options) (_ *Topology, err error) {
 				return nil, err
 			}
 		}
+		if o.DualStack {
+			for i := range cl.Nodes {
+				n := &cl.Nodes[i]
+				n.Addr6 = host6(Underlay6(c), 20+i)
+				// nodad: the address is usable at once (the nodes of a cluster are the only
+				// ones on the link with Underlay6 addresses, each its own).
+				if err := In(n.Name, "ip", "-6", "addr", "add", netip.PrefixFrom(n.Addr6, 64).String(), "dev", "eth0", "nodad"); err != nil {
+					return nil, err
+				}
+				// Pods' traffic of both families goes through the node (the bridge plugin would
+				// switch forwarding on for the families it configures; here it is on from the
+				// start, as the agent needs it for IPv6).
+				if err := In(n.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
+					return nil, err
+				}
+			}
+		}
 		t.Clusters = append(t.Clusters, cl)
 	}
 	return t, nil
@@ -159,6 +189,20 @@ func host(p netip.Prefix, n int) netip.Addr {
 	a := p.Addr().As4()
 	a[3] = byte(n)
 	return netip.AddrFrom4(a)
+}
+
+// Underlay6 is cluster c's IPv6 underlay in a lab with DualStack (2001:db8:0:<10+c>::/64, a
+// documentation prefix: outside the IPv6 pools peers' pod CIDRs are remapped into, fd00::/8).
+func Underlay6(c int) netip.Prefix {
+	var a [16]byte
+	a[0], a[1], a[2], a[3], a[7] = 0x20, 0x01, 0x0d, 0xb8, byte(10+c)
+	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
+}
+
+func host6(p netip.Prefix, n int) netip.Addr {
+	a := p.Addr().As16()
+	a[15] = byte(n)
+	return netip.AddrFrom16(a)
 }
 
 func addNS(name string) error {

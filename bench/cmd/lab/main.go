@@ -23,7 +23,7 @@ const usage = `lab: real Kubernetes clusters in network namespaces (run as root)
 
 Usage:
   lab up [--prefix P] [--clusters N] [--nodes N] [--bin-dir DIR] [--images LAYOUT]
-        [--pod-blocks] [--keep-on-failure]
+        [--pod-blocks | --dual-stack] [--keep-on-failure]
         start the lab: a router, a workstation, N clusters (pod CIDR 10.244.0.0/16 each) of
         N nodes, each node running kubelet, containerd, runc and flannel (make k8s-binaries
         builds them); returns when every node is Ready and leaves it running. The router
@@ -106,6 +106,7 @@ func up(args []string) error {
 	clusters := fs.Int("clusters", 2, "number of clusters")
 	nodes := fs.Int("nodes", 2, "nodes per cluster")
 	blocks := fs.Bool("pod-blocks", false, "give pods addresses from per-node blocks of 10.245.0.0/16 and 10.246.0.0/16, outside every Node's spec.podCIDRs (as Calico's IPAM does); install skein with ipam.podCIDR={10.245.0.0/16,10.246.0.0/16}")
+	dual := fs.Bool("dual-stack", false, "dual-stack clusters: pods and Services get IPv6 addresses too (pod CIDR fd00:244::/56 in every cluster, service CIDR fd00:96::/112), nodes an IPv6 address on their underlay, and the lab's host-gw pod network of both families replaces flannel; install skein with ipam.podCIDR={10.244.0.0/16,fd00:244::/56}")
 	layoutDir := fs.String("images", "", "OCI image layout to serve from the lab's registry too (10.255.0.1:5000/skein-net/NAME:TAG), such as make images writes in bin/images")
 	binDir := fs.String("bin-dir", "", "directory with the lab's pause binary (bench/cmd/pause; default: the directory of this lab binary)")
 	keep := fs.Bool("keep-on-failure", false, "leave a lab that failed to start in place, to read its logs (then lab down)")
@@ -127,7 +128,7 @@ func up(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes, PodBlocks: *blocks}, ImageLayout: *layoutDir,
+	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes, PodBlocks: *blocks, DualStack: *dual}, ImageLayout: *layoutDir,
 		K8sBin: k8s, LabBinary: self, BinDir: *binDir, Log: os.Stdout, KeepOnFailure: *keep, NodeStack: nodeStack})
 	if err != nil {
 		return err
