@@ -239,7 +239,9 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 	if ext := o.InternalNode.Spec.ExternalIP; ext != nil && len(snatRemote) > 0 {
 		if e, err := netip.ParseAddr(string(*ext)); err == nil {
 			slices.SortFunc(snatRemote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-			p.SNAT = &kernel.HostSNAT{ExternalIP: e, PodCIDRs: n.PodCIDRs, Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass}
+			// The SNAT table is IPv4: a dual-stack cluster's IPv6 pod CIDRs stay out of it.
+			pods := slices.DeleteFunc(slices.Clone(n.PodCIDRs), func(p netip.Prefix) bool { return !p.Addr().Is4() })
+			p.SNAT = &kernel.HostSNAT{ExternalIP: e, PodCIDRs: pods, Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass}
 		}
 	}
 	// The objects come in the watch cache's order, which changes from call to call; what is

@@ -219,6 +219,7 @@ func TestFromObjectsDualStack(t *testing.T) {
 	o.Configurations[0].Status.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{"fd71::/48", "fd00:77::/64", "::ffff:10.9.0.0/112"}
 	n := node
 	n.LocalNetworks = []netip.Prefix{netip.MustParsePrefix("fd00:77::/64")}
+	n.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/56")} // a dual-stack cluster
 	p, err := plan.FromObjects(n, o)
 	if err != nil {
 		t.Fatal(err)
@@ -234,8 +235,8 @@ func TestFromObjectsDualStack(t *testing.T) {
 	if !strings.Contains(strings.Join(p.Refused, "; "), "fd00:77::/64 overlaps fd00:77::/64, a network this node has an address in") {
 		t.Errorf("refused: %v", p.Refused)
 	}
-	if p.SNAT == nil || len(p.SNAT.Remote) != 2 {
-		t.Errorf("SNAT %+v: want the two IPv4 CIDRs only", p.SNAT)
+	if p.SNAT == nil || len(p.SNAT.Remote) != 2 || !slices.Equal(p.SNAT.PodCIDRs, node.PodCIDRs) {
+		t.Errorf("SNAT %+v: want the two IPv4 CIDRs only, and the IPv4 pod CIDR (the table is IPv4: an IPv6 CIDR fails it)", p.SNAT)
 	}
 	// Without IPv6 routes, no IPv6 at all.
 	if p, _ := plan.FromObjects(node, objects()); p.Kernel.Overlay.Address6.IsValid() || p.Kernel.Peers[0].OverlayIP6.IsValid() {
