@@ -560,11 +560,15 @@ func (e *env) configurationView(i int, cf *netv1alpha1.Configuration) (pods view
 	return pods, external
 }
 
-// remap moves a into prefix to, keeping its host bits (the NAT of the spec).
+// remap moves a into prefix to, keeping its host bits (the NAT of the spec); either family,
+// the invalid address when a and to differ in family.
 func remap(a netip.Addr, to netip.Prefix) netip.Addr {
-	x, p := a.As4(), to.Masked().Addr().As4()
+	if a.Is4() != to.Addr().Is4() {
+		return netip.Addr{}
+	}
+	x, p := a.AsSlice(), to.Masked().Addr().AsSlice()
 	bits := to.Bits()
-	for i := range 4 {
+	for i := range x {
 		keep := byte(0)
 		if n := bits - 8*i; n >= 8 {
 			keep = 0xff
@@ -573,7 +577,8 @@ func remap(a netip.Addr, to netip.Prefix) netip.Addr {
 		}
 		x[i] = p[i]&keep | x[i]&^keep
 	}
-	return netip.AddrFrom4(x)
+	out, _ := netip.AddrFromSlice(x)
+	return out
 }
 
 // nodeNS is the network namespace of cluster i's node.
