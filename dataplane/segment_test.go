@@ -111,6 +111,26 @@ func TestCompleteChecksums(t *testing.T) {
 	if len(got) != 1 || pt.Problem(got[0]) != "" {
 		t.Fatalf("checksum not completed: %v", pt.Problem(got[0]))
 	}
+
+	// IPv6, TCP and UDP, translated on the way (fd71::/56 -> fd00:244::/56): the checksum
+	// is completed before the translation updates it.
+	dp6, c6 := newDP(t, func() dataplane.Config { cfg := dualStackConfig(); cfg.CompleteChecksums = true; return cfg }())
+	const s, d = "fd00:244:0:1::5", "fd71:0:0:2::7"
+	for _, p := range [][]byte{
+		pt.IPv6{Src: s, Dst: d, Next: 6, Payload: pt.TCP(s, d, 40000, 80, packet.TCPFlagACK, nil, []byte("partial"))}.Build(),
+		pt.IPv6{Src: s, Dst: d, Next: 17, Payload: pt.UDP(s, d, 1, 2, []byte("partial"), false)}.Build(),
+	} {
+		off := 40 + 16 // TCP's checksum
+		if p[6] == 17 {
+			off = 40 + 6
+		}
+		binary.BigEndian.PutUint16(p[off:], 0x1234) // an unfinished checksum
+		c6.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv6, p), from1)
+		got := readPackets(t, dp6)
+		if len(got) != 1 || pt.Problem6(got[0]) != "" {
+			t.Fatalf("IPv6 checksum not completed: %v", pt.Problem6(got[0]))
+		}
+	}
 }
 
 // TestSuperpacketBursts feeds bursts of superpackets of several sizes, with small packets

@@ -249,6 +249,9 @@ func (d *Dataplane) forwardToTunnel6(b *batch, inner []byte, slot int, sender ui
 		d.icmpToOverlay6(b, ip, errPacketTooBig(t.tunnelMTU), slot)
 		return 0
 	}
+	if t.cfg.CompleteChecksums {
+		packet.CompleteTransportChecksum6(ip)
+	}
 	ip.SetHopLimit(ip.HopLimit() - 1)
 	peer, own := t.in.RewriteDst6(ip), nat.Matched
 	if t.own != nil && peer != nat.Truncated && peer != nat.BadQuote && peer != nat.Unsupported {

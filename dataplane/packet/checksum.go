@@ -137,3 +137,40 @@ func CompleteTransportChecksum(ip IPv4) {
 	}
 	l4[off], l4[off+1] = byte(c>>8), byte(c)
 }
+
+// CompleteTransportChecksum6 is CompleteTransportChecksum for IPv6: the TCP or UDP checksum
+// past any extension headers, over the IPv6 pseudo-header. A fragment, a packet whose Routing
+// header has segments left (the checksum covers a final destination that is not in the fixed
+// header), other protocols and headers too short to hold a checksum are left alone. UDP over
+// IPv6 always has a checksum, so a zero one is completed too.
+func CompleteTransportChecksum6(ip IPv6) {
+	up := IPv6Upper{Proto: ip.NextHeader(), Offset: IPv6HeaderLen}
+	if up.Proto != ProtoTCP && up.Proto != ProtoUDP {
+		var err error
+		if up, err = ip.Upper(); err != nil || up.Fragmented || up.SegmentsLeft != 0 {
+			return
+		}
+	}
+	l4 := ip[up.Offset:]
+	var off int
+	switch up.Proto {
+	case ProtoTCP:
+		if len(l4) < TCPMinHeaderLen {
+			return
+		}
+		off = TCPChecksumOffset
+	case ProtoUDP:
+		if len(l4) < UDPHeaderLen {
+			return
+		}
+		off = UDPChecksumOffset
+	default:
+		return
+	}
+	l4[off], l4[off+1] = 0, 0
+	c := ^Fold(Sum(l4, PseudoSum6(ip.Src(), ip.Dst(), up.Proto, len(l4))))
+	if c == 0 && up.Proto == ProtoUDP {
+		c = 0xffff
+	}
+	l4[off], l4[off+1] = byte(c>>8), byte(c)
+}
