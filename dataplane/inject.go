@@ -153,7 +153,7 @@ func (q *injectQueue) commit(i, n int) {
 
 // spillSegment builds segment k of superpacket ip directly in a queue slot, growing the
 // queue if need be.
-func (q *injectQueue) spillSegment(ip packet.IPv4, s split, k int) {
+func (q *injectQueue) spillSegment(ip []byte, s split, k int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	i, buf, _ := q.next(s.hdrLen+s.mss, true)

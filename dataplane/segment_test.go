@@ -196,3 +196,71 @@ func TestSuperpacketBursts(t *testing.T) {
 		}
 	}
 }
+
+// superpacket6 is superpacket for IPv6: fd00:244:0:1::5 to fd71:0:0:2::7 (fd00:244:0:2::7 once
+// translated by dualStackConfig's NAT).
+func superpacket6(data []byte) []byte {
+	const s, d = "fd00:244:0:1::5", "fd71:0:0:2::7"
+	seg := pt.TCP(s, d, 40000, 80, packet.TCPFlagACK|packet.TCPFlagFIN|0x08|0x80, nil, data)
+	ip := pt.IPv6{Src: s, Dst: d, Next: 6, Payload: seg}.Build()
+	partial := packet.Fold(packet.PseudoSum6([16]byte(ip[8:24]), [16]byte(ip[24:40]), 6, len(seg)))
+	binary.BigEndian.PutUint16(ip[40+16:], partial)
+	return ip
+}
+
+// TestSuperpacketSplit6: an IPv6 TCP superpacket from a node with TSO is cut like an IPv4 one,
+// each segment with its payload length, sequence number, flags and full checksum, translated;
+// one the gateway cannot cut (extension headers) gets a Packet Too Big.
+func TestSuperpacketSplit6(t *testing.T) {
+	data := make([]byte, 30000)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	// 1280 payload bytes fit in a 1340-byte segment with 60 bytes of headers.
+	nseg := (len(data) + 1279) / 1280
+	cfg := icmp6Config()
+	cfg.CompleteChecksums = true
+	dp, c := newDP(t, cfg)
+	c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv6, superpacket6(data)), from1)
+	var segs [][]byte
+	for len(segs) < nseg {
+		segs = append(segs, readPackets(t, dp)...)
+	}
+	var got []byte
+	for i, s := range segs {
+		if len(s) > dataplane.DefaultTunnelMTU {
+			t.Errorf("segment %d is %d bytes, over the tunnel MTU", i, len(s))
+		}
+		if p := pt.Problem6(s); p != "" {
+			t.Errorf("segment %d: %s", i, p)
+		}
+		if d := ip6(s[24:40]); d != "fd00:244:0:2::7" || s[7] != 63 {
+			t.Errorf("segment %d: dst %s hop limit %d", i, d, s[7])
+		}
+		tcp := s[40:]
+		if sn := binary.BigEndian.Uint32(tcp[4:]); sn != 0x01020304+uint32(len(got)) {
+			t.Errorf("segment %d: seq %#x", i, sn)
+		}
+		last := i == len(segs)-1
+		if flags := tcp[13]; (flags&0x01 != 0) != last || (flags&0x08 != 0) != last || (flags&0x80 != 0) != (i == 0) {
+			t.Errorf("segment %d of %d: flags %#x", i, len(segs), flags)
+		}
+		got = append(got, tcp[20:]...)
+	}
+	if !bytes.Equal(got, data) {
+		t.Errorf("segments carry %d bytes that differ from the %d sent", len(got), len(data))
+	}
+	if cn := dp.Counters(); cn.Get(dataplane.ToTunnel, dataplane.Segmented) != 1 || cn.Get(dataplane.ToTunnel, dataplane.Forwarded) != uint64(nseg) {
+		t.Errorf("counters %v", cn[dataplane.ToTunnel])
+	}
+
+	// Behind a Destination Options header it is not cut: Packet Too Big to the pod.
+	const s, d = "fd00:244:0:1::5", "fd71:0:0:2::7"
+	opts := pt.IPv6{Src: s, Dst: d, Ext: [][]byte{pt.ExtHeader(packet.ProtoDestOpts, 8)}, Proto: 6,
+		Payload: pt.TCP(s, d, 40000, 80, packet.TCPFlagACK, nil, data[:3000])}.Build()
+	c.Push(vxlanFrame(gwMAC, packet.EtherTypeIPv6, opts), from1)
+	readPackets(t, dp)
+	if cn := dp.Counters(); cn.Get(dataplane.ToTunnel, dataplane.DropTooBig) != 1 {
+		t.Errorf("counters %v", cn[dataplane.ToTunnel])
+	}
+}

@@ -98,7 +98,7 @@ func (d *Dataplane) readOverlay(bufs [][]byte, sizes []int, offset int) (int, er
 		if size == 0 {
 			continue
 		}
-		pkt := packet.IPv4(bufs[src][offset : offset+size])
+		pkt := bufs[src][offset : offset+size]
 		d.rsegs = max(d.rsegs, sp.n)
 		if queued {
 			d.queuePacket(pkt, sp, 0)
@@ -127,7 +127,7 @@ func (d *Dataplane) readOverlay(bufs [][]byte, sizes []int, offset int) (int, er
 // of which (own) holds the packet itself: the segment that lands in own is cut in place, the
 // others copied in front of it, and what does not fit goes to the queue. It returns how many
 // slots it filled and whether it queued anything.
-func (d *Dataplane) place(bufs [][]byte, sizes []int, offset int, pkt packet.IPv4, sp split, own int) (int, bool) {
+func (d *Dataplane) place(bufs [][]byte, sizes []int, offset int, pkt []byte, sp split, own int) (int, bool) {
 	n := max(1, sp.n)
 	k := min(n, len(bufs))
 	for j := range k {
@@ -151,7 +151,7 @@ func (d *Dataplane) place(bufs [][]byte, sizes []int, offset int, pkt packet.IPv
 
 // queuePacket moves a processed packet, or the segments of a superpacket from segment from
 // on, into the queue, which grows for them.
-func (d *Dataplane) queuePacket(pkt packet.IPv4, sp split, from int) {
+func (d *Dataplane) queuePacket(pkt []byte, sp split, from int) {
 	if sp.n == 0 {
 		d.queue.spill(pkt)
 		return
@@ -199,7 +199,7 @@ func (d *Dataplane) toTunnel(b *batch, m *Message, slot int) (int, split) {
 			b.tl[DropMalformedIP]++
 			return 0, split{}
 		}
-		return d.forwardToTunnel6(b, inner, slot, uint32(hopNode+peer)), split{}
+		return d.forwardToTunnel6(b, inner, slot, uint32(hopNode+peer))
 	}
 	return d.forwardToTunnel(b, inner, slot, uint32(hopNode+peer))
 }
@@ -208,48 +208,51 @@ func (d *Dataplane) toTunnel(b *batch, m *Message, slot int) (int, split) {
 func isLinkLocal6(a [16]byte) bool { return a[0] == 0xfe && a[1]&0xc0 == 0x80 }
 
 // forwardToTunnel6 is forwardToTunnel for IPv6: routes, checks, translates and clamps an inner
-// IPv6 packet from the overlay, and returns its size (0: not for the tunnel). Superpackets are
-// not cut (the agents turn segmentation offload off on the overlay device). A packet whose hop
-// limit runs out or that is larger than the tunnel MTU is dropped and answered with an ICMPv6
+// IPv6 packet from the overlay, and returns its size (0: not for the tunnel) and, for a TCP
+// superpacket larger than the tunnel MTU, how to cut it. A packet whose hop limit runs out or
+// that is larger than the tunnel MTU and cannot be cut is dropped and answered with an ICMPv6
 // error from OverlayIP6, if set (the batch slot's scratch buffer holds it).
-func (d *Dataplane) forwardToTunnel6(b *batch, inner []byte, slot int, sender uint32) int {
+func (d *Dataplane) forwardToTunnel6(b *batch, inner []byte, slot int, sender uint32) (int, split) {
 	t := b.t
 	ip, err := packet.ParseIPv6(inner)
 	if err != nil {
 		b.tl[DropMalformedIP]++
-		return 0
+		return 0, split{}
 	}
 	if isLinkLocal6(ip.Src()) {
 		b.tl[DropLinkLocalSource]++
-		return 0
+		return 0, split{}
 	}
 	hop, ok := t.routes.Lookup6(ip.Dst())
 	switch {
 	case !ok:
 		b.tl[DropNoRoute]++
-		return 0
+		return 0, split{}
 	case hop == hopLocal:
 		d.deliverLocal(b, ip)
-		return 0
+		return 0, split{}
 	case hop != hopTunnel:
 		b.tl[DropLoop]++
-		return 0
+		return 0, split{}
 	}
 	if owner, ok := t.routes.Lookup6(ip.Src()); !ok || owner != sender {
 		b.tl[DropSpoofedSource]++
-		return 0
+		return 0, split{}
 	}
 	if ip.HopLimit() <= 1 {
 		b.tl[DropTTL]++
 		d.icmpToOverlay6(b, ip, errHopLimitExceeded, slot)
-		return 0
+		return 0, split{}
 	}
+	var sp split
 	if len(ip) > t.tunnelMTU {
-		b.tl[DropTooBig]++
-		d.icmpToOverlay6(b, ip, errPacketTooBig(t.tunnelMTU), slot)
-		return 0
+		if sp = planSplit6(ip, t.tunnelMTU); sp.n == 0 {
+			b.tl[DropTooBig]++
+			d.icmpToOverlay6(b, ip, errPacketTooBig(t.tunnelMTU), slot)
+			return 0, split{}
+		}
 	}
-	if t.cfg.CompleteChecksums {
+	if t.cfg.CompleteChecksums && sp.n == 0 {
 		packet.CompleteTransportChecksum6(ip)
 	}
 	ip.SetHopLimit(ip.HopLimit() - 1)
@@ -261,14 +264,21 @@ func (d *Dataplane) forwardToTunnel6(b *batch, inner []byte, slot int, sender ui
 			own = nat.NoMatch
 		}
 	}
-	if c, drop := b.natVerdict(peer, own, 1); drop {
+	if c, drop := b.natVerdict(peer, own, uint64(max(1, sp.n))); drop {
 		b.tl[c]++
-		return 0
+		return 0, split{}
+	}
+	if sp.n > 0 {
+		// Checksums are computed per segment; counted as the packets they become.
+		b.tl[Segmented]++
+		b.tl[Forwarded] += uint64(sp.n)
+		b.tl[Bytes] += uint64(len(ip) + (sp.n-1)*sp.hdrLen)
+		return len(ip), sp
 	}
 	b.clamp6(ip)
 	b.tl[Forwarded]++
 	b.tl[Bytes] += uint64(len(ip))
-	return len(ip)
+	return len(ip), split{}
 }
 
 // forwardToTunnel routes, checks, translates and clamps an inner packet from the overlay, sent

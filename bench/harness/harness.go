@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -157,7 +158,8 @@ var metricOrder = []struct{ key, title, unit string }{
 
 // AllRungs are the rungs the harness knows, in ladder order.
 func AllRungs() []Rung {
-	return []Rung{&vethRung{}, &wireguardRung{}, &kernelNATRung{}, &skeinRung{nat: true}, &skeinRung{}}
+	return []Rung{&vethRung{}, &wireguardRung{}, &kernelNATRung{}, &skeinRung{nat: true}, &skeinRung{},
+		&wireguardRung{v6: true}, &skeinRung{nat: true, v6: true}}
 }
 
 // Prepare builds the binaries the rungs run (wireguard-go at the version go.mod pins,
@@ -223,7 +225,7 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 		}
 	}
 	if len(rungs) == 0 {
-		return nil, fmt.Errorf("harness: no rung named %v (known: veth, wireguard-go, kernel-nat, skein, skein-nonat)", o.Rungs)
+		return nil, fmt.Errorf("harness: no rung named %v (known: veth, wireguard-go, kernel-nat, skein, skein-nonat, wireguard-go-ipv6, skein-ipv6)", o.Rungs)
 	}
 	work, err := os.MkdirTemp("", "skein-bench-")
 	if err != nil {
@@ -345,7 +347,7 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 			for k, x := range m {
 				v.samples[k] = append(v.samples[k], x)
 			}
-			if run == 0 && !v.contended && !o.NoBreakdown {
+			if run == 0 && !v.contended && !o.NoBreakdown && p.wants("cpu-breakdown") {
 				fmt.Fprintf(o.Log, "bench: CPU breakdown of %s (one more single-stream test, under perf)\n", name)
 				if b, err := profileBreakdown(ctx, env, p, o); err != nil {
 					results[vi].BreakdownError = err.Error()
@@ -363,12 +365,9 @@ func Run(ctx context.Context, o Options, binDir string) (*Result, error) {
 		}
 	}
 	for vi, v := range variants {
-		base := baseline
-		if v.contended && results[vi].Name != baseline+contendedSuffix {
-			// The baseline beside the hog is set against itself without it: what the
-			// hog costs bare wireguard-go.
-			base += contendedSuffix
-		}
+		// The baseline beside the hog is set against itself without it (what the hog costs
+		// bare wireguard-go), an IPv6 rung against bare wireguard-go over IPv6.
+		base := baselineOf(results[vi].Name)
 		bi := slices.IndexFunc(results, func(r RungResult) bool { return r.Name == base })
 		if bi < 0 || bi == vi {
 			continue
@@ -397,7 +396,7 @@ func checkPath(ctx context.Context, e *Env, p *Path) error {
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
 	var last error
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if _, last = p.Client.output(filepath.Join(e.Bin, "skein-probe"), "rr", "--count", "10", "--timeout", "2s", p.Addr+":7073"); last == nil {
+		if _, last = p.Client.output(filepath.Join(e.Bin, "skein-probe"), "rr", "--count", "10", "--timeout", "2s", net.JoinHostPort(p.Addr, "7073")); last == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -555,11 +554,13 @@ func measure(ctx context.Context, e *Env, p *Path, o Options, mo measureOptions)
 		return nil, err
 	}
 	m["tcp1-reverse"] = r.End.SumReceived.BitsPerSecond / 1e6
-	if r, _, err = iperf(ctx, p, "-t", secs, "-P", "10"); err != nil {
-		return nil, err
+	if p.wants("tcp10") {
+		if r, _, err = iperf(ctx, p, "-t", secs, "-P", "10"); err != nil {
+			return nil, err
+		}
+		m["tcp10"] = r.End.SumReceived.BitsPerSecond / 1e6
 	}
-	m["tcp10"] = r.End.SumReceived.BitsPerSecond / 1e6
-	if !mo.contended {
+	if !mo.contended && p.wants("tcp10-reverse") {
 		if r, _, err = iperf(ctx, p, "-t", secs, "-P", "10", "-R"); err != nil {
 			return nil, err
 		}
@@ -569,7 +570,7 @@ func measure(ctx context.Context, e *Env, p *Path, o Options, mo measureOptions)
 		key  string
 		size int
 	}{{"udp64", 64}, {"udpmtu", InnerMTU - 28}} {
-		if mo.contended {
+		if mo.contended || !p.wants(u.key+"-pps") {
 			break
 		}
 		if r, _, err = iperf(ctx, p, "-t", secs, "-u", "-b", "0", "-l", strconv.Itoa(u.size)); err != nil {
@@ -584,7 +585,7 @@ func measure(ctx context.Context, e *Env, p *Path, o Options, mo measureOptions)
 	if o.Quick {
 		count = "500"
 	}
-	out, err := p.Client.output(filepath.Join(e.Bin, "skein-probe"), "rr", "--count", count, p.Addr+":7073")
+	out, err := p.Client.output(filepath.Join(e.Bin, "skein-probe"), "rr", "--count", count, net.JoinHostPort(p.Addr, "7073"))
 	if err != nil {
 		return nil, err
 	}
@@ -610,7 +611,7 @@ func measure(ctx context.Context, e *Env, p *Path, o Options, mo measureOptions)
 		}
 		return m, nil
 	}
-	if len(p.Gateways) > 0 {
+	if len(p.Gateways) > 0 && p.wants("gateway-rss-32") {
 		// The gateways' high-water mark after the tests so far (1 and 10 streams, UDP), then
 		// after 32 parallel streams.
 		m["gateway-rss"] = peak()

@@ -92,8 +92,42 @@ func TestQuick(t *testing.T) {
 			t.Errorf("rung %s: no crypto in the CPU breakdown of a WireGuard path: %+v", r.Name, r.Breakdown.PerGB)
 		}
 	}
-	if len(res.Rungs) != len(want)+2 {
-		t.Fatalf("%d rungs, want %d", len(res.Rungs), len(want)+2)
+	// The IPv6 rungs: one stream both ways, latency, CPU per GB (and the gateways' idle RSS),
+	// skein's set against bare wireguard-go over IPv6.
+	ipv6 := map[string]bool{"wireguard-go-ipv6": false, "skein-ipv6": true}
+	for _, r := range res.Rungs {
+		gw, ok := ipv6[r.Name]
+		if !ok {
+			continue
+		}
+		delete(ipv6, r.Name)
+		if r.Error != "" {
+			t.Errorf("rung %s: %s\n%s", r.Name, r.Error, log.String())
+			continue
+		}
+		keys := []string{"tcp1", "tcp1-reverse", "rr-p50", "rr-p99", "cpu-per-gb"}
+		if gw {
+			keys = append(keys, "gateway-rss-idle")
+		}
+		for _, k := range keys {
+			if m, ok := r.Metrics[k]; !ok || m.Median <= 0 {
+				t.Errorf("rung %s: %s = %+v, want a positive figure", r.Name, k, m)
+			}
+		}
+		if _, ok := r.Metrics["tcp10"]; ok {
+			t.Errorf("rung %s measured 10 streams: the IPv6 rungs take one stream, latency and CPU", r.Name)
+		}
+		if r.Name == "skein-ipv6" {
+			if ra, ok := r.Ratios["tcp1"]; !ok || ra.Mean <= 0 {
+				t.Errorf("skein-ipv6 has no ratio to wireguard-go-ipv6: %+v", r.Ratios)
+			}
+		}
+	}
+	if len(ipv6) != 0 {
+		t.Errorf("IPv6 rungs missing: %v", ipv6)
+	}
+	if len(res.Rungs) != len(want)+2+2 {
+		t.Fatalf("%d rungs, want %d", len(res.Rungs), len(want)+2+2)
 	}
 	for _, r := range res.Rungs {
 		if _, ok := want[r.Name]; !ok {
@@ -124,7 +158,7 @@ func TestQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back harness.Result
-	if err := json.Unmarshal(js, &back); err != nil || len(back.Rungs) != len(want)+2 {
+	if err := json.Unmarshal(js, &back); err != nil || len(back.Rungs) != len(want)+2+2 {
 		t.Errorf("JSON does not read back: %v", err)
 	}
 	if err := xml.Unmarshal([]byte(res.SVG()), new(struct{ XMLName xml.Name })); err != nil {

@@ -27,7 +27,7 @@ func (r *kernelNATRung) Describe() string {
 }
 
 func (r *kernelNATRung) Up(e *Env) (*Path, error) {
-	sites, made, err := buildSites(e, "knat", true)
+	sites, made, err := buildSites(e, "knat", true, false)
 	r.ns = append(r.ns, made...)
 	if err != nil {
 		return nil, err

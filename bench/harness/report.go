@@ -12,11 +12,18 @@ import (
 // baseline is the rung ratios are given against.
 const baseline = "wireguard-go"
 
+// ipv6Suffix names a rung that carries IPv6 inside the tunnel.
+const ipv6Suffix = "-ipv6"
+
 // baselineOf is the rung name's ratios are given against: baseline, or baseline beside the
-// hog for a contended rung other than that one (which is set against baseline).
+// hog for a contended rung other than that one (which is set against baseline), or baseline
+// over IPv6 for an IPv6 rung.
 func baselineOf(name string) string {
 	if strings.HasSuffix(name, contendedSuffix) && name != baseline+contendedSuffix {
 		return baseline + contendedSuffix
+	}
+	if strings.HasSuffix(name, ipv6Suffix) && name != baseline+ipv6Suffix {
+		return baseline + ipv6Suffix
 	}
 	return baseline
 }

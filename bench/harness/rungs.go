@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -36,7 +37,18 @@ type Path struct {
 	Gateways []*exec.Cmd
 	// Profiled are the namespaces of gateways serving Go's profiler on 127.0.0.1:9471.
 	Profiled []netns
+	// Only, if set, are the figures measured (ipv6Metrics): the rest, and the CPU breakdown
+	// unless listed as "cpu-breakdown", are left out.
+	Only []string
 }
+
+// wants reports whether the path measures figure k.
+func (p *Path) wants(k string) bool { return p.Only == nil || slices.Contains(p.Only, k) }
+
+// ipv6Metrics are what the IPv6 rungs measure (issue #24: one stream both ways, latency, CPU
+// per GB, the gateways' idle RSS): the rest is the IPv4 rungs' business, and each IPv6 rung
+// costs the ladder seconds, not a minute.
+var ipv6Metrics = []string{"tcp1", "tcp1-reverse", "rr-p50", "rr-p99", "cpu-per-gb", "gateway-rss-idle", "gateway-anon-idle"}
 
 // Rung is one topology of the ladder.
 type Rung interface {
@@ -87,12 +99,23 @@ func removeAll(ns []netns) error {
 // wireguardRung is the stock wireguard-go engine on a kernel TUN in each of two namespaces,
 // joined by a veth underlay: the engine's own limit, configured with wg.
 type wireguardRung struct {
+	// v6 carries IPv6 inside the tunnel (the underlay stays IPv4).
+	v6    bool
 	ns    []netns
 	socks []string
 }
 
-func (r *wireguardRung) Name() string { return "wireguard-go" }
+func (r *wireguardRung) Name() string {
+	if r.v6 {
+		return "wireguard-go" + ipv6Suffix
+	}
+	return "wireguard-go"
+}
+
 func (r *wireguardRung) Describe() string {
+	if r.v6 {
+		return "the wireguard-go rung carrying IPv6 (fd99::/64) inside the tunnel"
+	}
 	return fmt.Sprintf("stock wireguard-go (the version skein pins) on a kernel TUN in two namespaces over a veth, tunnel MTU %d", InnerMTU)
 }
 
@@ -106,8 +129,14 @@ func (r *wireguardRung) Up(e *Env) (*Path, error) {
 		{dev: e.Prefix + "wgc", under: "10.98.0.1", in: "10.99.0.1"},
 		{dev: e.Prefix + "wgs", under: "10.98.0.2", in: "10.99.0.2"},
 	}
+	tag, inBits, hostBits := "wg", "/24", "/32"
+	if r.v6 {
+		sides[0].dev, sides[1].dev = e.Prefix+"wg6c", e.Prefix+"wg6s"
+		sides[0].in, sides[1].in = "fd99::1", "fd99::2"
+		tag, inBits, hostBits = "wg6", "/64", "/128"
+	}
 	for i, sd := range sides {
-		n, err := addNetns(fmt.Sprintf("%s-wg-%c", e.Prefix, "cs"[i]))
+		n, err := addNetns(fmt.Sprintf("%s-%s-%c", e.Prefix, tag, "cs"[i]))
 		if err != nil {
 			return nil, err
 		}
@@ -130,6 +159,9 @@ func (r *wireguardRung) Up(e *Env) (*Path, error) {
 		return nil, err
 	}
 	p := &Path{Client: sides[0].ns, Server: sides[1].ns, Addr: sides[1].in}
+	if r.v6 {
+		p.Only = ipv6Metrics
+	}
 	for i, sd := range sides {
 		peer := sides[1-i]
 		cmd, err := sd.ns.start(e.Log, filepath.Join(e.Bin, "wireguard-go"), "-f", sd.dev)
@@ -147,11 +179,15 @@ func (r *wireguardRung) Up(e *Env) (*Path, error) {
 			return nil, err
 		}
 		if err := sd.ns.run("wg", "set", sd.dev, "private-key", keyFile, "listen-port", "51820",
-			"peer", peer.pub, "allowed-ips", peer.in+"/32", "endpoint", peer.under+":51820"); err != nil {
+			"peer", peer.pub, "allowed-ips", peer.in+hostBits, "endpoint", peer.under+":51820"); err != nil {
 			return nil, err
 		}
+		addr := []string{"ip", "addr", "add", sd.in + inBits, "dev", sd.dev}
+		if r.v6 {
+			addr = append(addr, "nodad") // no duplicate address detection to wait for
+		}
 		for _, c := range [][]string{
-			{"ip", "addr", "add", sd.in + "/24", "dev", sd.dev},
+			addr,
 			{"ip", "link", "set", sd.dev, "mtu", fmt.Sprint(InnerMTU), "up"},
 		} {
 			if err := sd.ns.run(c...); err != nil {
@@ -189,17 +225,26 @@ func waitFile(path string, d time.Duration) error {
 // address is rewritten.
 type skeinRung struct {
 	nat bool
-	ns  []netns
+	// v6: dual-stack sites (pods in 10.244.0.0/16 and fd00:244::/48 on both sides), measured
+	// over IPv6: the client sees the server's pods as fd71::/48.
+	v6 bool
+	ns []netns
 }
 
 func (r *skeinRung) Name() string {
-	if r.nat {
+	switch {
+	case r.v6:
+		return "skein" + ipv6Suffix
+	case r.nat:
 		return "skein"
 	}
 	return "skein-nonat"
 }
 
 func (r *skeinRung) Describe() string {
+	if r.v6 {
+		return "the skein rung between dual-stack sites, measured over IPv6: both sites' pods in fd00:244::/48 too, remapped in the gateways (fd71::/48 and fd72::/48)"
+	}
 	if r.nat {
 		return fmt.Sprintf("pod -> node (kernel VXLAN) -> skein-gateway -> WireGuard -> skein-gateway -> node -> pod; overlapping pod CIDRs remapped in the gateways; tunnel MTU %d", InnerMTU)
 	}
@@ -213,6 +258,8 @@ type site struct {
 	podIP, podNet, under, wan string
 	key, pub                  string
 	nodeMAC, gwMAC            string
+	// podIP6 and podNet6 (a /64) are the pod's IPv6 address and network on dual-stack sites.
+	podIP6, podNet6 string
 }
 
 // buildSites makes the two sites (client first) and the WAN between their gateway namespaces.
@@ -220,7 +267,13 @@ type site struct {
 // clusters on 10.244.0.0/16: the client sees the server's pods as 10.71.0.0/16, the server the
 // client's as 10.72.0.0/16) and 10.245.2.0/24 without. Each node routes the peer's pods, as it
 // sees them, to the gateway's overlay address 10.80.0.1.
-func buildSites(e *Env, tag string, nat bool) ([]*site, []netns, error) {
+//
+// With v6 the sites are dual-stack: their pods are also in fd00:244::/48 (fd00:244:0:1::/64
+// and fd00:244:0:2::/64), the client sees the server's as fd71::/48 and the server the client's
+// as fd72::/48, and each node routes those via the gateway's IPv6 overlay address
+// (64:ff9b:1::a50:1, its IPv4 one inside 64:ff9b:1::/96) with a permanent neighbour entry, as
+// skein-agent programs it.
+func buildSites(e *Env, tag string, nat, v6 bool) ([]*site, []netns, error) {
 	var made []netns
 	serverPods := "10.245"
 	if nat {
@@ -260,6 +313,23 @@ func buildSites(e *Env, tag string, nat bool) ([]*site, []netns, error) {
 		if err := s.pod.run("ip", "route", "add", "default", "via", s.podNet+".1"); err != nil {
 			return nil, made, err
 		}
+		if v6 {
+			s.podNet6 = fmt.Sprintf("fd00:244:0:%d::", i+1)
+			s.podIP6 = s.podNet6 + "2"
+			for _, c := range []struct {
+				ns   netns
+				args []string
+			}{
+				{s.pod, []string{"ip", "addr", "add", s.podIP6 + "/64", "dev", "eth0", "nodad"}},
+				{s.pod, []string{"ip", "-6", "route", "add", "default", "via", s.podNet6 + "1"}},
+				{s.node, []string{"sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"}},
+				{s.node, []string{"ip", "addr", "add", s.podNet6 + "1/64", "dev", "pod0", "nodad"}},
+			} {
+				if err := c.ns.run(c.args...); err != nil {
+					return nil, made, err
+				}
+			}
+		}
 		// node <-> gateway (the pod network carrying VXLAN to the gateway pod)
 		if err := vethPair(s.node, "eth0", s.under+".1/24", s.gw, "eth0", s.under+".2/24", 1500); err != nil {
 			return nil, made, err
@@ -283,6 +353,21 @@ func buildSites(e *Env, tag string, nat bool) ([]*site, []netns, error) {
 				return nil, made, err
 			}
 		}
+		if !v6 {
+			continue
+		}
+		// The overlay device's IPv6 address, the gateway's neighbour entry and the route to
+		// the peer's pods as seen here.
+		remote6 := map[int]string{0: "fd71::/48", 1: "fd72::/48"}[i]
+		for _, c := range [][]string{
+			{"ip", "addr", "add", "64:ff9b:1::a50:c/96", "dev", "liqo.vxlan", "nodad"},
+			{"ip", "-6", "neigh", "replace", "64:ff9b:1::a50:1", "lladdr", s.gwMAC, "dev", "liqo.vxlan", "nud", "permanent"},
+			{"ip", "-6", "route", "add", remote6, "via", "64:ff9b:1::a50:1", "dev", "liqo.vxlan"},
+		} {
+			if err := s.node.run(c...); err != nil {
+				return nil, made, err
+			}
+		}
 	}
 	if err := vethPair(sites[0].gw, "wan0", sites[0].wan+"/24", sites[1].gw, "wan0", sites[1].wan+"/24", 1500); err != nil {
 		return nil, made, err
@@ -300,16 +385,22 @@ func serverAddr(sites []*site, nat bool) string {
 
 func (r *skeinRung) Up(e *Env) (*Path, error) {
 	tag := "sknat"
-	if !r.nat {
+	switch {
+	case r.v6:
+		tag = "sk6"
+	case !r.nat:
 		tag = "skraw"
 	}
-	sites, made, err := buildSites(e, tag, r.nat)
+	sites, made, err := buildSites(e, tag, r.nat, r.v6)
 	r.ns = append(r.ns, made...)
 	if err != nil {
 		return nil, err
 	}
 
 	p := &Path{Client: sites[0].pod, Server: sites[1].pod, Addr: serverAddr(sites, r.nat)}
+	if r.v6 {
+		p.Addr, p.Only = "fd71:0:0:2::2", ipv6Metrics // the server's pod as the client sees it
+	}
 	for i, s := range sites {
 		peer := sites[1-i]
 		keyFile := filepath.Join(e.Work, fmt.Sprintf("skein-%s-%d.key", tag, i))
@@ -339,6 +430,11 @@ remote:
 		if remapped != "" {
 			cfg += "  remappedPodCIDR: " + remapped + "\n"
 		}
+		podCIDRs := s.podNet + ".0/24"
+		if r.v6 {
+			cfg += "  podCIDR6: fd00:244::/48\n  remappedPodCIDR6: " + map[int]string{0: "fd71::/48", 1: "fd72::/48"}[i] + "\n"
+			podCIDRs += ", '" + s.podNet6 + "/64'"
+		}
 		cfg += fmt.Sprintf(`overlay:
   kind: vxlan
   listen: %[1]s.2
@@ -348,8 +444,8 @@ nodes:
 - name: node
   vtep: %[1]s.1
   mac: 02:5b:00:00:01:%02[2]x
-  podCIDRs: [%[3]s.0/24]
-`, s.under, i, s.podNet)
+  podCIDRs: [%[3]s]
+`, s.under, i, podCIDRs)
 		if e.Profile {
 			cfg += "httpListen: 127.0.0.1:9471\npprof: true\n"
 			p.Profiled = append(p.Profiled, s.gw)

@@ -45,7 +45,7 @@ Flags:
 	quick := fs.Bool("quick", false, "smoke mode: one run of 1 s measurements (about a minute)")
 	runs := fs.Int("runs", 0, "runs per rung, interleaved across rungs (default 5, 1 with --quick; with 3 or fewer a side no change is significant)")
 	duration := fs.Duration("duration", 0, "length of each throughput measurement (default 4s, 1s with --quick)")
-	rungs := fs.String("rungs", "", "comma-separated rungs to run (default all: veth, wireguard-go, kernel-nat, skein, skein-nonat)")
+	rungs := fs.String("rungs", "", "comma-separated rungs to run (default all: veth, wireguard-go, kernel-nat, skein, skein-nonat, wireguard-go-ipv6, skein-ipv6)")
 	out := fs.String("out", "", "directory for the report files: DATE.md, .json, .svg, .bench.txt and, with --compare, DATE-compare.md (default bench/results, where the committed reports are; bench/results/quick with --quick, so a smoke run never replaces them)")
 	prefix := fs.String("prefix", "skb", "prefix of the namespaces the harness makes")
 	profile := fs.String("profile", "", "directory for CPU profiles of the skein gateways during the first single-stream test (go tool pprof -top FILE)")
