@@ -37,6 +37,7 @@ type Conn struct {
 	raw   syscall.RawConn
 	batch int
 	gso   bool // send runs with UDP_SEGMENT; cleared if the kernel refuses
+	v6    bool // an IPv6 socket: it sends to IPv6 addresses only
 
 	r  batchState // ReadBatch's scratch
 	wm sync.Mutex
@@ -84,16 +85,21 @@ func newBatchState(n int) batchState {
 	return s
 }
 
-// Listen opens a UDP socket on addr (an IPv4 address and port; port 0 picks one) moving up to
-// batch datagrams per call (DefaultBatch if batch <= 0).
+// Listen opens a UDP socket on addr (an IPv4 or IPv6 address and port; port 0 picks one)
+// moving up to batch datagrams per call (DefaultBatch if batch <= 0). The socket is of addr's
+// family alone: an IPv6 one neither sends to nor receives from IPv4 addresses.
 func Listen(addr netip.AddrPort, batch int) (*Conn, error) {
 	if batch <= 0 {
 		batch = DefaultBatch
 	}
-	if !addr.Addr().Is4() {
-		return nil, fmt.Errorf("overlay socket %v: only IPv4 underlays are supported so far", addr)
+	network := "udp4"
+	switch a := addr.Addr(); {
+	case !a.IsValid() || a.Is4In6():
+		return nil, fmt.Errorf("overlay socket %v: want an IPv4 or IPv6 address (not IPv4-mapped)", addr)
+	case a.Is6():
+		network = "udp6" // IPV6_V6ONLY: Go sets it for a specific IPv6 address
 	}
-	pc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(addr))
+	pc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(addr))
 	if err != nil {
 		return nil, fmt.Errorf("overlay socket: %w", err)
 	}
@@ -105,7 +111,7 @@ func Listen(addr netip.AddrPort, batch int) (*Conn, error) {
 		pc.Close()
 		return nil, fmt.Errorf("overlay socket: %w", err)
 	}
-	c := &Conn{pc: pc, raw: raw, batch: batch, gso: true, r: newBatchState(batch), w: newBatchState(batch)}
+	c := &Conn{pc: pc, raw: raw, batch: batch, gso: true, v6: network == "udp6", r: newBatchState(batch), w: newBatchState(batch)}
 	c.r.call = c.r.syscall(unix.SYS_RECVMMSG)
 	c.w.call = c.w.syscall(unix.SYS_SENDMMSG)
 	return c, nil
@@ -208,7 +214,7 @@ func (c *Conn) WriteBatch(msgs []dataplane.Message) (int, error) {
 			hdr := &s.hdrs[h].Hdr
 			*hdr = unix.Msghdr{
 				Name:    (*byte)(unsafe.Pointer(&s.names[h])),
-				Namelen: putSockaddr(&s.names[h], msgs[i].Addr),
+				Namelen: putSockaddr(&s.names[h], msgs[i].Addr, c.v6),
 				Iov:     &s.flat[2*(i-start)],
 			}
 			hdr.SetIovlen(2 * (end - i))
@@ -319,8 +325,14 @@ func addrPort(sa *unix.RawSockaddrInet6) (netip.AddrPort, bool) {
 	return netip.AddrPort{}, false
 }
 
-// putSockaddr writes ap as an IPv4 sockaddr and returns its length.
-func putSockaddr(sa *unix.RawSockaddrInet6, ap netip.AddrPort) uint32 {
+// putSockaddr writes ap as an IPv4 sockaddr, or as an IPv6 one on an IPv6 socket (an IPv4
+// address there comes out IPv4-mapped, which the IPv6-only socket refuses), and returns its
+// length.
+func putSockaddr(sa *unix.RawSockaddrInet6, ap netip.AddrPort, v6 bool) uint32 {
+	if v6 {
+		*sa = unix.RawSockaddrInet6{Family: unix.AF_INET6, Port: ntohs(ap.Port()), Addr: ap.Addr().As16()}
+		return unix.SizeofSockaddrInet6
+	}
 	sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
 	*sa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Port: ntohs(ap.Port()), Addr: ap.Addr().Unmap().As4()}
 	return unix.SizeofSockaddrInet4

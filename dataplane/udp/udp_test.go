@@ -220,8 +220,8 @@ func TestNoAllocs(t *testing.T) {
 }
 
 func TestListenErrors(t *testing.T) {
-	if _, err := udp.Listen(netip.MustParseAddrPort("[::1]:0"), 0); err == nil {
-		t.Error("an IPv6 underlay was accepted")
+	if _, err := udp.Listen(netip.MustParseAddrPort("[::ffff:127.0.0.1]:0"), 0); err == nil {
+		t.Error("an IPv4-mapped address was accepted")
 	}
 	c := listen(t, 0)
 	if c.BatchSize() != udp.DefaultBatch {
@@ -265,5 +265,45 @@ func TestWriteBatchGSO(t *testing.T) {
 		if n != len(out[i].Head)+len(out[i].Body) || buf[0] != byte(i) || buf[n-1] != byte(i) {
 			t.Fatalf("datagram %d: %d bytes starting %d, want %d bytes of %d", i, n, buf[0], len(out[i].Head)+len(out[i].Body), i)
 		}
+	}
+}
+
+// TestIPv6Underlay: on an IPv6 address the socket receives from and sends to IPv6 peers, GSO
+// runs included; an IPv4 destination is refused (counted by the caller), not sent.
+func TestIPv6Underlay(t *testing.T) {
+	lo6 := netip.MustParseAddrPort("[::1]:0")
+	c, err := udp.Listen(lo6, 16)
+	if err != nil {
+		t.Skipf("no IPv6 on loopback (the kernel's IPv6 is off): %v", err)
+	}
+	defer c.Close()
+	peer, err := net.ListenUDP("udp6", net.UDPAddrFromAddrPort(lo6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	peer.SetDeadline(time.Now().Add(10 * time.Second))
+	to := peer.LocalAddr().(*net.UDPAddr).AddrPort()
+	var out []dataplane.Message
+	for i := range 5 {
+		out = append(out, dataplane.Message{Head: []byte{byte(i)}, Body: bytes.Repeat([]byte{byte(i)}, 999), Addr: to})
+	}
+	out = append(out, dataplane.Message{Head: []byte{9}, Body: []byte("to IPv4"), Addr: netip.MustParseAddrPort("127.0.0.1:9")})
+	if n, err := c.WriteBatch(out); n != 5 || err == nil {
+		t.Errorf("WriteBatch = %d, %v; want the 5 IPv6 datagrams sent and the IPv4 one refused", n, err)
+	}
+	buf := make([]byte, 2000)
+	for i := range 5 {
+		n, _, err := peer.ReadFromUDP(buf)
+		if err != nil || n != 1000 || buf[0] != byte(i) {
+			t.Fatalf("datagram %d: %d bytes starting %d, %v", i, n, buf[0], err)
+		}
+	}
+	if _, err := peer.WriteToUDPAddrPort([]byte("back over IPv6"), c.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(t, c, msgs(4, 4, 100), 1)
+	if len(got) != 1 || got[0].Addr != to || string(append(got[0].Head, got[0].Body...)[:got[0].N]) != "back over IPv6" {
+		t.Fatalf("received %+v, want one datagram from %v", got, to)
 	}
 }
