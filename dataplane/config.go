@@ -25,7 +25,8 @@ type Config struct {
 	// Connection MTU; default 1340). SYNs are clamped to fit it.
 	TunnelMTU int
 	// OverlayMTU is the largest inner packet sent to a node over the overlay (the nodes'
-	// liqo.vxlan MTU; default 1450, a 1500-byte underlay minus VXLAN overhead).
+	// liqo.vxlan MTU; default 1450, a 1500-byte IPv4 underlay minus VXLAN overhead: set 1430
+	// over an IPv6 one).
 	OverlayMTU int
 
 	// TunnelIP is the gateway's own address inside the tunnel, the source of ICMP errors it
@@ -170,8 +171,8 @@ func compile(cfg Config, check bool) (*tables, error) {
 	ov.Peers = append([]netip.Addr(nil), ov.Peers...)
 	var b route.Builder
 	for i, n := range c.Nodes {
-		if !n.VTEP.Is4() {
-			errs = append(errs, fmt.Errorf("node %q: VTEP address %v must be IPv4", n.Name, n.VTEP))
+		if !n.VTEP.IsValid() || n.VTEP.Is4In6() {
+			errs = append(errs, fmt.Errorf("node %q: VTEP address %v must be an IPv4 or IPv6 address", n.Name, n.VTEP))
 			continue
 		}
 		if n.MAC == (packet.MAC{}) || n.MAC[0]&1 != 0 {

@@ -169,7 +169,7 @@ func main() {
 		}
 		ip, err := netip.ParseAddr(*podIP)
 		if err != nil {
-			fail(2, "--pod-ip %q (or $POD_IP): want the pod's IPv4 address", *podIP)
+			fail(2, "--pod-ip %q (or $POD_IP): want the pod's IP address", *podIP)
 		}
 		kind, err := overlay.ParseKind(*overlayKind)
 		if err != nil {

@@ -75,6 +75,9 @@ const HeaderLen = 8 + packet.EthernetHeaderLen
 // (8) and HeaderLen. The overlay MTU is the underlay MTU minus Overhead.
 const Overhead = 20 + 8 + HeaderLen
 
+// Overhead6 is Overhead over an IPv6 underlay (an outer IPv6 header of 40 bytes).
+const Overhead6 = 40 + 8 + HeaderLen
+
 // Config describes the gateway's side of the overlay.
 type Config struct {
 	Kind Kind

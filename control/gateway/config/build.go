@@ -121,13 +121,15 @@ type Overlay struct {
 	Kind overlay.Kind
 	Port uint16
 	VNI  *uint32
-	// Listen is the gateway's IPv4 underlay address, where nodes send overlay frames.
+	// Listen is the gateway's underlay address, where nodes send overlay frames: IPv4, or IPv6
+	// in an IPv6-only cluster (the nodes' VTEPs are then IPv6 too).
 	Listen netip.Addr
 	// IP is the gateway's IPv4 overlay address; MAC its overlay MAC (zero: derived from IP,
 	// overlay.GatewayMAC). A gateway that carries IPv6 is also netv1alpha1.Internal6(IP).
 	IP  netip.Addr
 	MAC packet.MAC
-	// MTU of the nodes' overlay devices (0: the dataplane's default).
+	// MTU of the nodes' overlay devices (0: the dataplane's default for an IPv4 underlay,
+	// 1500 less overlay.Overhead6 for an IPv6 one).
 	MTU int
 	// CompleteChecksums recomputes the inner checksums of what nodes send (nil: true).
 	CompleteChecksums *bool
@@ -388,9 +390,12 @@ func (b *builder) overlay() {
 	}
 	b.dp.Overlay = overlay.Config{Kind: o.Kind, VNI: vni, IP: o.IP, MAC: o.MAC}
 	b.dp.OverlayPort, b.dp.OverlayMTU = port, o.MTU
+	if o.MTU == 0 && o.Listen.Is6() {
+		b.dp.OverlayMTU = 1500 - overlay.Overhead6
+	}
 	b.dp.CompleteChecksums = o.CompleteChecksums == nil || *o.CompleteChecksums
-	if !o.Listen.Is4() {
-		b.bad("overlay.listen", "%v: want the gateway's IPv4 underlay address", o.Listen)
+	if !o.Listen.IsValid() || o.Listen.Is4In6() || o.Listen.Zone() != "" {
+		b.bad("overlay.listen", "%v: want the gateway's IPv4 or IPv6 underlay address", o.Listen)
 	} else {
 		g.OverlayListen = netip.AddrPortFrom(o.Listen, port)
 	}
@@ -417,9 +422,11 @@ func (b *builder) overlay() {
 		switch v := n.VTEP; {
 		case v.IsUnspecified():
 			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v: want the node's underlay address", n.VTEP)
-		case !v.Is4() || v.IsMulticast() || v == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		case !v.IsValid() || v.Is4In6() || v.Zone() != "" || v.IsMulticast() || v == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
 			// (Loopback stays allowed: a gateway and its nodes on one host, as in tests.)
-			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v is not a node's unicast IPv4 underlay address", n.VTEP)
+			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v is not a node's unicast underlay address", n.VTEP)
+		case o.Listen.IsValid() && v.Is4() != o.Listen.Is4():
+			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v is not of the family of the gateway's underlay address %v: the overlay socket speaks one", n.VTEP, o.Listen)
 		case v == o.Listen || v == o.IP:
 			b.bad(fmt.Sprintf("nodes[%d].vtep", i), "%v is the gateway's own address, not a node's", n.VTEP)
 		}

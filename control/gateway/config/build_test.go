@@ -295,3 +295,25 @@ func TestDefaultsAgree(t *testing.T) {
 		t.Errorf("kernel.Table %d, spec %d", kernel.Table, netv1alpha1.RouteTable)
 	}
 }
+
+// TestBuildIPv6Underlay: an IPv6-only cluster's gateway listens on its IPv6 pod address for
+// nodes with IPv6 VTEPs, and its overlay MTU allows for the outer IPv6 header; a node VTEP of
+// the other family is refused.
+func TestBuildIPv6Underlay(t *testing.T) {
+	s := spec(true)
+	s.Remote = []config.Remote{remote("fd00:244::/48", "fd71::/48")}
+	s.Overlay.Listen = netip.MustParseAddr("fd00:77::2")
+	s.Nodes = []dataplane.Node{{Name: "a", VTEP: netip.MustParseAddr("fd00:77::5"), MAC: [6]byte{2, 0, 0, 0, 0, 1},
+		PodCIDRs: []netip.Prefix{netip.MustParsePrefix("fd00:244:0:1::/64")}}}
+	g, err := config.Build(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.OverlayListen.String() != "[fd00:77::2]:4789" || g.Dataplane.OverlayMTU != 1500-overlay.Overhead6 {
+		t.Errorf("overlay listen %v, MTU %d; want [fd00:77::2]:4789 and %d", g.OverlayListen, g.Dataplane.OverlayMTU, 1500-overlay.Overhead6)
+	}
+	s.Nodes[0].VTEP = netip.MustParseAddr("192.168.77.5")
+	if _, err := config.Build(s); err == nil || !strings.Contains(err.Error(), "nodes[0].vtep: 192.168.77.5 is not of the family of the gateway's underlay address fd00:77::2") {
+		t.Errorf("an IPv4 VTEP beside an IPv6 underlay: %v", err)
+	}
+}
