@@ -56,7 +56,7 @@ func main() {
 	apiconn.DeadConnectionsFaster()
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
-	nodeIP := fs.String("node-ip", os.Getenv("NODE_IP"), "this node's underlay IPv4 address, its VTEP (default $NODE_IP)")
+	nodeIP := fs.String("node-ip", os.Getenv("NODE_IP"), "this node's underlay address, its VTEP: IPv4, or IPv6 in an IPv6-only cluster, whose gateways then listen on IPv6 too (default $NODE_IP)")
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: the pod's service account)")
 	device := fs.String("device", netv1alpha1.DefaultOverlayDevice, "name of the overlay device")
 	kindName := fs.String("overlay-kind", "vxlan", "vxlan, or geneve where the kernel has it")
@@ -115,8 +115,8 @@ func main() {
 		return
 	}
 	ip, err := netip.ParseAddr(*nodeIP)
-	if err != nil || !ip.Is4() || *nodeName == "" {
-		fail(2, "--node-name and --node-ip (an IPv4 address) are required (or $NODE_NAME and $NODE_IP)")
+	if err != nil || ip.Is4In6() || ip.Zone() != "" || ip.IsUnspecified() || *nodeName == "" {
+		fail(2, "--node-name and --node-ip (an IPv4 or IPv6 address) are required (or $NODE_NAME and $NODE_IP)")
 	}
 	kind, err := overlay.ParseKind(*kindName)
 	if err != nil {

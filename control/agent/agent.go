@@ -99,8 +99,8 @@ type Agent struct {
 
 // New prepares an agent on kernel k; snat may be nil (no host-network SNAT).
 func New(cfg *rest.Config, opts Options, k kernel.Kernel, snat SNAT) (*Agent, error) {
-	if opts.Node.Name == "" || !opts.Node.IP.Is4() {
-		return nil, errors.New("agent: the node's name and IPv4 address are required")
+	if ip := opts.Node.IP; opts.Node.Name == "" || !ip.IsValid() || ip.Is4In6() || ip.Zone() != "" || ip.IsUnspecified() {
+		return nil, errors.New("agent: the node's name and its IPv4 or IPv6 underlay address are required")
 	}
 	if opts.Resync == 0 {
 		opts.Resync = 10 * time.Second

@@ -140,3 +140,60 @@ func TestNetlinkIPv6(t *testing.T) {
 		t.Errorf("cleanup left the namespace changed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }
+
+// TestNetlinkIPv6Underlay: in an IPv6-only cluster the node's overlay device sends from its
+// IPv6 underlay address to the gateway's IPv6 VTEP (FDB entry with an IPv6 destination); a
+// pod's packets to the peer (IPv4 and IPv6 alike) cross the overlay encapsulated in IPv6.
+func TestNetlinkIPv6Underlay(t *testing.T) {
+	s := newSite(t)
+	s.node.Run(t, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+	s.node.Run(t, "ip", "addr", "add", "fd00:244:0:1::1/64", "dev", "pod0", "nodad")
+	s.pod.Run(t, "ip", "addr", "add", "fd00:244:0:1::5/64", "dev", "pod0", "nodad")
+	s.pod.Run(t, "ip", "-6", "route", "add", "default", "via", "fd00:244:0:1::1")
+	// The node's IPv6 underlay, and a gateway namespace on it whose VXLAN device (local
+	// fd00:77::2) stands in for the gateway's VTEP.
+	g := netnstest.New(t, "kgw6u")
+	s.node.Run(t, "ip", "link", "add", "v-kgw6u", "type", "veth", "peer", "name", "eth0", "netns", g.Name)
+	s.node.Run(t, "ip", "addr", "add", "fd00:77::1/64", "dev", "v-kgw6u", "nodad")
+	s.node.Run(t, "ip", "link", "set", "v-kgw6u", "up")
+	g.Run(t, "ip", "addr", "add", "fd00:77::2/64", "dev", "eth0", "nodad")
+	g.Run(t, "ip", "link", "set", "eth0", "up")
+
+	d := dualDesired("fd00:77::2")
+	d.Overlay.Local = netip.MustParseAddr("fd00:77::1")
+	d.Overlay.MTU = 1430
+	if _, err := kernel.Reconcile(s.k, d); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := s.k.Link("liqo.vxlan")
+	if l == nil || l.Local.String() != "fd00:77::1" {
+		t.Fatalf("overlay device %+v: want local fd00:77::1", l)
+	}
+	if fdb, _ := s.k.FDB("liqo.vxlan"); !slices.Contains(fdb, kernel.FDBEntry{MAC: gwMAC, Dst: netip.MustParseAddr("fd00:77::2")}) {
+		t.Errorf("FDB %+v: want the gateway's MAC at fd00:77::2", fdb)
+	}
+	if ch, err := kernel.Reconcile(s.k, d); err != nil || ch.Total() != 0 {
+		t.Errorf("second reconcile: %+v, %v", ch, err)
+	}
+
+	g.Run(t, "ip", "link", "add", "vx", "address", overlay.MACString(gwMAC), "type", "vxlan", "id", "18952", "dstport", "4789", "local", "fd00:77::2", "nolearning")
+	g.Run(t, "ip", "addr", "add", "10.80.0.1/16", "dev", "vx")
+	g.Run(t, "ip", "addr", "add", "64:ff9b:1::a50:1/96", "dev", "vx", "nodad")
+	g.Run(t, "ip", "link", "set", "vx", "up")
+	g.Run(t, "ip", "addr", "add", "10.71.2.7/32", "dev", "lo")
+	g.Run(t, "ip", "addr", "add", "fd71:0:0:2::7/128", "dev", "lo")
+	g.Run(t, "bridge", "fdb", "append", overlay.MACString(l.MAC), "dev", "vx", "dst", "fd00:77::1")
+	g.Run(t, "ip", "neigh", "replace", "10.80.0.11", "lladdr", overlay.MACString(l.MAC), "dev", "vx", "nud", "permanent")
+	g.Run(t, "ip", "neigh", "replace", "64:ff9b:1::a50:b", "lladdr", overlay.MACString(l.MAC), "dev", "vx", "nud", "permanent")
+	g.Run(t, "ip", "route", "add", "10.244.1.0/24", "via", "10.80.0.11", "dev", "vx", "onlink")
+	g.Run(t, "ip", "-6", "route", "add", "fd00:244:0:1::/64", "via", "64:ff9b:1::a50:b", "dev", "vx")
+	if !ping(t, s.pod) {
+		t.Error("no IPv4 ping reply over the IPv6 underlay")
+	}
+	if !ping6(t, s.pod, "fd00:244:0:1::5", "fd71:0:0:2::7") {
+		t.Error("no IPv6 ping reply over the IPv6 underlay")
+	}
+	if err := kernel.Cleanup(s.k, "liqo.vxlan", 18952); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -26,7 +26,7 @@ type Overlay struct {
 	VNI  uint32
 	Port uint16
 	// Local is the node's underlay address the device sends from (so the gateway recognises
-	// the node's VTEP).
+	// the node's VTEP): IPv4, or IPv6 in an IPv6-only cluster.
 	Local netip.Addr
 	// Address is the device's overlay address with its prefix, such as 10.80.0.11/16.
 	Address netip.Prefix
@@ -156,8 +156,11 @@ func (d *Desired) validate() error {
 	if o.VNI == 0 || o.VNI > packet.MaxVNI {
 		errs = append(errs, fmt.Errorf("overlay VNI %d: want 1-%d", o.VNI, packet.MaxVNI))
 	}
-	if !o.Local.Is4() || !o.Address.Addr().Is4() {
-		errs = append(errs, fmt.Errorf("overlay: local %v and address %v must be IPv4", o.Local, o.Address))
+	if !o.Local.IsValid() || o.Local.Is4In6() || o.Local.Zone() != "" || o.Local.IsUnspecified() {
+		errs = append(errs, fmt.Errorf("overlay: local %v must be the node's IPv4 or IPv6 underlay address", o.Local))
+	}
+	if !o.Address.Addr().Is4() {
+		errs = append(errs, fmt.Errorf("overlay: address %v must be IPv4 (the overlay's addresses are, whatever the underlay)", o.Address))
 	}
 	if o.Address6.IsValid() && (!o.Address6.Addr().Is6() || o.Address6.Addr().Is4In6() || o.Address6.Addr().IsLinkLocalUnicast() || o.Address6.Addr().IsMulticast()) {
 		errs = append(errs, fmt.Errorf("overlay: IPv6 address %v must be a unicast IPv6 address of global scope", o.Address6))
@@ -167,8 +170,8 @@ func (d *Desired) validate() error {
 	}
 	seen := map[netip.Prefix]netip.Addr{}
 	for _, p := range d.Peers {
-		if !p.OverlayIP.Is4() || !p.VTEP.Is4() {
-			errs = append(errs, fmt.Errorf("peer gateway %v at VTEP %v: both must be IPv4", p.OverlayIP, p.VTEP))
+		if !p.OverlayIP.Is4() || !p.VTEP.IsValid() || p.VTEP.Is4In6() || p.VTEP.Is4() != o.Local.Is4() {
+			errs = append(errs, fmt.Errorf("peer gateway %v at VTEP %v: want an IPv4 overlay address and a VTEP of the family of the node's underlay address %v", p.OverlayIP, p.VTEP, o.Local))
 		}
 		if !o.Address.Contains(p.OverlayIP) {
 			errs = append(errs, fmt.Errorf("peer gateway %v is outside the overlay network %v", p.OverlayIP, o.Address.Masked()))

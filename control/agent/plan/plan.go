@@ -20,7 +20,8 @@ import (
 // Node is what the agent knows of its node from flags and the environment.
 type Node struct {
 	Name string
-	// IP is the node's underlay address (the overlay device's local address, its VTEP).
+	// IP is the node's underlay address (the overlay device's local address, its VTEP): IPv4,
+	// or IPv6 in an IPv6-only cluster.
 	IP netip.Addr
 	// InternalCIDR is the cluster's internal CIDR (overlay addresses), for the prefix length of
 	// the device's address. Default 10.80.0.0/16.
@@ -32,7 +33,7 @@ type Node struct {
 	Kind         overlay.Kind
 	VNI          uint32
 	Port         uint16
-	MTU          int // of the device; default 1450
+	MTU          int // of the device; default 1450 (1430 over an IPv6 underlay)
 	RulePriority int
 	// MasqueradeBypass keeps the source of pod traffic to peers whatever the node's other NAT
 	// rules say (kernel.HostSNAT.MasqueradeBypass).
@@ -127,6 +128,9 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 	mtu := n.MTU
 	if mtu == 0 {
 		mtu = 1500 - overlay.Overhead
+		if n.IP.Is6() {
+			mtu = 1500 - overlay.Overhead6 // the outer header is IPv6
+		}
 	}
 	vni := n.VNI
 	if vni == 0 {
