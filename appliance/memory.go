@@ -103,7 +103,12 @@ func (g *Gateway) trimMemory(ctx context.Context, connected <-chan struct{}) {
 		if !idle {
 			continue
 		}
-		if heapObjects() > last+trimGrowth {
+		// A collection of the runtime's own (forced every two minutes) lowers the heap: the
+		// growth to trim at counts from there, or the pages it freed would stay until the heap
+		// grew past the old mark (fresh-clone review).
+		h := heapObjects()
+		last = min(last, h)
+		if h > last+trimGrowth {
 			debug.FreeOSMemory()
 			last = heapObjects()
 		}

@@ -66,6 +66,9 @@ func idlePair(b *testing.B, settle time.Duration) map[string]float64 {
 			out[k] = max(out[k], v)
 		}
 		if dir := os.Getenv("SKEIN_BENCH_MEMDIR"); dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				b.Fatal(err)
+			}
 			keepMemory(b, g, filepath.Join(dir, name))
 		}
 	}
@@ -102,7 +105,9 @@ func keepMemory(tb testing.TB, g *cluster, prefix string) {
 	keepPresent(tb, g.proc.Process.Pid, prefix)
 	for _, f := range []string{"smaps", "status"} {
 		if s, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", g.proc.Process.Pid, f)); err == nil {
-			os.WriteFile(prefix+"."+f, s, 0o644)
+			if err := os.WriteFile(prefix+"."+f, s, 0o644); err != nil {
+				tb.Error(err)
+			}
 		}
 	}
 	for _, x := range []struct{ suffix, path string }{{".metrics", "/metrics"},
@@ -112,7 +117,9 @@ func keepMemory(tb testing.TB, g *cluster, prefix string) {
 			tb.Error(err)
 			continue
 		}
-		os.WriteFile(prefix+x.suffix, []byte(s), 0o644)
+		if err := os.WriteFile(prefix+x.suffix, []byte(s), 0o644); err != nil {
+			tb.Error(err)
+		}
 	}
 }
 
@@ -143,5 +150,7 @@ func keepPresent(tb testing.TB, pid int, prefix string) {
 			}
 		}
 	}
-	os.WriteFile(prefix+".present", []byte(out.String()), 0o644)
+	if err := os.WriteFile(prefix+".present", []byte(out.String()), 0o644); err != nil {
+		tb.Error(err)
+	}
 }
