@@ -20,7 +20,7 @@ import (
 //
 // What is linked matters as much. With client-go's scheme of every built-in kind and the
 // Prometheus client library, an idle gateway held 19.3 MiB after a scrape; without them it
-// holds 14.2 (BenchmarkIdleRSS): their registrations at start-up stayed on the heap (2.5 MiB
+// held 14.2 (BenchmarkIdleRSS; 14.5-14.9 since gVisor's IPv6 is linked): their registrations at start-up stayed on the heap (2.5 MiB
 // of anonymous memory) and the executable's pages the process keeps touching grew by as much
 // (the kernel maps 64 KiB around each page fault). So the gateway links neither
 // (control/gateway/api.go, control/promtext; layout_test.go keeps it so).
@@ -34,7 +34,7 @@ import (
 //     some 10 KiB a second (probes, keepalives, rekeys, scrapes); the runtime alone collects
 //     only every two minutes and keeps the freed pages (the scavenger's goal follows the heap
 //     goal, which the untouched buffers put above 100 MiB). Without this an idle gateway held
-//     18.9-19.0 MiB after 6 minutes (7.5-7.8 anonymous, 3 of it garbage); with it 15.7-15.8
+//     18.9-19.0 MiB after 6 minutes (7.5-7.8 anonymous, 3 of it garbage); with it 15.5-15.8
 //     (4.9 anonymous; BenchmarkIdleRSS with SKEIN_BENCH_IDLE=6m).
 //   - every imageEvery it drops the executable's pages again: rekeys, scrapes and collections
 //     fault in code that then stays, with the 64 KiB the kernel maps around each fault. Most
