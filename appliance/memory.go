@@ -20,9 +20,10 @@ import (
 //
 // What is linked matters as much. With client-go's scheme of every built-in kind and the
 // Prometheus client library, an idle gateway held 19.3 MiB after a scrape; without them it
-// held 14.2 (BenchmarkIdleRSS; 14.5-14.9 since gVisor's IPv6 is linked): their registrations at start-up stayed on the heap (2.5 MiB
-// of anonymous memory) and the executable's pages the process keeps touching grew by as much
-// (the kernel maps 64 KiB around each page fault). So the gateway links neither
+// held 14.2 (BenchmarkIdleRSS; 14.5-14.9 since gVisor's IPv6 is linked too): their
+// registrations at start-up stayed on the heap (2.5 MiB of anonymous memory) and the
+// executable's pages the process keeps touching grew by as much (the kernel maps 64 KiB
+// around each page fault). So the gateway links neither
 // (control/gateway/api.go, control/promtext; layout_test.go keeps it so).
 //
 // So the gateway trims. Once connected (or after trimEvery, for a server nobody connects to
