@@ -86,6 +86,21 @@ type Node struct {
 	Pods     []netip.Addr
 }
 
+// HasIPv6 reports whether the node hosts IPv6 pods (an IPv6 pod CIDR or pod address).
+func (n Node) HasIPv6() bool {
+	for _, p := range n.PodCIDRs {
+		if p.Addr().Is6() {
+			return true
+		}
+	}
+	for _, a := range n.Pods {
+		if a.Is6() {
+			return true
+		}
+	}
+	return false
+}
+
 // Defaults.
 const (
 	DefaultTunnelMTU  = 1340
@@ -279,15 +294,8 @@ func hasIPv6(c Config) bool {
 		}
 	}
 	for _, n := range c.Nodes {
-		for _, p := range n.PodCIDRs {
-			if p.Addr().Is6() {
-				return true
-			}
-		}
-		for _, a := range n.Pods {
-			if a.Is6() {
-				return true
-			}
+		if n.HasIPv6() {
+			return true
 		}
 	}
 	return c.TunnelIP6.IsValid() || c.OverlayIP6.IsValid()

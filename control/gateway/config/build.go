@@ -184,15 +184,8 @@ func carriesIPv6(s Spec) bool {
 		}
 	}
 	for _, n := range s.Nodes {
-		for _, p := range n.PodCIDRs {
-			if p.Addr().Is6() {
-				return true
-			}
-		}
-		for _, a := range n.Pods {
-			if a.Is6() {
-				return true
-			}
+		if n.HasIPv6() {
+			return true
 		}
 	}
 	return false
