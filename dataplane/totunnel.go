@@ -207,6 +207,14 @@ func (d *Dataplane) toTunnel(b *batch, m *Message, slot int) (int, split) {
 // isLinkLocal6 reports whether a is in fe80::/10.
 func isLinkLocal6(a [16]byte) bool { return a[0] == 0xfe && a[1]&0xc0 == 0x80 }
 
+// countSegments counts a superpacket of size bytes as the packets it becomes (their checksums
+// are computed per segment).
+func (b *batch) countSegments(size int, sp split) {
+	b.tl[Segmented]++
+	b.tl[Forwarded] += uint64(sp.n)
+	b.tl[Bytes] += uint64(size + (sp.n-1)*sp.hdrLen)
+}
+
 // forwardToTunnel6 is forwardToTunnel for IPv6: routes, checks, translates and clamps an inner
 // IPv6 packet from the overlay, and returns its size (0: not for the tunnel) and, for a TCP
 // superpacket larger than the tunnel MTU, how to cut it. A packet whose hop limit runs out or
@@ -269,10 +277,7 @@ func (d *Dataplane) forwardToTunnel6(b *batch, inner []byte, slot int, sender ui
 		return 0, split{}
 	}
 	if sp.n > 0 {
-		// Checksums are computed per segment; counted as the packets they become.
-		b.tl[Segmented]++
-		b.tl[Forwarded] += uint64(sp.n)
-		b.tl[Bytes] += uint64(len(ip) + (sp.n-1)*sp.hdrLen)
+		b.countSegments(len(ip), sp)
 		return len(ip), sp
 	}
 	b.clamp6(ip)
@@ -343,10 +348,7 @@ func (d *Dataplane) forwardToTunnel(b *batch, inner []byte, slot int, sender uin
 		return 0, split{}
 	}
 	if sp.n > 0 {
-		// Checksums are computed per segment; counted as the packets they become.
-		b.tl[Segmented]++
-		b.tl[Forwarded] += uint64(sp.n)
-		b.tl[Bytes] += uint64(len(ip) + (sp.n-1)*sp.hdrLen)
+		b.countSegments(len(ip), sp)
 		return len(ip), sp
 	}
 	b.clamp(ip)
