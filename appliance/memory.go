@@ -29,7 +29,8 @@ import (
 // So the gateway trims. Once connected (or after trimEvery, for a server nobody connects to
 // yet or a standby) it returns the free heap to the kernel (debug.FreeOSMemory) and drops the
 // executable's pages start-up faulted in (dropImagePages). From then on it checks every
-// trimEvery, and while fewer than idlePackets were forwarded since the last check:
+// trimEvery, and while the dataplane handled (forwarded, delivered or dropped) fewer than
+// idlePackets packets since the last check:
 //   - when the heap grew by trimGrowth since the last trim, it collects and returns what that
 //     freed (debug.FreeOSMemory: a few MiB of live heap to mark). Idle, a gateway allocates
 //     some 10 KiB a second (probes, keepalives, rekeys, scrapes); the runtime alone collects
@@ -52,14 +53,18 @@ const (
 	idlePackets = 1000
 )
 
-// lastImageDrop is when the executable's pages were last dropped (Unix nanoseconds): tests
+// lastImageDrop is when the executable's pages were last dropped (nanoseconds since
+// processStart, on the monotonic clock: a wall clock stepped back would stop the drops): tests
 // run several gateways in one process, and one drop serves them all.
-var lastImageDrop atomic.Int64
+var (
+	processStart  = time.Now()
+	lastImageDrop atomic.Int64
+)
 
 // dropImage drops the executable's pages unless some gateway of this process did within
 // every.
 func (g *Gateway) dropImage(every time.Duration) {
-	now := time.Now().UnixNano()
+	now := int64(time.Since(processStart))
 	last := lastImageDrop.Load()
 	if now-last < int64(every) || !lastImageDrop.CompareAndSwap(last, now) {
 		return
@@ -77,9 +82,15 @@ func (g *Gateway) trimMemory(ctx context.Context, connected <-chan struct{}) {
 		metrics.Read(samples)
 		return samples[0].Value.Uint64()
 	}
-	forwarded := func() uint64 {
+	// packets counts what the dataplane handled: forwarded, delivered to the netstack or
+	// dropped (a flood of any of them is a load, not idleness; attack review).
+	packets := func() uint64 {
 		c := g.dp.Counters()
-		return c.Get(dataplane.ToTunnel, dataplane.Forwarded) + c.Get(dataplane.FromTunnel, dataplane.Forwarded)
+		var n uint64
+		for _, dir := range []dataplane.Direction{dataplane.ToTunnel, dataplane.FromTunnel} {
+			n += c.Get(dir, dataplane.Forwarded) + c.Get(dir, dataplane.Local) + c.Drops(dir)
+		}
+		return n
 	}
 	tick := time.NewTicker(trimEvery)
 	defer tick.Stop()
@@ -91,14 +102,14 @@ func (g *Gateway) trimMemory(ctx context.Context, connected <-chan struct{}) {
 	}
 	debug.FreeOSMemory()
 	g.dropImage(0)
-	last, fwd := heapObjects(), forwarded()
+	last, fwd := heapObjects(), packets()
 	for {
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
 			return
 		}
-		f := forwarded()
+		f := packets()
 		idle := f-fwd < idlePackets
 		fwd = f
 		if !idle {

@@ -39,10 +39,12 @@ type Stack struct {
 	delivered, sent, sendErrors atomic.Uint64
 	closeOnce                   sync.Once
 
-	// idle holds the echo endpoints of finished pings by source address, for the next ones
+	// idle holds the echo endpoint of a finished ping by source address, for the next one
 	// (an endpoint a probe: gVisor's endpoint and route were most of an idle gateway's garbage).
+	// One per address: a second one, of pings that overlapped, would never be read again and
+	// could sit on a queue of stale replies.
 	mu     sync.Mutex
-	idle   map[netip.Addr][]*echoEndpoint
+	idle   map[netip.Addr]*echoEndpoint
 	closed bool
 }
 
@@ -55,7 +57,7 @@ func New(addrs []netip.Addr, mtu int, out func(pkt []byte) error) (*Stack, error
 	if len(addrs) == 0 {
 		return nil, errors.New("netstack: no addresses")
 	}
-	st := &Stack{out: out, idle: map[netip.Addr][]*echoEndpoint{}}
+	st := &Stack{out: out, idle: map[netip.Addr]*echoEndpoint{}}
 	seen := map[netip.Addr]bool{}
 	for _, a := range addrs {
 		switch {
@@ -67,8 +69,8 @@ func New(addrs []netip.Addr, mtu int, out func(pkt []byte) error) (*Stack, error
 		seen[a] = true
 		st.v4, st.v6 = st.v4 || a.Is4(), st.v6 || a.Is6()
 	}
-	if mtu < header.IPv6MinimumMTU && st.v6 {
-		return nil, fmt.Errorf("netstack: MTU %d: IPv6 needs at least %d", mtu, header.IPv6MinimumMTU)
+	if mtu < header.IPv4MinimumMTU || mtu > 1<<16 || mtu < header.IPv6MinimumMTU && st.v6 {
+		return nil, fmt.Errorf("netstack: MTU %d: want %d-65536 (IPv6: at least %d)", mtu, header.IPv4MinimumMTU, header.IPv6MinimumMTU)
 	}
 	var opts stack.Options
 	var routes []tcpip.Route
@@ -105,17 +107,26 @@ func New(addrs []netip.Addr, mtu int, out func(pkt []byte) error) (*Stack, error
 }
 
 // DeliverLocal hands a packet addressed to one of the stack's addresses to the stack. The
-// packet is copied. It implements the dataplane's LocalHandler; it refuses a packet of a
-// family the stack has no address of.
+// packet is copied. It implements the dataplane's LocalHandler. The stack speaks ICMP only, so
+// it refuses anything else: a packet of a family it has no address of, another protocol, IPv6
+// extension headers, and fragments, whose reassembly would hold up to megabytes of memory for a
+// minute on behalf of whoever sends them (attack review).
 func (st *Stack) DeliverLocal(pkt []byte) bool {
 	if len(pkt) == 0 {
 		return false
 	}
 	var proto tcpip.NetworkProtocolNumber
 	switch v := pkt[0] >> 4; {
-	case v == 4 && st.v4:
+	case v == 4 && st.v4 && len(pkt) >= header.IPv4MinimumSize:
+		ip := header.IPv4(pkt)
+		if ip.Protocol() != uint8(header.ICMPv4ProtocolNumber) || ip.More() || ip.FragmentOffset() != 0 {
+			return false
+		}
 		proto = ipv4.ProtocolNumber
-	case v == 6 && st.v6:
+	case v == 6 && st.v6 && len(pkt) >= header.IPv6MinimumSize:
+		if header.IPv6(pkt).NextHeader() != uint8(header.ICMPv6ProtocolNumber) {
+			return false
+		}
 		proto = ipv6.ProtocolNumber
 	default:
 		return false
@@ -160,10 +171,8 @@ func (st *Stack) Close() {
 	st.closeOnce.Do(func() {
 		st.mu.Lock()
 		st.closed = true
-		for _, eps := range st.idle {
-			for _, e := range eps {
-				e.close()
-			}
+		for _, e := range st.idle {
+			e.close()
 		}
 		st.idle = nil
 		st.mu.Unlock()
@@ -198,9 +207,8 @@ func (st *Stack) echoEndpoint(src netip.Addr) (*echoEndpoint, error) {
 		st.mu.Unlock()
 		return nil, errors.New("netstack: closed")
 	}
-	if eps := st.idle[src]; len(eps) > 0 {
-		e := eps[len(eps)-1]
-		st.idle[src] = eps[:len(eps)-1]
+	if e := st.idle[src]; e != nil {
+		delete(st.idle, src)
 		st.mu.Unlock()
 		return e, nil
 	}
@@ -222,20 +230,49 @@ func (st *Stack) echoEndpoint(src netip.Addr) (*echoEndpoint, error) {
 		e.ep.Close()
 		return nil, fmt.Errorf("bind %v: %v", src, terr)
 	}
+	// Replies are 16 bytes: a few KiB hold hundreds, and bound what a flood of stale or forged
+	// ones can queue (gVisor counts the payload only: its default of 208 KiB held some 20 MiB of
+	// packet buffers; attack review).
+	e.ep.SocketOptions().SetReceiveBufferSize(echoReceiveBuffer, false)
 	e.entry, e.ready = waiter.NewChannelEntry(waiter.EventIn)
 	e.wq.EventRegister(&e.entry)
+	// Close may have taken gVisor's list of endpoints to abort before this one was made: then
+	// nobody would abort it, and a ping on it would wait out its timeout.
+	st.mu.Lock()
+	closed := st.closed
+	st.mu.Unlock()
+	if closed {
+		e.close()
+		return nil, errors.New("netstack: closed")
+	}
 	return e, nil
 }
 
-// release keeps e for the next ping from its address (a few per address at most).
+// echoReceiveBuffer is an echo endpoint's receive buffer, in bytes of ICMP messages.
+const echoReceiveBuffer = 4 << 10
+
+// release keeps e for the next ping from its address, with nothing queued, unless one is kept
+// already.
 func (st *Stack) release(e *echoEndpoint) {
+	e.drain()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.closed || len(st.idle[e.src]) >= 4 {
+	if st.closed || st.idle[e.src] != nil {
 		e.close()
 		return
 	}
-	st.idle[e.src] = append(st.idle[e.src], e)
+	st.idle[e.src] = e
+}
+
+// drain discards what e's queue holds (late replies).
+func (e *echoEndpoint) drain() {
+	var buf [64]byte
+	for range echoReceiveBuffer / header.ICMPv4MinimumSize {
+		w := tcpip.SliceWriter(buf[:])
+		if _, terr := e.ep.Read(&w, tcpip.ReadOptions{}); terr != nil {
+			return
+		}
+	}
 }
 
 // echoLen is an echo request's length: the ICMP header and 8 bytes of payload (the send time).
@@ -245,8 +282,8 @@ const echoLen = header.ICMPv4MinimumSize + 8
 // stack's addresses, to dst and waits up to timeout for the reply; it returns the round-trip
 // time. Pings may run concurrently.
 func (st *Stack) Ping(ctx context.Context, src, dst netip.Addr, seq uint16, timeout time.Duration) (time.Duration, error) {
-	if src.Is4() != dst.Is4() || !dst.IsValid() {
-		return 0, fmt.Errorf("ping %v from %v: want two addresses of one family", dst, src)
+	if src.Is4() != dst.Is4() || !dst.IsValid() || src.Is4In6() || dst.Is4In6() || src.Zone() != "" || dst.Zone() != "" {
+		return 0, fmt.Errorf("ping %v from %v: want two addresses of one family (neither IPv4-mapped nor zoned)", dst, src)
 	}
 	e, err := st.echoEndpoint(src)
 	if err != nil {

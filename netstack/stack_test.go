@@ -220,6 +220,12 @@ func TestNewErrors(t *testing.T) {
 	if _, err := netstack.New([]netip.Addr{netip.MustParseAddr("fd00::1")}, 1200, func([]byte) error { return nil }); err == nil {
 		t.Error("an IPv6 stack with a link MTU below 1280 accepted")
 	}
+	for _, mtu := range []int{0, -5, 67, 1 << 20} {
+		if st, err := netstack.New([]netip.Addr{gwA}, mtu, func([]byte) error { return nil }); err == nil {
+			st.Close()
+			t.Errorf("link MTU %d accepted", mtu)
+		}
+	}
 	// A family the stack has no address of: not its packets, and no pings from it.
 	st, err := netstack.New([]netip.Addr{gwA}, 1340, func([]byte) error { return nil })
 	if err != nil {
@@ -238,6 +244,25 @@ func TestNewErrors(t *testing.T) {
 	}
 	if _, err := st.Ping(context.Background(), gwB, gwA, 1, time.Second); err == nil {
 		t.Error("a ping from an address the stack does not own was sent")
+	}
+	if _, err := st.Ping(context.Background(), netip.MustParseAddr("::ffff:169.254.100.1"), netip.MustParseAddr("::ffff:169.254.100.2"), 1, time.Second); err == nil {
+		t.Error("a ping between IPv4-mapped addresses was sent")
+	}
+	// Only ICMP reaches the stack: no other protocol, no fragments, no IPv6 extension headers.
+	st6, err := netstack.New([]netip.Addr{gwA, netip.MustParseAddr("fd00::1")}, 1340, func([]byte) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st6.Close()
+	for name, p := range map[string][]byte{
+		"udp":                 pt.IPv4{Src: "10.244.1.5", Dst: gwA.String(), Proto: 17, Payload: pt.UDP("10.244.1.5", gwA.String(), 1, 2, nil, false)}.Build(),
+		"icmp first fragment": pt.IPv4{Src: "10.244.1.5", Dst: gwA.String(), Proto: 1, MF: true, Payload: pt.ICMP(8, 0, [4]byte{}, make([]byte, 64))}.Build(),
+		"ipv6 fragment":       pt.IPv6{Src: "fd00::5", Dst: "fd00::1", Ext: [][]byte{pt.FragmentHeader(0, true, 1)}, Proto: 58, Payload: make([]byte, 16)}.Build(),
+		"ipv6 udp":            pt.IPv6{Src: "fd00::5", Dst: "fd00::1", Next: 17, Payload: pt.UDP("fd00::5", "fd00::1", 1, 2, nil, false)}.Build(),
+	} {
+		if st6.DeliverLocal(p) {
+			t.Errorf("%s taken by the stack", name)
+		}
 	}
 }
 
