@@ -123,6 +123,11 @@ func TestFromObjectsClient(t *testing.T) {
 	if _, err := gateway.FromObjects(o, l); !errors.Is(err, gateway.ErrNotReady) {
 		t.Errorf("unresolvable endpoint: %v, want not ready", err)
 	}
+	// An IPv6 endpoint, as written or resolved.
+	o.Client.Spec.Endpoint.Addresses = []netv1alpha1.Address{"2001:db8::10"}
+	if g, err := gateway.FromObjects(o, l); err != nil || g.PeerEndpoint.String() != "[2001:db8::10]:31820" {
+		t.Errorf("IPv6 endpoint: %v, %v; want [2001:db8::10]:31820", g, err)
+	}
 }
 
 // TestFromObjectsAdditionalCIDRs: every CIDR of the peer is translated (its second pod CIDR
