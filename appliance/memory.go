@@ -36,8 +36,8 @@ import (
 //     some 10 KiB a second (probes, keepalives, rekeys, scrapes); the runtime alone collects
 //     only every two minutes and keeps the freed pages (the scavenger's goal follows the heap
 //     goal, which the untouched buffers put above 100 MiB). Without this an idle gateway held
-//     18.9-19.0 MiB after 6 minutes (7.5-7.8 anonymous, 3 of it garbage); with it 15.5-15.8
-//     (4.9 anonymous; BenchmarkIdleRSS with SKEIN_BENCH_IDLE=6m).
+//     18.9-19.0 MiB after 6 minutes (7.5-7.8 anonymous, 3 of it garbage); with it 15.5-16.0
+//     (4.9-5.0 anonymous; BenchmarkIdleRSS with SKEIN_BENCH_IDLE=6m).
 //   - every imageEvery it drops the executable's pages again: rekeys, scrapes and collections
 //     fault in code that then stays, with the 64 KiB the kernel maps around each fault. Most
 //     of it comes back within seconds (the idle working set is some 10 MiB of the
