@@ -85,8 +85,8 @@ func (r Ratio) String() string {
 	return fmt.Sprintf("%.2fx [%.2f-%.2f]", r.Mean, r.Low, r.High)
 }
 
-// MannWhitneyP is mannWhitneyP, for the suites that compare two tools' measurements.
-func MannWhitneyP(x, y []float64) float64 { return mannWhitneyP(x, y) }
+// PairedRatio is pairedRatio, for the suites that compare two tools' measurements taken in turn.
+func PairedRatio(a, b []float64) (Ratio, bool) { return pairedRatio(a, b) }
 
 // mannWhitneyP is the two-sided p-value of the Mann-Whitney U test that samples x and y come
 // from the same distribution: exact (by counting the rank arrangements) up to 60 values in

@@ -234,7 +234,7 @@ func TestMannWhitneySmallSamples(t *testing.T) {
 			t.Errorf("p(%v, %v) = %v, want %v", c.x, c.y, p, c.p)
 		}
 	}
-	if p := MannWhitneyP([]float64{9, 9, 9}, []float64{10, 10, 10}); p < 0.05 {
+	if p := mannWhitneyP([]float64{9, 9, 9}, []float64{10, 10, 10}); p < 0.05 {
 		t.Errorf("3 runs against 3 are significant: p = %v", p)
 	}
 
