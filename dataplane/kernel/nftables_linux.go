@@ -2,11 +2,9 @@ package kernel
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"os"
 	"reflect"
@@ -18,8 +16,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// NFTable is the name of skein-agent's own nftables table (family ip). skein-agent reads and
-// writes nothing else of the nftables ruleset: every change replaces this table, or deletes it.
+// NFTable is the name of skein-agent's own nftables tables: one of family ip, one of family
+// ip6 (source NAT is per family: an IPv6 connection can only take an IPv6 address).
+// skein-agent reads and writes nothing else of the nftables ruleset: every change replaces
+// these tables, or deletes them.
 const NFTable = "skein-agent"
 
 // Names of the objects in NFTable.
@@ -39,13 +39,17 @@ const (
 //
 // Traffic the node itself sends to a peer cluster (from host-network pods, kubelet probes)
 // would leave with a source address that is not a pod IP, and the peer's replies would not
-// find their way back. Such traffic is SNATed to ExternalIP, the node's address in the
-// cluster's external CIDR, which the peer routes back through the tunnel; conntrack restores
-// the original source on the replies.
+// find their way back. Such traffic is SNATed to the node's address in the cluster's
+// external CIDR of its family (ExternalIP, ExternalIP6), which the peer routes back through
+// the tunnel; conntrack restores the original source on the replies.
 type HostSNAT struct {
-	ExternalIP netip.Addr     // the node's address in the cluster's external CIDR (IPv4)
-	PodCIDRs   []netip.Prefix // local pod CIDRs: traffic from them is never SNATed
-	Remote     []netip.Prefix // remote CIDRs as this cluster sees them
+	ExternalIP  netip.Addr // the node's address in the cluster's IPv4 external CIDR
+	ExternalIP6 netip.Addr // the node's address in the cluster's IPv6 external CIDR
+	// PodCIDRs are the local pod CIDRs, of either family: traffic from them is never SNATed.
+	PodCIDRs []netip.Prefix
+	// Remote are the remote CIDRs as this cluster sees them, of either family; those of a
+	// family need that family's external address.
+	Remote []netip.Prefix
 	// MasqueradeBypass keeps the source of pod traffic to Remote whatever other rules of the
 	// node say: a NAT chain that runs before the usual source NAT priority binds such
 	// connections to their own source, and the kernel then skips every later NAT rule for
@@ -53,27 +57,33 @@ type HostSNAT struct {
 	MasqueradeBypass bool
 }
 
-// The table always counts, in the named counter "masqueraded", the pod connections to Remote
+// Each table always counts, in the named counter "masqueraded", the pod connections to Remote
 // that left source-NATed by a rule that is not skein's (a CNI that masquerades everything
 // not bound for its own pod CIDR): peers see the node's address instead of the pod's and
-// drop the traffic. MasqueradedConnections reads it.
+// drop the traffic. MasqueradedConnections reads them.
 
-// EnsureHostSNAT makes NFTable hold exactly what s describes:
+// snatFamilies are the two tables' families, IPv4 first.
+var snatFamilies = [2]nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6}
+
+// EnsureHostSNAT makes the NFTable tables hold exactly what s describes, for IPv4:
 //
 //	table ip skein-agent {
-//		set remote { type ipv4_addr; flags interval; elements = { s.Remote } }
-//		set pods { type ipv4_addr; flags interval; elements = { s.PodCIDRs } }
+//		set remote { type ipv4_addr; flags interval; elements = { s.Remote (IPv4) } }
+//		set pods { type ipv4_addr; flags interval; elements = { s.PodCIDRs (IPv4) } }
 //		chain postrouting {
 //			type nat hook postrouting priority srcnat; policy accept;
 //			ip daddr @remote ip saddr != @pods snat to s.ExternalIP comment "skein: ..."
 //		}
 //	}
 //
-// It reads the table first and writes nothing when it already matches; otherwise it replaces
-// the whole table in one atomic netlink batch (as nft -f would with "add table ip
-// skein-agent; delete table ip skein-agent" followed by the table above), so packets never
-// see a half-programmed table. With no Remote CIDRs there is nothing to SNAT: it deletes the
-// table and ignores the other fields.
+// and the same for IPv6 in table ip6 skein-agent (ipv6_addr sets, ip6 daddr and saddr,
+// s.ExternalIP6). A family without Remote CIDRs has no table.
+//
+// It reads the tables first and writes nothing when they already match; otherwise it
+// replaces the tables that differ in one atomic netlink batch (as nft -f would with "add
+// table ip skein-agent; delete table ip skein-agent" followed by the table above), so
+// packets never see a half-programmed table. With no Remote CIDRs there is nothing to SNAT:
+// it deletes both tables and ignores the other fields.
 //
 // Prefixes with host bits set are masked (10.1.2.3/16 is 10.1.0.0/16); overlapping and
 // adjacent prefixes are merged, so the sets hold the union of what s lists.
@@ -86,7 +96,7 @@ func EnsureHostSNAT(netnsFd int, s HostSNAT) error {
 	if len(s.Remote) == 0 {
 		return DeleteHostSNAT(netnsFd)
 	}
-	want, err := s.ruleset()
+	want, err := s.rulesets()
 	if err != nil {
 		return err
 	}
@@ -99,113 +109,190 @@ func EnsureHostSNAT(netnsFd int, s HostSNAT) error {
 	defer c.CloseLasting()
 
 	// A table that cannot be read back (say, holding something the nftables library cannot
-	// parse) is replaced like one that differs; the read error only matters if that fails.
-	same, readErr := want.inPlace(c)
-	if readErr == nil && same {
+	// parse) is replaced like one that differs; the read errors only matter if that fails.
+	var readErrs []error
+	changed := false
+	for i, family := range snatFamilies {
+		if want[i] == nil {
+			t, err := ourTable(c, family)
+			if err != nil {
+				readErrs = append(readErrs, err)
+			}
+			if t != nil || err != nil {
+				c.AddTable(hostSNATTable(family)) // deleting what may be absent
+				c.DelTable(hostSNATTable(family))
+				changed = true
+			}
+			continue
+		}
+		same, err := want[i].inPlace(c)
+		if err != nil {
+			readErrs = append(readErrs, err)
+		}
+		if err == nil && same {
+			continue
+		}
+		if err := want[i].queueReplace(c); err != nil {
+			return fmt.Errorf("host SNAT: table %s %s: %w", familyWord(family), NFTable, err)
+		}
+		changed = true
+	}
+	if !changed {
 		return nil
 	}
-	if err := want.replace(c); err != nil {
-		if readErr != nil {
-			err = fmt.Errorf("%w (reading it first failed too: %v)", err, readErr)
+	if err := c.Flush(); err != nil {
+		if len(readErrs) > 0 {
+			err = fmt.Errorf("%w (reading them first failed too: %v)", err, errors.Join(readErrs...))
 		}
-		return fmt.Errorf("host SNAT: replace nftables table ip %s: %w", NFTable, err)
+		return fmt.Errorf("host SNAT: replace nftables tables %s: %w", NFTable, err)
 	}
 	return nil
 }
 
-// DeleteHostSNAT removes NFTable, and with it all host-network SNAT, from the network
-// namespace netnsFd refers to (0: the calling thread's); it is not an error when the table
-// is absent.
+// DeleteHostSNAT removes both NFTable tables, and with them all host-network SNAT, from the
+// network namespace netnsFd refers to (0: the calling thread's); it is not an error when
+// they are absent.
 func DeleteHostSNAT(netnsFd int) error {
 	c, err := nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(netnsFd))
 	if err != nil {
 		return fmt.Errorf("host SNAT: open nftables netlink socket: %w", err)
 	}
 	defer c.CloseLasting()
-	table, err := ourTable(c)
-	if err != nil {
-		return fmt.Errorf("host SNAT: list nftables tables: %w", err)
+	found := false
+	for _, family := range snatFamilies {
+		table, err := ourTable(c, family)
+		if err != nil {
+			return fmt.Errorf("host SNAT: list nftables tables: %w", err)
+		}
+		if table != nil {
+			c.DelTable(table)
+			found = true
+		}
 	}
-	if table == nil {
+	if !found {
 		return nil
 	}
-	c.DelTable(table)
 	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("host SNAT: delete nftables table ip %s: %w", NFTable, err)
+		return fmt.Errorf("host SNAT: delete nftables tables %s: %w", NFTable, err)
 	}
 	return nil
 }
 
-// hostSNATRuleset is a validated HostSNAT as nftables sees it.
+// familyWord is a table family as nft names it.
+func familyWord(f nftables.TableFamily) string {
+	if f == nftables.TableFamilyIPv6 {
+		return "ip6"
+	}
+	return "ip"
+}
+
+// hostSNATRuleset is a validated HostSNAT of one family as nftables sees it.
 type hostSNATRuleset struct {
+	family       nftables.TableFamily
 	external     netip.Addr
 	remote, pods []nftables.SetElement // interval set elements, sorted (see intervalElements)
 	bypass       bool
 }
 
-// ruleset validates s and turns it into set elements.
-func (s HostSNAT) ruleset() (hostSNATRuleset, error) {
-	ip := s.ExternalIP
-	switch {
-	case !ip.IsValid():
-		return hostSNATRuleset{}, errors.New("host SNAT: the external IP is not set (it is the node's address in the cluster's external CIDR)")
-	case !ip.Is4():
-		return hostSNATRuleset{}, fmt.Errorf("host SNAT: external IP %s is not an IPv4 address", ip)
-	case !ip.IsGlobalUnicast():
-		return hostSNATRuleset{}, fmt.Errorf("host SNAT: external IP %s is not a unicast address", ip)
+// rulesets validates s and splits it by family: [0] IPv4, [1] IPv6, nil for a family
+// without remote CIDRs.
+func (s HostSNAT) rulesets() ([2]*hostSNATRuleset, error) {
+	var out [2]*hostSNATRuleset
+	for _, p := range s.Remote {
+		if !p.IsValid() {
+			return out, fmt.Errorf("host SNAT: remote CIDR %q is invalid", p.String())
+		}
 	}
-	remote, err := intervalElements("remote", s.Remote)
-	if err != nil {
-		return hostSNATRuleset{}, err
+	for _, p := range s.PodCIDRs {
+		if !p.IsValid() {
+			return out, fmt.Errorf("host SNAT: pod CIDR %q is invalid", p.String())
+		}
 	}
-	pods, err := intervalElements("pod", s.PodCIDRs)
-	if err != nil {
-		return hostSNATRuleset{}, err
+	for i, family := range snatFamilies {
+		is6 := family == nftables.TableFamilyIPv6
+		of := func(ps []netip.Prefix) []netip.Prefix {
+			return slices.DeleteFunc(slices.Clone(ps), func(p netip.Prefix) bool { return p.Addr().Is6() != is6 })
+		}
+		remote := of(s.Remote)
+		if len(remote) == 0 {
+			continue
+		}
+		ip, field, word := s.ExternalIP, "external IP", "IPv4"
+		if is6 {
+			ip, field, word = s.ExternalIP6, "IPv6 external IP", "IPv6"
+		}
+		switch {
+		case !ip.IsValid():
+			return out, fmt.Errorf("host SNAT: the %s is not set (it is the node's address in the cluster's %s external CIDR), but remote CIDR %v is %s", field, word, remote[0], word)
+		case ip.Is4In6() || ip.Is6() != is6 || ip.Zone() != "":
+			return out, fmt.Errorf("host SNAT: %s %s is not an %s address", field, ip, word)
+		case !ip.IsGlobalUnicast():
+			return out, fmt.Errorf("host SNAT: %s %s is not a unicast address", field, ip)
+		}
+		for _, p := range remote {
+			if p.Addr().Is4In6() {
+				return out, fmt.Errorf("host SNAT: remote CIDR %s is an IPv4-mapped IPv6 CIDR", p)
+			}
+		}
+		rs := &hostSNATRuleset{family: family, external: ip, bypass: s.MasqueradeBypass}
+		rs.remote = intervalElements(remote)
+		rs.pods = intervalElements(of(s.PodCIDRs))
+		out[i] = rs
 	}
-	return hostSNATRuleset{external: ip, remote: remote, pods: pods, bypass: s.MasqueradeBypass}, nil
+	return out, nil
 }
 
-// ipv4Range is the addresses first to last, both included.
-type ipv4Range struct{ first, last uint32 }
-
-// intervalElements turns prefixes into the elements of an nftables interval set: the union
-// of the prefixes as disjoint, non-adjacent ranges, each a start element and an end element
-// one past its last address (none when it runs to 255.255.255.255), sorted by key. kind
-// names the prefixes in errors.
-func intervalElements(kind string, prefixes []netip.Prefix) ([]nftables.SetElement, error) {
-	ranges := make([]ipv4Range, 0, len(prefixes))
-	for _, p := range prefixes {
-		if !p.IsValid() {
-			return nil, fmt.Errorf("host SNAT: %s CIDR %q is invalid", kind, p.String())
+// lastAddr is the last address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := range b {
+		if host := p.Bits() - 8*i; host < 8 {
+			b[i] |= byte(0xff >> max(host, 0))
 		}
-		if !p.Addr().Is4() {
-			return nil, fmt.Errorf("host SNAT: %s CIDR %s is not IPv4", kind, p)
-		}
-		first := binary.BigEndian.Uint32(p.Masked().Addr().AsSlice())
-		ranges = append(ranges, ipv4Range{first, first | ^uint32(0)>>p.Bits()})
 	}
-	slices.SortFunc(ranges, func(a, b ipv4Range) int { return cmp.Compare(a.first, b.first) })
-	var merged []ipv4Range
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// addrRange is the addresses first to last, both included.
+type addrRange struct{ first, last netip.Addr }
+
+// intervalElements turns prefixes of one family into the elements of an nftables interval
+// set: the union of the prefixes as disjoint, non-adjacent ranges, each a start element and
+// an end element one past its last address (none when it runs to the family's last
+// address), sorted by key.
+func intervalElements(prefixes []netip.Prefix) []nftables.SetElement {
+	ranges := make([]addrRange, 0, len(prefixes))
+	for _, p := range prefixes {
+		ranges = append(ranges, addrRange{p.Masked().Addr(), lastAddr(p)})
+	}
+	slices.SortFunc(ranges, func(a, b addrRange) int { return a.first.Compare(b.first) })
+	var merged []addrRange
 	for _, r := range ranges {
-		if n := len(merged); n > 0 && (merged[n-1].last == math.MaxUint32 || r.first <= merged[n-1].last+1) {
-			merged[n-1].last = max(merged[n-1].last, r.last)
-			continue
+		if n := len(merged); n > 0 {
+			next := merged[n-1].last.Next() // invalid past the family's last address
+			if !next.IsValid() || r.first.Compare(next) <= 0 {
+				if r.last.Compare(merged[n-1].last) > 0 {
+					merged[n-1].last = r.last
+				}
+				continue
+			}
 		}
 		merged = append(merged, r)
 	}
 	var elems []nftables.SetElement
 	for _, r := range merged {
-		elems = append(elems, nftables.SetElement{Key: binary.BigEndian.AppendUint32(nil, r.first)})
-		if r.last != math.MaxUint32 {
-			elems = append(elems, nftables.SetElement{Key: binary.BigEndian.AppendUint32(nil, r.last+1), IntervalEnd: true})
+		elems = append(elems, nftables.SetElement{Key: r.first.AsSlice()})
+		if next := r.last.Next(); next.IsValid() {
+			elems = append(elems, nftables.SetElement{Key: next.AsSlice(), IntervalEnd: true})
 		}
 	}
-	return elems, nil
+	return elems
 }
 
-// ourTable returns NFTable if it exists, or nil.
-func ourTable(c *nftables.Conn) (*nftables.Table, error) {
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4)
+// ourTable returns the NFTable of family if it exists, or nil.
+func ourTable(c *nftables.Conn, family nftables.TableFamily) (*nftables.Table, error) {
+	tables, err := c.ListTablesOfFamily(family)
 	if err != nil {
 		return nil, err
 	}
@@ -218,8 +305,8 @@ func ourTable(c *nftables.Conn) (*nftables.Table, error) {
 }
 
 // hostSNATTable, hostSNATChain and hostSNATSets are the fixed parts of NFTable.
-func hostSNATTable() *nftables.Table {
-	return &nftables.Table{Family: nftables.TableFamilyIPv4, Name: NFTable}
+func hostSNATTable(family nftables.TableFamily) *nftables.Table {
+	return &nftables.Table{Family: family, Name: NFTable}
 }
 
 // nftChain is one chain of NFTable with its one rule.
@@ -240,7 +327,8 @@ func postroutingChain(t *nftables.Table, name string, typ nftables.ChainType, pr
 	}
 }
 
-// chains are the chains want puts in table t:
+// chains are the chains want puts in table t (for IPv4; ip6 and the IPv6 external address
+// in the ip6 table):
 //
 //	chain masquerade-bypass {            (with MasqueradeBypass only)
 //		type nat hook postrouting priority srcnat - 10; policy accept;
@@ -258,7 +346,7 @@ func (want hostSNATRuleset) chains(t *nftables.Table) []nftChain {
 	var out []nftChain
 	if want.bypass {
 		out = append(out, nftChain{postroutingChain(t, nftChainBypass, nftables.ChainTypeNAT, nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource-10)),
-			bypassExprs, nftBypassComment})
+			want.bypassExprs, nftBypassComment})
 	}
 	return append(out,
 		nftChain{postroutingChain(t, nftChainPostrouting, nftables.ChainTypeNAT, nftables.ChainPriorityNATSource), want.exprs, nftRuleComment},
@@ -266,46 +354,69 @@ func (want hostSNATRuleset) chains(t *nftables.Table) []nftChain {
 			want.watchExprs, nftWatchComment})
 }
 
-func hostSNATSets(t *nftables.Table) (remote, pods *nftables.Set) {
+func (want hostSNATRuleset) sets(t *nftables.Table) (remote, pods *nftables.Set) {
+	key := nftables.TypeIPAddr
+	if want.family == nftables.TableFamilyIPv6 {
+		key = nftables.TypeIP6Addr
+	}
 	// Explicit IDs (they only need to be unique within the batch): with ID 0, AddSet would
-	// allocate one from a global counter that is not safe for concurrent use.
-	remote = &nftables.Set{Table: t, ID: 1, Name: nftSetRemote, KeyType: nftables.TypeIPAddr, Interval: true}
-	pods = &nftables.Set{Table: t, ID: 2, Name: nftSetPods, KeyType: nftables.TypeIPAddr, Interval: true}
+	// allocate one from a global counter that is not safe for concurrent use. Both families'
+	// tables may be written in one batch.
+	id := uint32(1)
+	if want.family == nftables.TableFamilyIPv6 {
+		id = 3
+	}
+	remote = &nftables.Set{Table: t, ID: id, Name: nftSetRemote, KeyType: key, Interval: true}
+	pods = &nftables.Set{Table: t, ID: id + 1, Name: nftSetPods, KeyType: key, Interval: true}
 	return remote, pods
 }
 
-// Loads of the IPv4 header's source and destination addresses into register 1.
-func loadSaddr() expr.Any {
+// Loads of the IP header's source and destination addresses into register 1 (IPv4: bytes
+// 12 and 16, 4 long; IPv6: bytes 8 and 24, 16 long).
+func (want hostSNATRuleset) loadSaddr() expr.Any {
+	if want.family == nftables.TableFamilyIPv6 {
+		return &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16}
+	}
 	return &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}
 }
 
-func loadDaddr() expr.Any {
+func (want hostSNATRuleset) loadDaddr() expr.Any {
+	if want.family == nftables.TableFamilyIPv6 {
+		return &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 24, Len: 16}
+	}
 	return &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}
+}
+
+func (want hostSNATRuleset) natFamily() uint32 {
+	if want.family == nftables.TableFamilyIPv6 {
+		return unix.NFPROTO_IPV6
+	}
+	return unix.NFPROTO_IPV4
 }
 
 // exprs is the rule "ip daddr @remote ip saddr != @pods snat to external"; it refers to the
 // sets by name and by the IDs they have in the batch that creates them.
 func (want hostSNATRuleset) exprs(remoteID, podsID uint32) []expr.Any {
 	return []expr.Any{
-		loadDaddr(),
+		want.loadDaddr(),
 		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: remoteID},
-		loadSaddr(),
+		want.loadSaddr(),
 		&expr.Lookup{SourceRegister: 1, SetName: nftSetPods, SetID: podsID, Invert: true},
 		&expr.Immediate{Register: 1, Data: want.external.AsSlice()},
-		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1},
+		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: want.natFamily(), RegAddrMin: 1, RegAddrMax: 1},
 	}
 }
 
 // bypassExprs is "ip daddr @remote ip saddr @pods snat to ip saddr": a NAT binding that
 // changes nothing, after which the kernel runs no other source NAT rule for the connection.
-func bypassExprs(remoteID, podsID uint32) []expr.Any {
+func (want hostSNATRuleset) bypassExprs(remoteID, podsID uint32) []expr.Any {
 	return []expr.Any{
-		loadDaddr(),
+		want.loadDaddr(),
 		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: remoteID},
-		loadSaddr(),
+		want.loadSaddr(),
 		&expr.Lookup{SourceRegister: 1, SetName: nftSetPods, SetID: podsID},
-		loadSaddr(),
-		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1},
+		want.loadSaddr(),
+		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: want.natFamily(), RegAddrMin: 1, RegAddrMax: 1},
 	}
 }
 
@@ -333,9 +444,9 @@ func (want hostSNATRuleset) watchExprs(remoteID, _ uint32) []expr.Any {
 		}
 	}
 	return slices.Concat(bit(expr.CtKeySTATE, ctStateNew), bit(expr.CtKeySTATUS, ctStatusSNAT), []expr.Any{
-		loadDaddr(),
+		want.loadDaddr(),
 		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: remoteID},
-		loadSaddr(),
+		want.loadSaddr(),
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: want.external.AsSlice()},
 		&expr.Objref{Type: 1, Name: nftCounterMasq}, // NFT_OBJECT_COUNTER
 	})
@@ -347,15 +458,15 @@ func masqCounter(t *nftables.Table) *nftables.CounterObj {
 
 func ruleComment(s string) []byte { return userdata.AppendString(nil, userdata.TypeComment, s) }
 
-// replace queues the replacement of NFTable and sends it as one batch, which the kernel
-// applies atomically or not at all.
-func (want hostSNATRuleset) replace(c *nftables.Conn) error {
-	t := hostSNATTable()
+// queueReplace queues the replacement of want's table; the caller's Flush sends it in one
+// batch, which the kernel applies atomically or not at all.
+func (want hostSNATRuleset) queueReplace(c *nftables.Conn) error {
+	t := hostSNATTable(want.family)
 	// Adding first makes the delete succeed whether or not the table exists.
 	c.AddTable(t)
 	c.DelTable(t)
 	c.AddTable(t)
-	remote, pods := hostSNATSets(t)
+	remote, pods := want.sets(t)
 	if err := c.AddSet(remote, want.remote); err != nil {
 		return fmt.Errorf("set %s: %w", remote.Name, err)
 	}
@@ -366,18 +477,18 @@ func (want hostSNATRuleset) replace(c *nftables.Conn) error {
 	for _, ch := range want.chains(t) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: c.AddChain(ch.chain), Exprs: ch.exprs(remote.ID, pods.ID), UserData: ruleComment(ch.comment)})
 	}
-	return c.Flush()
+	return nil
 }
 
-// inPlace reports whether NFTable holds exactly want: its chains, the two sets with their
-// elements, the counter and one rule per chain, and nothing else of these kinds.
+// inPlace reports whether want's table holds exactly want: its chains, the two sets with
+// their elements, the counter and one rule per chain, and nothing else of these kinds.
 func (want hostSNATRuleset) inPlace(c *nftables.Conn) (bool, error) {
-	t, err := ourTable(c)
+	t, err := ourTable(c, want.family)
 	if err != nil || t == nil {
 		return false, err
 	}
 
-	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	chains, err := c.ListChainsOfTableFamily(want.family)
 	if err != nil {
 		return false, fmt.Errorf("list chains: %w", err)
 	}
@@ -401,7 +512,7 @@ func (want hostSNATRuleset) inPlace(c *nftables.Conn) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("list sets: %w", err)
 	}
-	wantRemote, wantPods := hostSNATSets(t)
+	wantRemote, wantPods := want.sets(t)
 	if len(sets) != 2 {
 		return false, nil
 	}
@@ -452,30 +563,37 @@ func (want hostSNATRuleset) inPlace(c *nftables.Conn) (bool, error) {
 	return true, nil
 }
 
-// MasqueradedConnections reads the counter of pod connections to remote clusters that
-// another rule source-NATed (see HostSNAT), in the namespace netnsFd refers to (0: the
-// calling thread's). ok is false when NFTable is not there. The count restarts from zero
-// whenever EnsureHostSNAT replaces the table.
+// MasqueradedConnections reads the counters of pod connections to remote clusters that
+// another rule source-NATed (see HostSNAT), both families summed, in the namespace netnsFd
+// refers to (0: the calling thread's). ok is false when no NFTable table is there. A
+// family's count restarts from zero whenever EnsureHostSNAT replaces its table.
 func MasqueradedConnections(netnsFd int) (n uint64, ok bool, err error) {
 	c, err := nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(netnsFd))
 	if err != nil {
 		return 0, false, fmt.Errorf("masquerade watch: open nftables netlink socket: %w", err)
 	}
 	defer c.CloseLasting()
-	t, err := ourTable(c)
-	if err != nil || t == nil {
-		return 0, false, err
-	}
-	objs, err := c.GetObjects(t)
-	if err != nil {
-		return 0, false, fmt.Errorf("masquerade watch: read counter %s: %w", nftCounterMasq, err)
-	}
-	for _, o := range objs {
-		if counter, isCounter := o.(*nftables.CounterObj); isCounter && counter.Name == nftCounterMasq {
-			return counter.Packets, true, nil
+	for _, family := range snatFamilies {
+		t, err := ourTable(c, family)
+		if err != nil {
+			return 0, false, err
+		}
+		if t == nil {
+			continue
+		}
+		objs, err := c.GetObjects(t)
+		if err != nil {
+			return 0, false, fmt.Errorf("masquerade watch: read counter %s of table %s %s: %w", nftCounterMasq, familyWord(family), NFTable, err)
+		}
+		for _, o := range objs {
+			// A table of an older agent, without the counter, counts nothing: the next
+			// reconcile replaces it.
+			if counter, isCounter := o.(*nftables.CounterObj); isCounter && counter.Name == nftCounterMasq {
+				n, ok = n+counter.Packets, true
+			}
 		}
 	}
-	return 0, false, nil // a table of an older agent, without the counter: the next reconcile replaces it
+	return n, ok, nil
 }
 
 func sameChain(got, want *nftables.Chain) bool {
@@ -565,5 +683,5 @@ func ours(obj any) bool {
 	case *nftables.Set:
 		t = o.Table
 	}
-	return t == nil || (t.Name == NFTable && t.Family == nftables.TableFamilyIPv4)
+	return t == nil || (t.Name == NFTable && (t.Family == nftables.TableFamilyIPv4 || t.Family == nftables.TableFamilyIPv6))
 }

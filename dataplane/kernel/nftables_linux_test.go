@@ -30,6 +30,10 @@ var (
 	podCIDR = netip.MustParsePrefix("10.244.0.0/16")
 	remote1 = netip.MustParsePrefix("10.71.0.0/16")
 	remote2 = netip.MustParsePrefix("10.72.0.0/16")
+
+	extIP6   = netip.MustParseAddr("fd00:70::b")
+	podCIDR6 = netip.MustParsePrefix("fd00:244::/56")
+	remote6  = netip.MustParsePrefix("fd00:71::/48")
 )
 
 // TestEnsureHostSNAT programs the table from inside the namespace (netnsFd 0) and reads it
@@ -416,9 +420,16 @@ func TestHostSNATBadInput(t *testing.T) {
 		{kernel.HostSNAT{ExternalIP: netip.MustParseAddr("127.0.0.1"), Remote: remote}, "external IP 127.0.0.1 is not a unicast address"},
 		{kernel.HostSNAT{ExternalIP: netip.MustParseAddr("0.0.0.0"), Remote: remote}, "external IP 0.0.0.0 is not a unicast address"},
 		{kernel.HostSNAT{ExternalIP: extIP, Remote: []netip.Prefix{remote1, {}}}, `remote CIDR "invalid Prefix" is invalid`},
-		{kernel.HostSNAT{ExternalIP: extIP, Remote: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}}, "remote CIDR 2001:db8::/32 is not IPv4"},
+		{kernel.HostSNAT{ExternalIP: extIP, Remote: []netip.Prefix{remote1, remote6}}, "the IPv6 external IP is not set (it is the node's address in the cluster's IPv6 external CIDR), but remote CIDR fd00:71::/48 is IPv6"},
+		{kernel.HostSNAT{ExternalIP6: extIP6, Remote: []netip.Prefix{remote6, remote1}}, "the external IP is not set (it is the node's address in the cluster's IPv4 external CIDR), but remote CIDR 10.71.0.0/16 is IPv4"},
+		{kernel.HostSNAT{ExternalIP6: extIP, Remote: []netip.Prefix{remote6}}, "IPv6 external IP 10.250.0.11 is not an IPv6 address"},
+		{kernel.HostSNAT{ExternalIP6: netip.MustParseAddr("::ffff:10.250.0.11"), Remote: []netip.Prefix{remote6}}, "IPv6 external IP ::ffff:10.250.0.11 is not an IPv6 address"},
+		{kernel.HostSNAT{ExternalIP6: netip.MustParseAddr("fe80::1%eth0"), Remote: []netip.Prefix{remote6}}, "IPv6 external IP fe80::1%eth0 is not an IPv6 address"},
+		{kernel.HostSNAT{ExternalIP6: netip.MustParseAddr("fe80::1"), Remote: []netip.Prefix{remote6}}, "IPv6 external IP fe80::1 is not a unicast address"},
+		{kernel.HostSNAT{ExternalIP6: netip.MustParseAddr("::1"), Remote: []netip.Prefix{remote6}}, "IPv6 external IP ::1 is not a unicast address"},
+		{kernel.HostSNAT{ExternalIP6: extIP6, Remote: []netip.Prefix{netip.MustParsePrefix("::ffff:10.71.0.0/112")}}, "remote CIDR ::ffff:10.71.0.0/112 is an IPv4-mapped IPv6 CIDR"},
 		{kernel.HostSNAT{ExternalIP: extIP, Remote: remote, PodCIDRs: []netip.Prefix{netip.PrefixFrom(netip.MustParseAddr("10.244.0.0"), 33)}}, `pod CIDR "invalid Prefix" is invalid`},
-		{kernel.HostSNAT{ExternalIP: extIP, Remote: remote, PodCIDRs: []netip.Prefix{netip.MustParsePrefix("fd00::/64")}}, "pod CIDR fd00::/64 is not IPv4"},
+		{kernel.HostSNAT{ExternalIP: extIP, ExternalIP6: extIP6, Remote: []netip.Prefix{remote1, remote6}, PodCIDRs: []netip.Prefix{netip.PrefixFrom(netip.MustParseAddr("fd00::"), 129)}}, `pod CIDR "invalid Prefix" is invalid`},
 	} {
 		err := kernel.EnsureHostSNAT(fd, tc.s)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -467,15 +478,37 @@ func snatExprs(ip string) []expr.Any {
 	}
 }
 
+// snatExprs6 is "ip6 daddr @remote ip6 saddr != @pods snat to ip" as the kernel reports it.
+func snatExprs6(ip string) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 24, Len: 16},
+		&expr.Lookup{SourceRegister: 1, SetName: "remote"},
+		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
+		&expr.Lookup{SourceRegister: 1, SetName: "pods", Invert: true},
+		&expr.Immediate{Register: 1, Data: netip.MustParseAddr(ip).AsSlice()},
+		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: 1, RegAddrMax: 1},
+	}
+}
+
 // readHostSNAT reads table ip skein-agent and checks its fixed parts: the postrouting chain,
 // a comment on every rule, the kinds of the sets and the counter.
 func readHostSNAT(t *testing.T, c *nftables.Conn) hostSNATState {
 	t.Helper()
-	table, err := c.ListTableOfFamily(kernel.NFTable, nftables.TableFamilyIPv4)
+	return readHostSNATFamily(t, c, nftables.TableFamilyIPv4)
+}
+
+// readHostSNATFamily is readHostSNAT for the table of family (ip or ip6).
+func readHostSNATFamily(t *testing.T, c *nftables.Conn, family nftables.TableFamily) hostSNATState {
+	t.Helper()
+	table, err := c.ListTableOfFamily(kernel.NFTable, family)
 	if err != nil {
-		t.Fatalf("table ip %s: %v", kernel.NFTable, err)
+		t.Fatalf("table %s %s: %v", familyName(family), kernel.NFTable, err)
 	}
-	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	keyType := "ipv4_addr"
+	if family == nftables.TableFamilyIPv6 {
+		keyType = "ipv6_addr"
+	}
+	chains, err := c.ListChainsOfTableFamily(family)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +557,7 @@ func readHostSNAT(t *testing.T, c *nftables.Conn) hostSNATState {
 		t.Errorf("%d sets, want remote and pods", len(sets))
 	}
 	for _, set := range sets {
-		if set.KeyType.Name != "ipv4_addr" || !set.Interval || set.IsMap || set.Constant || set.HasTimeout {
+		if set.KeyType.Name != keyType || !set.Interval || set.IsMap || set.Constant || set.HasTimeout {
 			t.Errorf("set %s: %s", set.Name, setString(set))
 		}
 		elems, err := c.GetSetElements(set)
@@ -555,7 +588,7 @@ func readHostSNAT(t *testing.T, c *nftables.Conn) hostSNATState {
 	return state
 }
 
-// intervals turns the elements of an IPv4 interval set into "first-last" ranges.
+// intervals turns the elements of an IPv4 or IPv6 interval set into "first-last" ranges.
 func intervals(t *testing.T, elems []nftables.SetElement) []string {
 	t.Helper()
 	elems = slices.Clone(elems)
@@ -563,14 +596,18 @@ func intervals(t *testing.T, elems []nftables.SetElement) []string {
 	var out []string
 	for i := 0; i < len(elems); i++ {
 		e := elems[i]
-		if e.IntervalEnd || len(e.Key) != 4 {
+		first, ok := netip.AddrFromSlice(e.Key)
+		if e.IntervalEnd || !ok {
 			t.Fatalf("element %d of %v is not an interval start", i, elems)
 		}
-		first := netip.AddrFrom4([4]byte(e.Key))
 		last := netip.MustParseAddr("255.255.255.255")
+		if first.Is6() {
+			last = netip.MustParseAddr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")
+		}
 		if i+1 < len(elems) && elems[i+1].IntervalEnd {
 			i++
-			last = netip.AddrFrom4([4]byte(elems[i].Key)).Prev()
+			end, _ := netip.AddrFromSlice(elems[i].Key)
+			last = end.Prev()
 		}
 		out = append(out, first.String()+"-"+last.String())
 	}
@@ -585,7 +622,7 @@ func udpRoundTrip(t *testing.T, node, peer *netnstest.NS, from, to string) netip
 	var server, client *net.UDPConn
 	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(to), 7777))
 	err := peer.Do(func() (err error) {
-		server, err = net.ListenUDP("udp4", dst)
+		server, err = net.ListenUDP("udp", dst)
 		return err
 	})
 	if err != nil {
@@ -597,7 +634,7 @@ func udpRoundTrip(t *testing.T, node, peer *netnstest.NS, from, to string) netip
 		src = net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(from), 0))
 	}
 	err = node.Do(func() (err error) {
-		client, err = net.DialUDP("udp4", src, dst)
+		client, err = net.DialUDP("udp", src, dst)
 		return err
 	})
 	if err != nil {
@@ -701,6 +738,8 @@ func familyName(f nftables.TableFamily) string {
 	switch f {
 	case nftables.TableFamilyIPv4:
 		return "ip"
+	case nftables.TableFamilyIPv6:
+		return "ip6"
 	case nftables.TableFamilyINet:
 		return "inet"
 	}
