@@ -92,7 +92,7 @@ type chartValues struct {
 	ImagePullSecrets []corev1.LocalObjectReference
 	IPAM             struct {
 		PodCIDR, ServiceCIDR       cidrList
-		ExternalCIDR, InternalCIDR string
+		ExternalCIDR, ExternalCIDR6, InternalCIDR string
 		Reserved, Pools            []string
 	}
 	Overlay struct {
@@ -334,7 +334,7 @@ func checkController(v chartValues, objs []*unstructured.Unstructured) []string 
 	}
 	want := []string{
 		"--pod-cidrs=" + v.IPAM.PodCIDR.String(), "--service-cidr=" + v.IPAM.ServiceCIDR.String(),
-		"--external-cidr=" + v.IPAM.ExternalCIDR, "--internal-cidr=" + v.IPAM.InternalCIDR,
+		"--external-cidr=" + v.IPAM.ExternalCIDR, "--external-cidr6=" + v.IPAM.ExternalCIDR6, "--internal-cidr=" + v.IPAM.InternalCIDR,
 		"--reserved=" + strings.Join(v.IPAM.Reserved, ","), "--pools=" + strings.Join(v.IPAM.Pools, ","),
 		fmt.Sprintf("--metrics-listen=:%d", v.Controller.MetricsPort), fmt.Sprintf("--health-listen=:%d", v.Controller.HealthPort),
 		fmt.Sprintf("--leader-elect=%t", v.Controller.LeaderElection), "--log-level=" + v.Controller.LogLevel, "--log-format=" + v.LogFormat,

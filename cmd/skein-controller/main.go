@@ -59,6 +59,29 @@ func prefixes(flagName, s string) []netip.Prefix {
 	return out
 }
 
+// externalCIDRs checks the two --external-cidr flags and returns those the cluster uses: the
+// IPv4 one when the pod CIDRs have IPv4, the IPv6 one when they have IPv6; the other is
+// unset (not reserved, not published, no node gets an address in it).
+func externalCIDRs(pods []netip.Prefix, v4, v6 netip.Prefix) (netip.Prefix, netip.Prefix, error) {
+	switch {
+	case !v4.Addr().Is4():
+		return v4, v6, fmt.Errorf("--external-cidr %v: want an IPv4 CIDR (the IPv6 one is --external-cidr6)", v4)
+	case !v6.Addr().Is6():
+		return v4, v6, fmt.Errorf("--external-cidr6 %v: want an IPv6 CIDR (the IPv4 one is --external-cidr)", v6)
+	case v4.Bits() > 30:
+		return v4, v6, fmt.Errorf("--external-cidr %v: want a /30 or larger (one address per node)", v4)
+	case v6.Bits() > 126:
+		return v4, v6, fmt.Errorf("--external-cidr6 %v: want a /126 or larger (one address per node)", v6)
+	}
+	if !slices.ContainsFunc(pods, func(p netip.Prefix) bool { return p.Addr().Is4() }) {
+		v4 = netip.Prefix{}
+	}
+	if !slices.ContainsFunc(pods, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
+		v6 = netip.Prefix{}
+	}
+	return v4, v6, nil
+}
+
 // parsePrefixes reads a comma-separated list of IPv4 or IPv6 CIDRs without host bits (which
 // family each flag takes is checked where it is used).
 func parsePrefixes(flagName, s string) ([]netip.Prefix, error) {
@@ -86,7 +109,8 @@ func main() {
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: the pod's service account)")
 	podCIDRs := fs.String("pod-cidrs", "10.244.0.0/16", "this cluster's pod CIDRs, comma-separated")
 	serviceCIDR := fs.String("service-cidr", "10.96.0.0/12", "this cluster's service CIDR")
-	externalCIDR := fs.String("external-cidr", "10.70.0.0/16", "this cluster's external CIDR (how peers see its nodes and host-network traffic)")
+	externalCIDR := fs.String("external-cidr", "10.70.0.0/16", "this cluster's IPv4 external CIDR (how peers see its nodes' IPv4 host-network traffic: each node gets an address in it); used when --pod-cidrs has IPv4")
+	externalCIDR6 := fs.String("external-cidr6", "fd00:70::/112", "this cluster's IPv6 external CIDR, the same for IPv6 host-network traffic; used when --pod-cidrs has IPv6 (dual-stack and IPv6-only clusters)")
 	internalCIDR := fs.String("internal-cidr", netv1alpha1.DefaultInternalCIDR, "this cluster's internal CIDR (overlay addresses)")
 	reserved := fs.String("reserved", "", "more CIDRs never given to peers, comma-separated")
 	pools := fs.String("pools", joinPrefixes(slices.Concat(ipam.DefaultPools, ipam.DefaultPools6)), "remap pools, comma-separated: a peer's CIDR that clashes with one here is seen as a free prefix of the same length from the pools of its family (IPv4 or IPv6)")
@@ -119,9 +143,14 @@ func main() {
 	log := ctrl.Log.WithName("skein-controller")
 	bi := buildinfo.Get()
 	log.Info("starting", "version", bi.Version, "commit", bi.Commit, "go", bi.GoVersion)
-	internal, external := prefixes("internal-cidr", *internalCIDR), prefixes("external-cidr", *externalCIDR)
-	if len(internal) != 1 || len(external) != 1 {
-		fail(fmt.Errorf("--internal-cidr and --external-cidr take one CIDR each"))
+	internal, external, external6 := prefixes("internal-cidr", *internalCIDR), prefixes("external-cidr", *externalCIDR), prefixes("external-cidr6", *externalCIDR6)
+	if len(internal) != 1 || len(external) != 1 || len(external6) != 1 {
+		fail(fmt.Errorf("--internal-cidr, --external-cidr and --external-cidr6 take one CIDR each"))
+	}
+	podList := prefixes("pod-cidrs", *podCIDRs)
+	ext4, ext6, err := externalCIDRs(podList, external[0], external6[0])
+	if err != nil {
+		fail(err)
 	}
 	switch {
 	case *minPrefix < 1 || *minPrefix > 32:
@@ -142,10 +171,10 @@ func main() {
 		fail(err)
 	}
 	opts := controller.Options{
-		PodCIDRs: prefixes("pod-cidrs", *podCIDRs), ServiceCIDRs: prefixes("service-cidr", *serviceCIDR),
+		PodCIDRs: podList, ServiceCIDRs: prefixes("service-cidr", *serviceCIDR),
 		Reserved: prefixes("reserved", *reserved), Pools: poolList, NodeCIDRs: prefixes("node-cidrs", *nodeCIDRs),
 		MinRemotePrefixLength: *minPrefix, MinRemotePrefixLength6: *minPrefix6, IPv6: *ipv6, AllowPrivilegedGateways: *allowPrivileged, GatewayWatchPods: *watchPods,
-		ExternalCIDR: external[0], InternalCIDR: internal[0], Metrics: ctrlmetrics.Registry,
+		ExternalCIDR: ext4, ExternalCIDR6: ext6, InternalCIDR: internal[0], Metrics: ctrlmetrics.Registry,
 	}
 	ctrlmetrics.Registry.MustRegister(buildmetric.Collector("controller"))
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
@@ -176,7 +205,7 @@ func main() {
 	}
 	log.Info("cluster identity", "clusterID", id, "name", identity.ClusterName(id), "namespace", *namespace)
 	if err := identity.PublishNetwork(ctx, direct, *namespace, identity.Network{PodCIDRs: opts.PodCIDRs, ServiceCIDRs: opts.ServiceCIDRs,
-		Reserved: opts.Reserved, ExternalCIDR: opts.ExternalCIDR, InternalCIDR: opts.InternalCIDR,
+		Reserved: opts.Reserved, ExternalCIDR: opts.ExternalCIDR, ExternalCIDR6: opts.ExternalCIDR6, InternalCIDR: opts.InternalCIDR,
 		Gateway: identity.GatewayDefaults{MTU: int32(*gwMTU), ServerServiceType: *gwServiceType, ServerPort: int32(*gwPort)}}); err != nil {
 		fail(fmt.Errorf("publishing the network parameters: %w", err))
 	}

@@ -182,7 +182,7 @@ func (g *globals) diagnose(ctx context.Context, r *report, node nodeCheckFlags) 
 	} else if n, err := identity.ReadNetwork(ctx, cl, g.liqoNamespace); err != nil {
 		r.problem("cluster identity", id, err.Error(), "skein-controller publishes the network parameters when it starts: kubectl -n "+g.liqoNamespace+" logs deploy/skein-controller")
 	} else {
-		r.ok("cluster identity", id, fmt.Sprintf("pod CIDRs %v, external CIDR %v, internal CIDR %v", n.PodCIDRs, n.ExternalCIDR, n.InternalCIDR))
+		r.ok("cluster identity", id, fmt.Sprintf("pod CIDRs %v, external CIDRs %v, internal CIDR %v", n.PodCIDRs, n.ExternalCIDRs(), n.InternalCIDR))
 	}
 	checkComponents(ctx, r, cl, g.liqoNamespace)
 	checkNodes(ctx, r, cl, g.liqoNamespace)

@@ -24,7 +24,9 @@ type clusterStatus struct {
 	ClusterName  string            `json:"clusterName"`
 	PodCIDRs     []string          `json:"podCIDRs"`
 	ServiceCIDRs []string          `json:"serviceCIDRs"`
-	ExternalCIDR string            `json:"externalCIDR"`
+	ExternalCIDR string            `json:"externalCIDR"` // IPv4, or IPv6 in an IPv6-only cluster
+	// ExternalCIDR6 is the IPv6 external CIDR of a dual-stack cluster.
+	ExternalCIDR6 string `json:"externalCIDR6,omitempty"`
 	InternalCIDR string            `json:"internalCIDR"`
 	Version      string            `json:"skeinctlVersion"`
 	Components   map[string]string `json:"components"`
@@ -53,8 +55,11 @@ internal CIDRs: what a Configuration written by hand holds) and whether skein's 
 			if err != nil {
 				return err
 			}
-			st := clusterStatus{ClusterID: id, ClusterName: identity.ClusterName(id), ExternalCIDR: n.ExternalCIDR.String(),
+			st := clusterStatus{ClusterID: id, ClusterName: identity.ClusterName(id), ExternalCIDR: n.ExternalCIDRs()[0].String(),
 				InternalCIDR: n.InternalCIDR.String(), Version: buildinfo.Get().Version, Components: map[string]string{}}
+			if ext := n.ExternalCIDRs(); len(ext) > 1 {
+				st.ExternalCIDR6 = ext[1].String()
+			}
 			for _, p := range n.PodCIDRs {
 				st.PodCIDRs = append(st.PodCIDRs, p.String())
 			}
@@ -68,7 +73,7 @@ internal CIDRs: what a Configuration written by hand holds) and whether skein's 
 			}
 			w := tabwriter.NewWriter(g.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "Cluster ID\t%s\nCluster name\t%s\nPod CIDRs\t%s\nService CIDRs\t%s\nExternal CIDR\t%s\nInternal CIDR\t%s\nskeinctl\t%s\n",
-				st.ClusterID, st.ClusterName, strings.Join(st.PodCIDRs, ", "), strings.Join(st.ServiceCIDRs, ", "), st.ExternalCIDR, st.InternalCIDR, st.Version)
+				st.ClusterID, st.ClusterName, strings.Join(st.PodCIDRs, ", "), strings.Join(st.ServiceCIDRs, ", "), strings.Join(slices.DeleteFunc([]string{st.ExternalCIDR, st.ExternalCIDR6}, func(s string) bool { return s == "" }), ", "), st.InternalCIDR, st.Version)
 			for _, k := range []string{"skein-controller", "skein-agent"} {
 				fmt.Fprintf(w, "%s\t%s\n", k, st.Components[k])
 			}

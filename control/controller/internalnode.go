@@ -26,8 +26,10 @@ import (
 type InternalNodeReconciler struct {
 	Client   client.Client
 	Reader   client.Reader
-	Overlay  *OverlayAddresses // internal CIDR, shared with the gateways
-	External *ipam.Hosts       // external CIDR
+	Overlay *OverlayAddresses // internal CIDR, shared with the gateways
+	// External and External6 hand out the nodes' addresses in the IPv4 and IPv6 external
+	// CIDRs; nil for a family the cluster has no pod CIDR of.
+	External, External6 *ipam.Hosts
 
 	once    sync.Once
 	onceErr error
@@ -51,9 +53,15 @@ func (r *InternalNodeReconciler) restore(ctx context.Context) error {
 			return
 		}
 		for _, in := range list.Items {
-			if in.Spec.ExternalIP != nil {
-				if a, err := netip.ParseAddr(string(*in.Spec.ExternalIP)); err == nil {
-					r.External.Restore(in.Name, a)
+			for _, x := range []struct {
+				ip    *netv1alpha1.IP
+				hosts *ipam.Hosts
+			}{{in.Spec.ExternalIP, r.External}, {in.Spec.ExternalIP6, r.External6}} {
+				if x.ip == nil || x.hosts == nil {
+					continue
+				}
+				if a, err := netip.ParseAddr(string(*x.ip)); err == nil {
+					x.hosts.Restore(in.Name, a) // kept only when inside the CIDR
 				}
 			}
 		}
@@ -74,7 +82,11 @@ func (r *InternalNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			return ctrl.Result{}, fmt.Errorf("delete InternalNode %s of a removed Node: %w", req.Name, err)
 		}
 		r.Overlay.Release(NodeKey(req.Name))
-		r.External.Release(req.Name)
+		for _, h := range []*ipam.Hosts{r.External, r.External6} {
+			if h != nil {
+				h.Release(req.Name)
+			}
+		}
 		return ctrl.Result{}, nil
 	}
 	if err != nil {
@@ -84,27 +96,45 @@ func (r *InternalNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("node %s overlay address: %w", node.Name, err)
 	}
-	ext, err := r.External.Assign(node.Name)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("node %s external address: %w", node.Name, err)
+	var want netv1alpha1.InternalNodeSpec
+	ovIP := netv1alpha1.IP(ov.String())
+	want.OverlayIP = &ovIP
+	for _, x := range []struct {
+		hosts *ipam.Hosts
+		dst   **netv1alpha1.IP
+		what  string
+	}{{r.External, &want.ExternalIP, "external address"}, {r.External6, &want.ExternalIP6, "IPv6 external address"}} {
+		if x.hosts == nil {
+			continue
+		}
+		a, err := x.hosts.Assign(node.Name)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("node %s %s: %w", node.Name, x.what, err)
+		}
+		ip := netv1alpha1.IP(a.String())
+		*x.dst = &ip
 	}
-	ovIP, extIP := netv1alpha1.IP(ov.String()), netv1alpha1.IP(ext.String())
 	in := &netv1alpha1.InternalNode{}
 	err = r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, in)
 	if apierrors.IsNotFound(err) {
 		in = &netv1alpha1.InternalNode{
 			ObjectMeta: metav1.ObjectMeta{Name: node.Name, OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}},
-			Spec:       netv1alpha1.InternalNodeSpec{OverlayIP: &ovIP, ExternalIP: &extIP},
+			Spec:       want,
 		}
 		return ctrl.Result{}, r.Client.Create(ctx, in)
 	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if in.Spec.OverlayIP == nil || *in.Spec.OverlayIP != ovIP || in.Spec.ExternalIP == nil || *in.Spec.ExternalIP != extIP {
+	if !equalIP(in.Spec.OverlayIP, want.OverlayIP) || !equalIP(in.Spec.ExternalIP, want.ExternalIP) || !equalIP(in.Spec.ExternalIP6, want.ExternalIP6) {
 		patch := client.MergeFrom(in.DeepCopy())
-		in.Spec.OverlayIP, in.Spec.ExternalIP = &ovIP, &extIP
+		in.Spec = want
 		return ctrl.Result{}, r.Client.Patch(ctx, in, patch)
 	}
 	return ctrl.Result{}, nil
+}
+
+// equalIP reports whether two optional addresses are both unset or equal.
+func equalIP(a, b *netv1alpha1.IP) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }

@@ -16,7 +16,11 @@ import (
 // Options are this cluster's networks.
 type Options struct {
 	PodCIDRs, ServiceCIDRs, Reserved []netip.Prefix
-	ExternalCIDR, InternalCIDR       netip.Prefix
+	InternalCIDR                     netip.Prefix
+	// ExternalCIDR and ExternalCIDR6 are the IPv4 and IPv6 external CIDRs (how peers see the
+	// nodes' host-network traffic of each family): each is required when the pod CIDRs have
+	// its family, and unset (invalid) otherwise.
+	ExternalCIDR, ExternalCIDR6 netip.Prefix
 	Pools                            []netip.Prefix // default ipam.DefaultPools and DefaultPools6
 	// NodeCIDRs are the networks the nodes' addresses come from: never inside a peer's CIDR as
 	// seen here (each node's own addresses are reserved too, from the Node objects).
@@ -50,10 +54,13 @@ type Options struct {
 
 // Setup registers every reconciler on mgr.
 func Setup(mgr ctrl.Manager, o Options) error {
-	if !o.ExternalCIDR.IsValid() || !o.InternalCIDR.IsValid() {
-		return fmt.Errorf("controller: the external and internal CIDRs are required")
+	if !o.InternalCIDR.IsValid() {
+		return fmt.Errorf("controller: the internal CIDR is required")
 	}
 	if err := checkPodCIDRs(o.PodCIDRs); err != nil {
+		return err
+	}
+	if err := checkExternalCIDRs(o); err != nil {
 		return err
 	}
 	pools := o.Pools
@@ -61,7 +68,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		pools = slices.Concat(ipam.DefaultPools, ipam.DefaultPools6)
 	}
 	local := slices.Concat(o.PodCIDRs, o.ServiceCIDRs, o.Reserved, o.NodeCIDRs)
-	local = append(local, o.ExternalCIDR, o.InternalCIDR)
+	local = append(local, o.InternalCIDR)
+	for _, e := range []netip.Prefix{o.ExternalCIDR, o.ExternalCIDR6} {
+		if e.IsValid() {
+			local = append(local, e)
+		}
+	}
 	alloc, err := ipam.New(pools, local)
 	if err != nil {
 		return err
@@ -70,12 +82,19 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
-	externalHosts, err := ipam.NewHosts(o.ExternalCIDR, 0)
-	if err != nil {
-		return err
+	var externalHosts, externalHosts6 *ipam.Hosts
+	if o.ExternalCIDR.IsValid() {
+		if externalHosts, err = ipam.NewHosts(o.ExternalCIDR, 0); err != nil {
+			return err
+		}
+	}
+	if o.ExternalCIDR6.IsValid() {
+		if externalHosts6, err = ipam.NewHosts(o.ExternalCIDR6, 0); err != nil {
+			return err
+		}
 	}
 	if o.Metrics != nil {
-		if err := o.Metrics.Register(&ipamCollector{alloc: alloc, overlay: overlayHosts, external: externalHosts}); err != nil {
+		if err := o.Metrics.Register(&ipamCollector{alloc: alloc, overlay: overlayHosts, external: externalHosts, external6: externalHosts6}); err != nil {
 			return fmt.Errorf("controller: registering the IPAM metrics: %w", err)
 		}
 	}
@@ -91,7 +110,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	c, reader, ev := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("skein-controller")
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		&ConfigurationReconciler{Client: c, Reader: reader, IPAM: alloc, Events: ev, MinPrefixLength: o.MinRemotePrefixLength, MinPrefixLength6: o.MinRemotePrefixLength6, IPv6: o.IPv6},
-		&InternalNodeReconciler{Client: c, Reader: reader, Overlay: overlay, External: externalHosts},
+		&InternalNodeReconciler{Client: c, Reader: reader, Overlay: overlay, External: externalHosts, External6: externalHosts6},
 		&PublicKeyReconciler{Client: c},
 		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: true, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways, PodRoutes: podRoutes},
 		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: false, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways, PodRoutes: podRoutes},
@@ -131,6 +150,24 @@ func checkPodCIDRs(ps []netip.Prefix) error {
 				return fmt.Errorf("controller: pod CIDRs %v and %v overlap: list each range once", q, p)
 			}
 		}
+	}
+	return nil
+}
+
+// checkExternalCIDRs checks that each family of the pod CIDRs has an external CIDR and that
+// each external CIDR is of its family with room for nodes.
+func checkExternalCIDRs(o Options) error {
+	has4 := slices.ContainsFunc(o.PodCIDRs, func(p netip.Prefix) bool { return p.Addr().Is4() })
+	has6 := slices.ContainsFunc(o.PodCIDRs, func(p netip.Prefix) bool { return p.Addr().Is6() })
+	switch e, e6 := o.ExternalCIDR, o.ExternalCIDR6; {
+	case has4 && !e.IsValid():
+		return fmt.Errorf("controller: the pod CIDRs include IPv4: an IPv4 external CIDR is required (how peers see the nodes' IPv4 host-network traffic)")
+	case has6 && !e6.IsValid():
+		return fmt.Errorf("controller: the pod CIDRs include IPv6: an IPv6 external CIDR is required (how peers see the nodes' IPv6 host-network traffic)")
+	case e.IsValid() && (!e.Addr().Is4() || e.Bits() > 30 || e != e.Masked()):
+		return fmt.Errorf("controller: IPv4 external CIDR %v: want an IPv4 CIDR without host bits, /30 or larger", e)
+	case e6.IsValid() && (!e6.Addr().Is6() || e6.Addr().Is4In6() || e6.Bits() > 126 || e6 != e6.Masked()):
+		return fmt.Errorf("controller: IPv6 external CIDR %v: want an IPv6 CIDR without host bits, /126 or larger", e6)
 	}
 	return nil
 }

@@ -288,6 +288,32 @@ func TestSetupRefusesPodCIDRs(t *testing.T) {
 	}
 }
 
+// TestSetupRefusesExternalCIDRs: each family of the pod CIDRs needs an external CIDR of its
+// own, of the right family, with room for nodes.
+func TestSetupRefusesExternalCIDRs(t *testing.T) {
+	p := netip.MustParsePrefix
+	v4, v6, dual := []netip.Prefix{p("10.244.0.0/16")}, []netip.Prefix{p("fd00:244::/56")}, []netip.Prefix{p("10.244.0.0/16"), p("fd00:244::/56")}
+	for _, tc := range []struct {
+		pods      []netip.Prefix
+		ext, ext6 netip.Prefix
+		says      string
+	}{
+		{dual, p("10.70.0.0/16"), netip.Prefix{}, "the pod CIDRs include IPv6: an IPv6 external CIDR is required"},
+		{v6, netip.Prefix{}, netip.Prefix{}, "the pod CIDRs include IPv6: an IPv6 external CIDR is required"},
+		{v4, netip.Prefix{}, p("fd00:70::/112"), "the pod CIDRs include IPv4: an IPv4 external CIDR is required"},
+		{v4, p("fd00:70::/112"), netip.Prefix{}, "IPv4 external CIDR fd00:70::/112: want an IPv4 CIDR"},
+		{v4, p("10.70.0.0/31"), netip.Prefix{}, "/30 or larger"},
+		{v6, netip.Prefix{}, p("10.70.0.0/16"), "IPv6 external CIDR 10.70.0.0/16: want an IPv6 CIDR"},
+		{v6, netip.Prefix{}, p("::ffff:10.70.0.0/112"), "want an IPv6 CIDR"},
+		{v6, netip.Prefix{}, p("fd00:70::1/112"), "without host bits"},
+	} {
+		err := controller.Setup(nil, controller.Options{PodCIDRs: tc.pods, ExternalCIDR: tc.ext, ExternalCIDR6: tc.ext6, InternalCIDR: p("10.80.0.0/16")})
+		if err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("pod CIDRs %v, external %v and %v: %v, want an error saying %q", tc.pods, tc.ext, tc.ext6, err, tc.says)
+		}
+	}
+}
+
 // apiRequests reads the API server's apiserver_request_total counters, summed by verb and
 // resource (with subresource), as "VERB resource[/subresource]" -> count.
 func apiRequests(tb testing.TB, env *apitest.Env) map[string]float64 {

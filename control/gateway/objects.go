@@ -235,10 +235,13 @@ func nodes(o Objects, reserved func(netip.Addr) bool) ([]dataplane.Node, error) 
 				}
 			}
 		}
-		// Host-network traffic of the node leaves with its external address (the agent's SNAT):
-		// replies to it go back to this node.
-		if in.Spec.ExternalIP != nil {
-			if a, err := netip.ParseAddr(string(*in.Spec.ExternalIP)); err == nil && a.Zone() == "" && !a.Is4In6() {
+		// Host-network traffic of the node leaves with its external addresses (the agent's
+		// SNAT, one per family): replies to them go back to this node.
+		for _, ext := range []*netv1alpha1.IP{in.Spec.ExternalIP, in.Spec.ExternalIP6} {
+			if ext == nil {
+				continue
+			}
+			if a, err := netip.ParseAddr(string(*ext)); err == nil && a.Zone() == "" && !a.Is4In6() {
 				n.Pods = append(n.Pods, a)
 				nodeAddrs[a] = true
 			}

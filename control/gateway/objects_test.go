@@ -169,13 +169,14 @@ func TestFromObjectsAdditionalCIDRs(t *testing.T) {
 }
 
 // TestFromObjectsDualStack: the peer's IPv6 pods (an additional pod CIDR) remapped, the
-// nodes' IPv6 pod CIDRs, and /128 routes for IPv6 pods outside them; none for a pod claiming
-// one of the gateways' own IPv6 addresses.
+// nodes' IPv6 pod CIDRs, and /128 routes for IPv6 pods outside them and for a node's IPv6
+// external address; none for a pod claiming one of the gateways' own IPv6 addresses.
 func TestFromObjectsDualStack(t *testing.T) {
 	o := objects()
 	o.Configuration.Spec.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{"fd00:244::/48"}
 	o.Configuration.Status.Remote.CIDR.AdditionalPods = []netv1alpha1.CIDR{"fd71::/48"}
 	o.Nodes[0].Spec.PodCIDRs = []string{"10.244.1.0/24", "fd00:244:0:1::/64"}
+	o.InternalNodes[0].Spec.ExternalIP6 = ptr.To(netv1alpha1.IP("fd00:70::1")) // its IPv6 host-network traffic's address
 	o.Pods = podAddrs(
 		corev1.Pod{Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "10.244.1.9"}, {IP: "fd00:244:0:1::9"}}}},
 		corev1.Pod{Spec: corev1.PodSpec{NodeName: "n2"}, Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: "10.244.7.3"}, {IP: "fd00:244:0:7::3"}}}},
@@ -198,7 +199,7 @@ func TestFromObjectsDualStack(t *testing.T) {
 	for _, n := range dp.Nodes {
 		byName[n.Name] = fmt.Sprint(n.PodCIDRs, n.Pods)
 	}
-	if byName["n1"] != "[10.244.1.0/24 fd00:244:0:1::/64] [10.70.0.1]" || byName["n2"] != "[] [10.244.7.3 fd00:244:0:7::3 fd00:244:0:7::4]" {
+	if byName["n1"] != "[10.244.1.0/24 fd00:244:0:1::/64] [10.70.0.1 fd00:70::1]" || byName["n2"] != "[] [10.244.7.3 fd00:244:0:7::3 fd00:244:0:7::4]" {
 		t.Errorf("nodes %v", byName)
 	}
 }

@@ -57,7 +57,10 @@ func PeerName(id string) string {
 // Network is a cluster's network parameters.
 type Network struct {
 	PodCIDRs, ServiceCIDRs, Reserved []netip.Prefix
-	ExternalCIDR, InternalCIDR       netip.Prefix
+	InternalCIDR                     netip.Prefix
+	// ExternalCIDR and ExternalCIDR6 are the IPv4 and IPv6 external CIDRs in use: the IPv4 one
+	// unset in an IPv6-only cluster, the IPv6 one unset in a cluster without IPv6 pods.
+	ExternalCIDR, ExternalCIDR6 netip.Prefix
 	// Gateway holds the defaults of this cluster's gateways (the chart's
 	// peering.networking.gateway.* values); zero fields were not published.
 	Gateway GatewayDefaults
@@ -72,14 +75,34 @@ type GatewayDefaults struct {
 }
 
 // Published is how the network is published to peers (spec.remote.cidr of the Configuration
-// they apply): every pod CIDR, the first as pod and the others as additionalPods.
+// they apply): every pod CIDR, the first as pod and the others as additionalPods; the
+// external CIDRs, the IPv4 one as external (the IPv6 one in an IPv6-only cluster) and the
+// IPv6 one of a dual-stack cluster as additionalExternals.
 func (n Network) Published() netv1alpha1.ClusterConfigCIDR {
-	out := netv1alpha1.ClusterConfigCIDR{External: netv1alpha1.CIDR(n.ExternalCIDR.String())}
+	var out netv1alpha1.ClusterConfigCIDR
+	for _, e := range n.ExternalCIDRs() {
+		if out.External == "" {
+			out.External = netv1alpha1.CIDR(e.String())
+		} else {
+			out.AdditionalExternals = append(out.AdditionalExternals, netv1alpha1.CIDR(e.String()))
+		}
+	}
 	for i, p := range n.PodCIDRs {
 		if i == 0 {
 			out.Pod = netv1alpha1.CIDR(p.String())
 		} else {
 			out.AdditionalPods = append(out.AdditionalPods, netv1alpha1.CIDR(p.String()))
+		}
+	}
+	return out
+}
+
+// ExternalCIDRs are the external CIDRs in use, IPv4 first.
+func (n Network) ExternalCIDRs() []netip.Prefix {
+	var out []netip.Prefix
+	for _, e := range []netip.Prefix{n.ExternalCIDR, n.ExternalCIDR6} {
+		if e.IsValid() {
+			out = append(out, e)
 		}
 	}
 	return out
@@ -112,7 +135,14 @@ func splitPrefixes(key, s string) ([]netip.Prefix, error) {
 func PublishNetwork(ctx context.Context, c client.Client, namespace string, n Network) error {
 	data := map[string]string{
 		"podCIDRs": joinPrefixes(n.PodCIDRs), "serviceCIDRs": joinPrefixes(n.ServiceCIDRs), "reserved": joinPrefixes(n.Reserved),
-		"externalCIDR": n.ExternalCIDR.String(), "internalCIDR": n.InternalCIDR.String(),
+		"internalCIDR": n.InternalCIDR.String(),
+	}
+	// Each external CIDR only when in use: an older skeinctl reads externalCIDR alone.
+	if n.ExternalCIDR.IsValid() {
+		data["externalCIDR"] = n.ExternalCIDR.String()
+	}
+	if n.ExternalCIDR6.IsValid() {
+		data["externalCIDR6"] = n.ExternalCIDR6.String()
 	}
 	if g := n.Gateway; g.MTU != 0 {
 		data["gatewayMTU"] = strconv.Itoa(int(g.MTU))
@@ -151,8 +181,15 @@ func ReadNetwork(ctx context.Context, c client.Client, namespace string) (*Netwo
 	if n.Reserved, err = splitPrefixes("reserved", cm.Data["reserved"]); err != nil {
 		return nil, err
 	}
-	if n.ExternalCIDR, err = netip.ParsePrefix(cm.Data["externalCIDR"]); err != nil {
-		return nil, fmt.Errorf("externalCIDR: %w", err)
+	for key, dst := range map[string]*netip.Prefix{"externalCIDR": &n.ExternalCIDR, "externalCIDR6": &n.ExternalCIDR6} {
+		if v, ok := cm.Data[key]; ok {
+			if *dst, err = netip.ParsePrefix(v); err != nil {
+				return nil, fmt.Errorf("configmap %s/%s: %s: %w", namespace, NetworkConfigMap, key, err)
+			}
+		}
+	}
+	if len(n.ExternalCIDRs()) == 0 {
+		return nil, fmt.Errorf("configmap %s/%s has no externalCIDR", namespace, NetworkConfigMap)
 	}
 	if n.InternalCIDR, err = netip.ParsePrefix(cm.Data["internalCIDR"]); err != nil {
 		return nil, fmt.Errorf("internalCIDR: %w", err)

@@ -234,23 +234,44 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 			p.Kernel.Overlay.Address6 = netip.PrefixFrom(netv1alpha1.Internal6(ip), internal6.Bits())
 		}
 		p.Kernel.Peers = append(p.Kernel.Peers, peer)
-		for _, r := range routes {
-			if r.Addr().Is4() { // host-network SNAT is IPv4 only so far
-				snatRemote = append(snatRemote, r)
-			}
-		}
+		snatRemote = append(snatRemote, routes...)
 	}
-	if ext := o.InternalNode.Spec.ExternalIP; ext != nil && len(snatRemote) > 0 {
-		if e, err := netip.ParseAddr(string(*ext)); err == nil {
-			slices.SortFunc(snatRemote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-			// The SNAT table is IPv4: a dual-stack cluster's IPv6 pod CIDRs stay out of it.
-			pods := slices.DeleteFunc(slices.Clone(n.PodCIDRs), func(p netip.Prefix) bool { return !p.Addr().Is4() })
-			p.SNAT = &kernel.HostSNAT{ExternalIP: e, PodCIDRs: pods, Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass}
+	// Host-network SNAT per family, for the families the node has an external address of
+	// (the controller gives one per family the cluster's pod CIDRs have): an IPv6 peer CIDR
+	// without an IPv6 external address is routed for pods, and host traffic to it leaves
+	// unSNATed (a cluster upgraded from a controller without IPv6 external CIDRs).
+	ext4, ext6 := parseIP(o.InternalNode.Spec.ExternalIP), parseIP(o.InternalNode.Spec.ExternalIP6)
+	snatRemote = slices.DeleteFunc(snatRemote, func(r netip.Prefix) bool {
+		return r.Addr().Is4() && !ext4.Is4() || r.Addr().Is6() && (!ext6.Is6() || ext6.Is4In6())
+	})
+	if len(snatRemote) > 0 {
+		slices.SortFunc(snatRemote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+		s := &kernel.HostSNAT{PodCIDRs: slices.Clone(n.PodCIDRs), Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass}
+		if ext4.Is4() {
+			s.ExternalIP = ext4
 		}
+		if ext6.Is6() && !ext6.Is4In6() {
+			s.ExternalIP6 = ext6
+		}
+		p.SNAT = s
 	}
 	// The objects come in the watch cache's order, which changes from call to call; what is
 	// reported (logs, the InternalNode's Ready message) must not.
 	sort.Strings(p.Waiting)
 	sort.Strings(p.Refused)
 	return p, nil
+}
+
+// parseIP is an optional unicast address of the API (an external address), the zero Addr
+// when unset, malformed or not one a node can SNAT to (link-local, loopback, multicast: the
+// kernel table would refuse it, and the whole apply with it).
+func parseIP(ip *netv1alpha1.IP) netip.Addr {
+	if ip == nil {
+		return netip.Addr{}
+	}
+	a, err := netip.ParseAddr(string(*ip))
+	if err != nil || a.Zone() != "" || !a.IsGlobalUnicast() {
+		return netip.Addr{}
+	}
+	return a
 }

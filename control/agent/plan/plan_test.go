@@ -212,7 +212,8 @@ func TestFromObjectsOrderFree(t *testing.T) {
 
 // TestFromObjectsDualStack: a peer's IPv6 CIDRs are routed via the gateway's IPv6 overlay
 // address (its IPv4 one inside 64:ff9b:1::/96), the device gets its own IPv6 overlay address
-// on that network, host-network SNAT stays IPv4, and an IPv6 CIDR overlapping a network the
+// on that network, host-network SNAT takes the IPv6 CIDRs once the node has an IPv6 external
+// address (and only then), and an IPv6 CIDR overlapping a network the
 // node has an address in (or a forbidden range) is refused like an IPv4 one.
 func TestFromObjectsDualStack(t *testing.T) {
 	o := objects()
@@ -235,8 +236,40 @@ func TestFromObjectsDualStack(t *testing.T) {
 	if !strings.Contains(strings.Join(p.Refused, "; "), "fd00:77::/64 overlaps fd00:77::/64, a network this node has an address in") {
 		t.Errorf("refused: %v", p.Refused)
 	}
-	if p.SNAT == nil || len(p.SNAT.Remote) != 2 || !slices.Equal(p.SNAT.PodCIDRs, node.PodCIDRs) {
-		t.Errorf("SNAT %+v: want the two IPv4 CIDRs only, and the IPv4 pod CIDR (the table is IPv4: an IPv6 CIDR fails it)", p.SNAT)
+	// The node has no IPv6 external address yet (a controller without --external-cidr6):
+	// IPv4 SNAT alone, and the IPv6 peer CIDR is routed all the same.
+	if p.SNAT == nil || len(p.SNAT.Remote) != 2 || p.SNAT.ExternalIP6.IsValid() || !slices.Equal(p.SNAT.PodCIDRs, n.PodCIDRs) {
+		t.Errorf("SNAT %+v: want the two IPv4 CIDRs only, without an IPv6 external address, and both pod CIDRs", p.SNAT)
+	}
+	// With one, fd71::/48 is SNATed to it too.
+	ext6 := netv1alpha1.IP("fd00:70::b")
+	o.InternalNode = o.InternalNode.DeepCopy()
+	o.InternalNode.Spec.ExternalIP6 = &ext6
+	if p, err = plan.FromObjects(n, o); err != nil {
+		t.Fatal(err)
+	}
+	if p.SNAT == nil || p.SNAT.ExternalIP6 != netip.MustParseAddr("fd00:70::b") || !slices.Contains(p.SNAT.Remote, netip.MustParsePrefix("fd71::/48")) || len(p.SNAT.Remote) != 3 {
+		t.Errorf("SNAT %+v: want fd71::/48 beside the IPv4 CIDRs, to fd00:70::b", p.SNAT)
+	}
+	// An IPv6-only node (no IPv4 external address, IPv6 peer CIDRs only).
+	o6 := objects()
+	o6.InternalNode = o.InternalNode.DeepCopy()
+	o6.InternalNode.Spec.ExternalIP = nil
+	o6.Configurations[0].Status.Remote.CIDR = netv1alpha1.ClusterConfigCIDR{Pod: "fd71::/48", External: "fd72::/112"}
+	n.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("fd00:244::/56")}
+	if p, err = plan.FromObjects(n, o6); err != nil {
+		t.Fatal(err)
+	}
+	if p.SNAT == nil || p.SNAT.ExternalIP.IsValid() || p.SNAT.ExternalIP6 != netip.MustParseAddr("fd00:70::b") || len(p.SNAT.Remote) != 2 {
+		t.Errorf("IPv6-only SNAT %+v: want fd71::/48 and fd72::/112 to fd00:70::b, no IPv4 address", p.SNAT)
+	}
+	// A malformed IPv6 external address (an agent must not trust its InternalNode blindly):
+	// no IPv6 SNAT, no error.
+	for _, bad := range []netv1alpha1.IP{"fe80::1%eth0", "fe80::1", "ff02::1", "::1", "not an address"} {
+		o6.InternalNode.Spec.ExternalIP6 = &bad
+		if p, err = plan.FromObjects(n, o6); err != nil || p.SNAT != nil {
+			t.Errorf("with external IPv6 %s: SNAT %+v, %v; want none", bad, p.SNAT, err)
+		}
 	}
 	// Without IPv6 routes, no IPv6 at all.
 	if p, _ := plan.FromObjects(node, objects()); p.Kernel.Overlay.Address6.IsValid() || p.Kernel.Peers[0].OverlayIP6.IsValid() {

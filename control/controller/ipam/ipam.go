@@ -415,8 +415,9 @@ func span(p netip.Prefix) (u128, u128) {
 }
 
 // Hosts hands out single addresses from a CIDR (overlay addresses of nodes and gateways,
-// nodes' addresses in the external CIDR). The network and broadcast addresses and the first
-// Skip hosts are never given out.
+// nodes' addresses in the external CIDRs). The first and last addresses (IPv4's network and
+// broadcast addresses, IPv6's subnet-router anycast and its twin) and the first Skip hosts
+// are never given out.
 type Hosts struct {
 	mu       sync.Mutex
 	cidr     netip.Prefix
@@ -425,10 +426,10 @@ type Hosts struct {
 	used     map[netip.Addr]string
 }
 
-// NewHosts returns an allocator over cidr.
+// NewHosts returns an allocator over cidr, IPv4 or IPv6.
 func NewHosts(cidr netip.Prefix, skip int) (*Hosts, error) {
-	if !cidr.IsValid() || !cidr.Addr().Is4() || cidr.Bits() > 30 {
-		return nil, fmt.Errorf("ipam: %v: want an IPv4 CIDR of at least 4 addresses", cidr)
+	if !cidr.IsValid() || cidr.Addr().Is4In6() || cidr.Addr().Zone() != "" || cidr.Bits() > cidr.Addr().BitLen()-2 {
+		return nil, fmt.Errorf("ipam: %v: want an IPv4 or IPv6 CIDR of at least 4 addresses", cidr)
 	}
 	return &Hosts{cidr: cidr.Masked(), skip: skip, assigned: map[string]netip.Addr{}, used: map[netip.Addr]string{}}, nil
 }
@@ -463,7 +464,7 @@ func (h *Hosts) Assign(key string) (netip.Addr, error) {
 	}
 	start, end := span(h.cidr)
 	for v := start.add(one).add(u128{lo: uint64(h.skip)}); v.less(end); v = v.add(one) {
-		a := v.addr(32)
+		a := v.addr(h.cidr.Addr().BitLen())
 		if _, taken := h.used[a]; !taken {
 			h.assigned[key] = a
 			h.used[a] = key
@@ -539,6 +540,10 @@ func addresses(p netip.Prefix) float64 { return math.Ldexp(1, p.Addr().BitLen()-
 func (h *Hosts) Usage() (size, assigned uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	total := uint64(1) << (32 - h.cidr.Bits())
+	hostBits := h.cidr.Addr().BitLen() - h.cidr.Bits()
+	if hostBits >= 64 {
+		return math.MaxUint64, uint64(len(h.assigned)) // more than a uint64 counts
+	}
+	total := uint64(1) << hostBits
 	return total - 2 - min(total-2, uint64(h.skip)), uint64(len(h.assigned))
 }

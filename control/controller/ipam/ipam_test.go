@@ -3,6 +3,7 @@ package ipam_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -334,6 +335,36 @@ func TestAssign6Random(t *testing.T) {
 				t.Errorf("round %d: %v for %v in pool %v is not neutral though a whole word is free", round, got, want, pool)
 			}
 			given = append(given, got)
+		}
+	}
+}
+
+// TestHosts6: an IPv6 external CIDR hands out addresses like an IPv4 one (its first address
+// never), keeps them per key, and refuses what is not a CIDR of at least 4 addresses.
+func TestHosts6(t *testing.T) {
+	h, err := ipam.NewHosts(netip.MustParsePrefix("fd00:70::/126"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := h.Assign("n0")
+	b, _ := h.Assign("n1")
+	again, _ := h.Assign("n0")
+	if a != netip.MustParseAddr("fd00:70::1") || b != netip.MustParseAddr("fd00:70::2") || again != a {
+		t.Errorf("assigned %v, %v, then %v to n0 again; want fd00:70::1, fd00:70::2, fd00:70::1", a, b, again)
+	}
+	if _, err := h.Assign("n2"); !errors.Is(err, ipam.ErrExhausted) {
+		t.Errorf("a /126 gave out a third address (the last is never given): %v", err)
+	}
+	if size, used := h.Usage(); size != 2 || used != 2 {
+		t.Errorf("usage %d/%d, want 2 of 2", used, size)
+	}
+	big, _ := ipam.NewHosts(netip.MustParsePrefix("fd00:70::/56"), 0)
+	if size, _ := big.Usage(); size != math.MaxUint64 {
+		t.Errorf("a /56's size %d, want the largest uint64", size)
+	}
+	for _, bad := range []string{"fd00:70::/127", "::ffff:10.70.0.0/112", "10.70.0.0/31"} {
+		if _, err := ipam.NewHosts(netip.MustParsePrefix(bad), 0); err == nil {
+			t.Errorf("NewHosts(%s) took it", bad)
 		}
 	}
 }

@@ -11,6 +11,11 @@ type InternalNodeSpec struct {
 	// own network namespace (host-network pods, kubelet probes) to a peer leaves with it.
 	// +optional
 	ExternalIP *IP `json:"externalIP,omitempty"`
+	// ExternalIP6 is the node's address in the cluster's IPv6 external CIDR, in a dual-stack
+	// or IPv6-only cluster: IPv6 traffic from the node's own network namespace to a peer
+	// leaves with it. (In an IPv6-only cluster externalIP is unset.)
+	// +optional
+	ExternalIP6 *IP `json:"externalIP6,omitempty"`
 }
 
 // VTEP is a node's overlay tunnel endpoint.
@@ -47,6 +52,7 @@ type InternalNodeStatus struct {
 // +kubebuilder:printcolumn:name="VTEP MAC",type=string,JSONPath=`.status.vtep.mac`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="External IP",type=string,JSONPath=`.spec.externalIP`,priority=1
+// +kubebuilder:printcolumn:name="External IPv6",type=string,JSONPath=`.spec.externalIP6`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type InternalNode struct {
 	metav1.TypeMeta   `json:",inline"`
