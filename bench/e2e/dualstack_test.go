@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skein-net/skein/bench/lab"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
@@ -51,6 +52,7 @@ func TestE2EDualStack(t *testing.T) {
 	}
 	t.Run("ipv6-routes", func(t *testing.T) { e.t = t; e.ipv6Routes(ctx) })
 	t.Run("ipv6-matrix", func(t *testing.T) { e.t = t; e.matrix6(ctx) })
+	t.Run("ipv6-host-network", func(t *testing.T) { e.t = t; e.hostNetwork6(ctx) })
 	t.Run("matrix", func(t *testing.T) { e.t = t; e.matrix(ctx) })
 }
 
@@ -155,6 +157,76 @@ func (e *env) ipv6Routes(ctx context.Context) {
 				firstLine(rules, seen6.String()), firstLine(routes, seen6.String()), firstLine(addrs, "64:ff9b:1::"))
 		}
 	}
+}
+
+// external6Of is how cluster at sees cluster of's IPv6 external CIDR (its remap of the
+// peer's additionalExternals entry, or external in an IPv6-only cluster), and the peer's own.
+func (e *env) external6Of(ctx context.Context, at, of int) (real, seen netip.Prefix) {
+	e.t.Helper()
+	var confs netv1alpha1.ConfigurationList
+	if err := e.c[at].List(ctx, &confs, client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: e.clusterID(ctx, of)}); err != nil || len(confs.Items) != 1 || confs.Items[0].Status.Remote == nil {
+		e.t.Fatalf("cluster %d: want one mapped Configuration for cluster %d (%v)", at, of, err)
+	}
+	cf := confs.Items[0]
+	specs, seens := cf.Spec.Remote.CIDR.All(), cf.Status.Remote.CIDR.All()
+	for i := range min(len(specs), len(seens)) {
+		r, err1 := netip.ParsePrefix(string(specs[i].CIDR))
+		s, err2 := netip.ParsePrefix(string(seens[i].CIDR))
+		if err1 != nil || err2 != nil || !r.Addr().Is6() {
+			continue
+		}
+		if specs[i].Field == "external" || strings.HasPrefix(specs[i].Field, "additionalExternals") {
+			return r, s
+		}
+	}
+	e.t.Fatalf("cluster %d: the Configuration of cluster %d has no IPv6 external CIDR: spec %+v, status %+v", at, of, cf.Spec.Remote.CIDR, cf.Status.Remote.CIDR)
+	return
+}
+
+// hostNetwork6: a process in each node's own network namespace (a hostNetwork pod) reaches a
+// peer's pod over IPv6; the peer sees it from an address of the node's cluster's IPv6
+// external CIDR as remapped there (the agent's ip6 SNAT to the node's externalIP6, the
+// gateway routing the replies back to that node).
+func (e *env) hostNetwork6(ctx context.Context) {
+	var passed int
+	for _, dir := range [][2]int{{0, 1}, {1, 0}} {
+		s, d := dir[0], dir[1]
+		real, seenAtD := e.external6Of(ctx, d, s)
+		dstAs, _ := e.viewOf(ctx, s, d)
+		dst := e.probePods(ctx, d)[0]
+		target := dstAs.of(podIP6(dst))
+		for j := range e.l.Clusters[s].Nodes {
+			node := e.l.Clusters[s].NodeName(j)
+			var in netv1alpha1.InternalNode
+			if err := e.c[s].Get(ctx, client.ObjectKey{Name: node}, &in); err != nil || in.Spec.ExternalIP6 == nil {
+				e.t.Errorf("c%d %s: no IPv6 external address in its InternalNode (%v)", s, node, err)
+				continue
+			}
+			ext6 := netip.MustParseAddr(string(*in.Spec.ExternalIP6))
+			out, err := e.probe(ctx, e.l.Clusters[s].Nodes[j].Name, "call", "--timeout", "3s", "tcp", netip.AddrPortFrom(target, 7070).String())
+			line := fmt.Sprintf("ipv6 host network: c%d %s (external %s in %s) -> c%d %s as %s: tcp", s, node, ext6, real, d, dst.Name, target)
+			var seen netip.Addr
+			if f := strings.Fields(out); err == nil && len(f) >= 3 {
+				if ap, perr := netip.ParseAddrPort(f[2]); perr == nil {
+					seen = ap.Addr()
+				}
+			}
+			switch want := remap(ext6, seenAtD); {
+			case err != nil:
+				e.t.Errorf("%s: %v: %s", line, err, out)
+			case !real.Contains(ext6):
+				e.t.Errorf("%s: the node's IPv6 external address %s is outside its cluster's IPv6 external CIDR %s", line, ext6, real)
+			case seen != want:
+				e.t.Errorf("%s: the far side saw %v (%q), want %s (%s as c%d sees it, %s)", line, seen, out, want, ext6, d, seenAtD)
+			default:
+				passed++
+				e.reportf("%s ok (seen as %s)", line, seen)
+				continue
+			}
+			e.reportf("%s FAIL", line)
+		}
+	}
+	e.reportf("ipv6 host network: %d passed", passed)
 }
 
 // firstLine is the first line of s that contains sub, trimmed.
