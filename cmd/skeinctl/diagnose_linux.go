@@ -200,11 +200,11 @@ func (g *globals) diagnoseNode(ctx context.Context, r *report, cl client.Client,
 	case err != nil:
 		r.warn(check, name, "nftables: "+err.Error(), "run as root (CAP_NET_ADMIN) to read skein-agent's nftables table")
 	case !ok && p.SNAT != nil:
-		r.problem(check, name, "no nftables table ip skein-agent: host-network traffic to the peers is not source-NATed to the node's external address", agentLogs)
+		r.problem(check, name, "no nftables table ip skein-agent (nor ip6 skein-agent): host-network traffic to the peers is not source-NATed to the node's external address", agentLogs)
 	case ok && masq > 0:
-		r.warn(check, name, fmt.Sprintf("%d pod connection(s) to peers left source-NATed by another rule since the table was made (nft list table ip skein-agent)", masq),
+		r.warn(check, name, fmt.Sprintf("%d pod connection(s) to peers left source-NATed by another rule since the table was made (nft list table ip skein-agent; ip6 skein-agent for IPv6)", masq),
 			"the InternalNode's PodTrafficMasqueraded condition says whether it still happens; the chart's agent.masqueradeBypass=true stops it")
 	case ok:
-		r.ok(check, name, "nftables table ip skein-agent present; no pod connection to peers source-NATed by another rule")
+		r.ok(check, name, "nftables table skein-agent present (ip, ip6 or both: the families of the peers' CIDRs); no pod connection to peers source-NATed by another rule")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -27,12 +28,15 @@ const (
 	nftChainPostrouting = "postrouting"
 	nftChainBypass      = "masquerade-bypass"
 	nftChainWatch       = "masquerade-watch"
+	nftChainRPFilter    = "rpfilter"
 	nftSetRemote        = "remote"
 	nftSetPods          = "pods"
 	nftCounterMasq      = "masqueraded"
+	nftCounterRPFilter  = "rpfilter-dropped"
 	nftRuleComment      = "skein: host-network traffic to remote clusters leaves with the external CIDR address"
 	nftBypassComment    = "skein: pod traffic to remote clusters keeps its source (NAT bound to itself, so later masquerade rules are skipped)"
 	nftWatchComment     = "skein: counts pod connections to remote clusters that another rule source-NATed"
+	nftRPFilterComment  = "skein: IPv6 from the overlay device only from sources routed back through it (rp_filter is IPv4 only)"
 )
 
 // HostSNAT is the desired host-network SNAT.
@@ -55,6 +59,14 @@ type HostSNAT struct {
 	// connections to their own source, and the kernel then skips every later NAT rule for
 	// them, the CNI's masquerade included (iptables' and nftables' alike).
 	MasqueradeBypass bool
+	// Overlay, when set, names the overlay device (liqo.vxlan) for reverse-path filtering of
+	// IPv6 in the ip6 table: an IPv6 packet arriving on it from a source this node would not
+	// route back through it is dropped and counted (counter "rpfilter-dropped"). The
+	// kernel's rp_filter, which the agent sets on the device, is IPv4 only; without this
+	// anything that can send VXLAN to the node could inject IPv6 packets claiming a local
+	// pod's or the node's own address. Link-local and unspecified sources are left alone
+	// (neighbour discovery).
+	Overlay string
 }
 
 // Each table always counts, in the named counter "masqueraded", the pod connections to Remote
@@ -192,6 +204,7 @@ type hostSNATRuleset struct {
 	external     netip.Addr
 	remote, pods []nftables.SetElement // interval set elements, sorted (see intervalElements)
 	bypass       bool
+	rpfilter     string // the overlay device to filter IPv6 arriving on ("": none)
 }
 
 // rulesets validates s and splits it by family: [0] IPv4, [1] IPv6, nil for a family
@@ -235,6 +248,12 @@ func (s HostSNAT) rulesets() ([2]*hostSNATRuleset, error) {
 			}
 		}
 		rs := &hostSNATRuleset{family: family, external: ip, bypass: s.MasqueradeBypass}
+		if is6 && s.Overlay != "" {
+			if len(s.Overlay) >= unix.IFNAMSIZ || strings.ContainsRune(s.Overlay, 0) {
+				return out, fmt.Errorf("host SNAT: overlay device name %q is not a network interface name", s.Overlay)
+			}
+			rs.rpfilter = s.Overlay
+		}
 		rs.remote = intervalElements(remote)
 		rs.pods = intervalElements(of(s.PodCIDRs))
 		out[i] = rs
@@ -348,10 +367,52 @@ func (want hostSNATRuleset) chains(t *nftables.Table) []nftChain {
 		out = append(out, nftChain{postroutingChain(t, nftChainBypass, nftables.ChainTypeNAT, nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource-10)),
 			want.bypassExprs, nftBypassComment})
 	}
-	return append(out,
+	out = append(out,
 		nftChain{postroutingChain(t, nftChainPostrouting, nftables.ChainTypeNAT, nftables.ChainPriorityNATSource), want.exprs, nftRuleComment},
 		nftChain{postroutingChain(t, nftChainWatch, nftables.ChainTypeFilter, nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource+100)),
 			want.watchExprs, nftWatchComment})
+	if want.rpfilter != "" {
+		ch := postroutingChain(t, nftChainRPFilter, nftables.ChainTypeFilter, nftables.ChainPriorityRaw)
+		ch.Hooknum = nftables.ChainHookPrerouting
+		out = append(out, nftChain{ch, want.rpfilterExprs, nftRPFilterComment})
+	}
+	return out
+}
+
+// rpfilterExprs is, in table ip6 skein-agent's chain rpfilter (type filter hook prerouting
+// priority raw):
+//
+//	iifname DEVICE ip6 saddr != fe80::/10 ip6 saddr != :: fib saddr . iif oif missing counter name "rpfilter-dropped" drop
+//
+// a strict reverse-path check: the route back to the source, looked up as the kernel would
+// (policy rules included: a peer's CIDR is routed through table 18952), must leave through
+// the device the packet came in on.
+func (want hostSNATRuleset) rpfilterExprs(_, _ uint32) []expr.Any {
+	name := make([]byte, unix.IFNAMSIZ)
+	copy(name, want.rpfilter)
+	linkLocal := netip.MustParseAddr("fe80::").As16()
+	mask := netip.MustParseAddr("ffc0::").As16()
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: name},
+		want.loadSaddr(),
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 16, Mask: mask[:], Xor: make([]byte, 16)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: linkLocal[:]},
+		want.loadSaddr(),
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 16)},
+		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)}, // no route back through iif
+		&expr.Objref{Type: 1, Name: nftCounterRPFilter}, // NFT_OBJECT_COUNTER
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	}
+}
+
+// counters are the named counters of want's table.
+func (want hostSNATRuleset) counters() []string {
+	if want.rpfilter != "" {
+		return []string{nftCounterMasq, nftCounterRPFilter}
+	}
+	return []string{nftCounterMasq}
 }
 
 func (want hostSNATRuleset) sets(t *nftables.Table) (remote, pods *nftables.Set) {
@@ -452,10 +513,6 @@ func (want hostSNATRuleset) watchExprs(remoteID, _ uint32) []expr.Any {
 	})
 }
 
-func masqCounter(t *nftables.Table) *nftables.CounterObj {
-	return &nftables.CounterObj{Table: t, Name: nftCounterMasq}
-}
-
 func ruleComment(s string) []byte { return userdata.AppendString(nil, userdata.TypeComment, s) }
 
 // queueReplace queues the replacement of want's table; the caller's Flush sends it in one
@@ -473,7 +530,9 @@ func (want hostSNATRuleset) queueReplace(c *nftables.Conn) error {
 	if err := c.AddSet(pods, want.pods); err != nil {
 		return fmt.Errorf("set %s: %w", pods.Name, err)
 	}
-	c.AddObj(masqCounter(t))
+	for _, name := range want.counters() {
+		c.AddObj(&nftables.CounterObj{Table: t, Name: name})
+	}
 	for _, ch := range want.chains(t) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: c.AddChain(ch.chain), Exprs: ch.exprs(remote.ID, pods.ID), UserData: ruleComment(ch.comment)})
 	}
@@ -543,10 +602,16 @@ func (want hostSNATRuleset) inPlace(c *nftables.Conn) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("list objects: %w", err)
 	}
-	if len(objs) != 1 {
-		return false, nil
+	var gotCounters []string
+	for _, o := range objs {
+		c, ok := o.(*nftables.CounterObj)
+		if !ok {
+			return false, nil
+		}
+		gotCounters = append(gotCounters, c.Name)
 	}
-	if o, ok := objs[0].(*nftables.CounterObj); !ok || o.Name != nftCounterMasq {
+	slices.Sort(gotCounters)
+	if !slices.Equal(gotCounters, slices.Sorted(slices.Values(want.counters()))) {
 		return false, nil
 	}
 

@@ -246,7 +246,9 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 	})
 	if len(snatRemote) > 0 {
 		slices.SortFunc(snatRemote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-		s := &kernel.HostSNAT{PodCIDRs: slices.Clone(n.PodCIDRs), Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass}
+		// Overlay: IPv6 arriving on the device from a source not routed back through it is
+		// dropped (the IPv6 twin of the device's rp_filter, in the ip6 table).
+		s := &kernel.HostSNAT{PodCIDRs: slices.Clone(n.PodCIDRs), Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass, Overlay: p.Kernel.Overlay.Name}
 		if ext4.Is4() {
 			s.ExternalIP = ext4
 		}

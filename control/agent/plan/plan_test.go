@@ -248,8 +248,8 @@ func TestFromObjectsDualStack(t *testing.T) {
 	if p, err = plan.FromObjects(n, o); err != nil {
 		t.Fatal(err)
 	}
-	if p.SNAT == nil || p.SNAT.ExternalIP6 != netip.MustParseAddr("fd00:70::b") || !slices.Contains(p.SNAT.Remote, netip.MustParsePrefix("fd71::/48")) || len(p.SNAT.Remote) != 3 {
-		t.Errorf("SNAT %+v: want fd71::/48 beside the IPv4 CIDRs, to fd00:70::b", p.SNAT)
+	if p.SNAT == nil || p.SNAT.ExternalIP6 != netip.MustParseAddr("fd00:70::b") || !slices.Contains(p.SNAT.Remote, netip.MustParsePrefix("fd71::/48")) || len(p.SNAT.Remote) != 3 || p.SNAT.Overlay != "liqo.vxlan" {
+		t.Errorf("SNAT %+v: want fd71::/48 beside the IPv4 CIDRs, to fd00:70::b, IPv6 from liqo.vxlan filtered", p.SNAT)
 	}
 	// An IPv6-only node (no IPv4 external address, IPv6 peer CIDRs only).
 	o6 := objects()
