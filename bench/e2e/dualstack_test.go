@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -53,6 +54,7 @@ func TestE2EDualStack(t *testing.T) {
 	t.Run("ipv6-routes", func(t *testing.T) { e.t = t; e.ipv6Routes(ctx) })
 	t.Run("ipv6-matrix", func(t *testing.T) { e.t = t; e.matrix6(ctx) })
 	t.Run("ipv6-host-network", func(t *testing.T) { e.t = t; e.hostNetwork6(ctx) })
+	t.Run("network-status", func(t *testing.T) { e.t = t; e.dualStackStatus(ctx) })
 	t.Run("matrix", func(t *testing.T) { e.t = t; e.matrix(ctx) })
 }
 
@@ -227,6 +229,35 @@ func (e *env) hostNetwork6(ctx context.Context) {
 		}
 	}
 	e.reportf("ipv6 host network: %d passed", passed)
+}
+
+// dualStackStatus: skeinctl network status shows the peer's CIDRs of both families, as
+// published and as remapped here, the IPv6 external CIDR among the external ones.
+func (e *env) dualStackStatus(ctx context.Context) {
+	for i := range 2 {
+		var rows []struct {
+			RemotePodCIDR string `json:"remotePodCIDR"`
+			SeenPodCIDR   string `json:"remappedPodCIDR"`
+			RemoteExt     string `json:"remoteExternalCIDR"`
+			SeenExt       string `json:"remappedExternalCIDR"`
+		}
+		out := e.run(ctx, i, "skeinctl", "network", "status", "-o", "json")
+		if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 {
+			e.t.Fatalf("c%d: skeinctl network status -o json: %v:\n%s", i, err, out)
+		}
+		pods, _ := e.peerView(ctx, i)
+		var want []string
+		for _, m := range pods {
+			want = append(want, m.seen.String())
+		}
+		real6, seen6 := e.external6Of(ctx, i, 1-i)
+		r := rows[0]
+		if r.RemotePodCIDR != lab.PodCIDR.String()+","+lab.PodCIDR6.String() || r.SeenPodCIDR != strings.Join(want, ",") ||
+			!strings.Contains(r.RemoteExt, real6.String()) || !strings.Contains(r.SeenExt, seen6.String()) {
+			e.t.Errorf("c%d: network status %+v: want pod CIDRs %v,%v seen as %v and the IPv6 external %v seen as %v", i, r, lab.PodCIDR, lab.PodCIDR6, want, real6, seen6)
+		}
+		e.reportf("network status: c%d: pods %s seen as %s; externals %s seen as %s", i, r.RemotePodCIDR, r.SeenPodCIDR, r.RemoteExt, r.SeenExt)
+	}
 }
 
 // firstLine is the first line of s that contains sub, trimmed.
