@@ -40,7 +40,7 @@ func TestHostSNATDualStack(t *testing.T) {
 	want6 := hostSNATState{
 		Remote: []string{"fd00:71::-fd00:71:1:ffff:ffff:ffff:ffff:ffff", "ffff::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
 		Pods:   []string{"fd00:244::-fd00:244:0:ff:ffff:ffff:ffff:ffff"},
-		Exprs:  snatExprs6("fd00:70::b"),
+		Exprs:  snatExprs("fd00:70::b"),
 		Chains: plainChains,
 	}
 	if got := readHostSNAT(t, c); !reflect.DeepEqual(got, want4) {

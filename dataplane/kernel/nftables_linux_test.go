@@ -466,27 +466,21 @@ func (s hostSNATState) String() string {
 // plainChains are the chains of a table without the masquerade bypass, sorted.
 var plainChains = []string{"masquerade-watch", "postrouting"}
 
-// snatExprs is "ip daddr @remote ip saddr != @pods snat to ip" as the kernel reports it.
+// snatExprs is "ip daddr @remote ip saddr != @pods snat to ip" as the kernel reports it, or
+// its ip6 twin for an IPv6 ip (the addresses at bytes 24 and 8 of the IPv6 header, 16 long).
 func snatExprs(ip string) []expr.Any {
-	return []expr.Any{
-		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Lookup{SourceRegister: 1, SetName: "remote"},
-		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-		&expr.Lookup{SourceRegister: 1, SetName: "pods", Invert: true},
-		&expr.Immediate{Register: 1, Data: netip.MustParseAddr(ip).AsSlice()},
-		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1},
+	a := netip.MustParseAddr(ip)
+	daddr, saddr, n, family := uint32(16), uint32(12), uint32(4), uint32(unix.NFPROTO_IPV4)
+	if a.Is6() {
+		daddr, saddr, n, family = 24, 8, 16, unix.NFPROTO_IPV6
 	}
-}
-
-// snatExprs6 is "ip6 daddr @remote ip6 saddr != @pods snat to ip" as the kernel reports it.
-func snatExprs6(ip string) []expr.Any {
 	return []expr.Any{
-		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 24, Len: 16},
+		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: daddr, Len: n},
 		&expr.Lookup{SourceRegister: 1, SetName: "remote"},
-		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
+		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: saddr, Len: n},
 		&expr.Lookup{SourceRegister: 1, SetName: "pods", Invert: true},
-		&expr.Immediate{Register: 1, Data: netip.MustParseAddr(ip).AsSlice()},
-		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: 1, RegAddrMax: 1},
+		&expr.Immediate{Register: 1, Data: a.AsSlice()},
+		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: family, RegAddrMin: 1, RegAddrMax: 1},
 	}
 }
 
