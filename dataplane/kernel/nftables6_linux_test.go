@@ -116,12 +116,7 @@ func TestHostSNATTraffic6(t *testing.T) {
 	peer.Run(t, "ip", "route", "add", "fd00:244::/56", "via", "2001:db8:50::1")
 
 	const host, pod6 = "", "fd00:244:0:1::5"
-	check := func(step, from, to, wantSrc string) {
-		t.Helper()
-		if got := udpRoundTrip(t, node, peer, from, to); got != netip.MustParseAddr(wantSrc) {
-			t.Errorf("%s: a datagram from %q to %s arrived from %s, want %s", step, from, to, got, wantSrc)
-		}
-	}
+	check := sourceCheck(t, node, peer)
 	check("before SNAT", host, "fd00:71::7", "2001:db8:50::1")
 	s := kernel.HostSNAT{ExternalIP: extIP, ExternalIP6: extIP6, PodCIDRs: []netip.Prefix{podCIDR, podCIDR6}, Remote: []netip.Prefix{remote1, remote6}}
 	if err := kernel.EnsureHostSNAT(nsFd(t, node), s); err != nil {

@@ -238,12 +238,7 @@ func TestHostSNATTraffic(t *testing.T) {
 	fd := nsFd(t, node)
 
 	const host, pod = "", "10.244.1.5"
-	check := func(step, from, to, wantSrc string) {
-		t.Helper()
-		if got := udpRoundTrip(t, node, peer, from, to); got != netip.MustParseAddr(wantSrc) {
-			t.Errorf("%s: a datagram from %q to %s arrived from %s, want %s", step, from, to, got, wantSrc)
-		}
-	}
+	check := sourceCheck(t, node, peer)
 	check("before SNAT", host, "10.71.2.7", "192.168.50.1")
 
 	s := kernel.HostSNAT{ExternalIP: extIP, PodCIDRs: []netip.Prefix{podCIDR}, Remote: []netip.Prefix{remote1}}
@@ -315,12 +310,7 @@ func masqueradeBypass(t *testing.T, prio string) {
 	node.Run(t, "nft", "-f", cni)
 	fd := nsFd(t, node)
 	const host, pod = "", "10.244.1.5"
-	check := func(step, from, to, wantSrc string) {
-		t.Helper()
-		if got := udpRoundTrip(t, node, peer, from, to); got != netip.MustParseAddr(wantSrc) {
-			t.Errorf("%s: a datagram from %q to %s arrived from %s, want %s", step, from, to, got, wantSrc)
-		}
-	}
+	check := sourceCheck(t, node, peer)
 	count := func(step string, want uint64) {
 		t.Helper()
 		n, ok, err := kernel.MasqueradedConnections(fd)
@@ -606,6 +596,17 @@ func intervals(t *testing.T, elems []nftables.SetElement) []string {
 		out = append(out, first.String()+"-"+last.String())
 	}
 	return out
+}
+
+// sourceCheck returns a check that a datagram from node (from: a local address, "" for the
+// one routing picks) to to in peer, answered, arrived from wantSrc.
+func sourceCheck(t *testing.T, node, peer *netnstest.NS) func(step, from, to, wantSrc string) {
+	return func(step, from, to, wantSrc string) {
+		t.Helper()
+		if got := udpRoundTrip(t, node, peer, from, to); got != netip.MustParseAddr(wantSrc) {
+			t.Errorf("%s: a datagram from %q to %s arrived from %s, want %s", step, from, to, got, wantSrc)
+		}
+	}
 }
 
 // udpRoundTrip sends a datagram from node (from: a local address to bind to, "" for the
