@@ -9,6 +9,12 @@ package lab
 // masqueraded (pods reach the API server at its node address, which has no route back to the
 // pods); IPv6 pod traffic never is: it goes only to pods of the cluster and, through skein, to
 // the peer's.
+//
+// A lab with IPv6Only runs the same network with the IPv6 family only. There the pods reach
+// the API server, the registry and the peer cluster's nodes (its gateway's NodePort) over
+// IPv6, so IPv6 pod traffic to the lab's underlay (LabNet6) is masqueraded instead, for the
+// same reason; pod traffic to anything else (the cluster's pods, the peer's pods as remapped
+// here) keeps its source.
 
 import (
 	"context"
@@ -26,21 +32,35 @@ import (
 )
 
 // dualStackMasquerade installs the IPv4 masquerade of pod traffic leaving the cluster's IPv4
-// pod CIDR (the table blockNetwork installs, for the same reason).
+// pod CIDR (the table blockNetwork installs, for the same reason), or on an IPv6-only node
+// the IPv6 masquerade of pod traffic to the lab's underlay.
 func (c NodeConfig) dualStackMasquerade() error {
-	rules := fmt.Sprintf(`table ip skein-lab-podnet {
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(c.masqueradeRules())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft: %w: %s", err, out)
+	}
+	return nil
+}
+
+// masqueradeRules is the nftables table dualStackMasquerade installs.
+func (c NodeConfig) masqueradeRules() string {
+	if c.IPv6Only {
+		return fmt.Sprintf(`table ip6 skein-lab-podnet {
+	chain postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		ip6 saddr %s ip6 daddr %s masquerade
+	}
+}
+`, c.ClusterCIDR6.Masked(), LabNet6)
+	}
+	return fmt.Sprintf(`table ip skein-lab-podnet {
 	chain postrouting {
 		type nat hook postrouting priority srcnat; policy accept;
 		ip saddr %[1]s ip daddr != %[1]s masquerade
 	}
 }
 `, c.ClusterCIDR.Masked())
-	cmd := exec.Command("nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(rules)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("nft: %w: %s", err, out)
-	}
-	return nil
 }
 
 // dualStackNetwork watches the Nodes (every second, with flanneld's credentials: it may read
@@ -119,8 +139,10 @@ func (c NodeConfig) dualStackNetwork(logf func(string, ...any)) {
 }
 
 // dualStackCNIConfig is the CNI configuration of a node whose Node has pod CIDRs cidrs: the
-// bridge plugin on cni0 (the pods' default gateway of both families) with one host-local range
-// per family, chained with portmap; not ok until the Node has a pod CIDR of each family.
+// bridge plugin on cni0 (the pods' default gateway of each family) with one host-local range
+// per family the node has a cluster CIDR of (ClusterCIDR, ClusterCIDR6; IPv6 alone on an
+// IPv6-only node), IPv4 first, chained with portmap; not ok until the Node has a pod CIDR of
+// each of those families.
 func (c NodeConfig) dualStackCNIConfig(cidrs []netip.Prefix) (string, bool) {
 	var v4, v6 netip.Prefix
 	for _, p := range cidrs {
@@ -131,7 +153,17 @@ func (c NodeConfig) dualStackCNIConfig(cidrs []netip.Prefix) (string, bool) {
 			v6 = p
 		}
 	}
-	if !v4.IsValid() || !v6.IsValid() {
+	var ranges []string
+	for _, f := range []struct{ cluster, node netip.Prefix }{{c.ClusterCIDR, v4}, {c.ClusterCIDR6, v6}} {
+		if !f.cluster.IsValid() {
+			continue
+		}
+		if !f.node.IsValid() {
+			return "", false
+		}
+		ranges = append(ranges, fmt.Sprintf(`[{"subnet": %q}]`, f.node))
+	}
+	if len(ranges) == 0 {
 		return "", false
 	}
 	return fmt.Sprintf(`{
@@ -140,11 +172,11 @@ func (c NodeConfig) dualStackCNIConfig(cidrs []netip.Prefix) (string, bool) {
   "plugins": [
     {"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "hairpinMode": true,
      "ipMasq": false, "mtu": 1500,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}], [{"subnet": %q}]]}},
+     "ipam": {"type": "host-local", "ranges": [%s]}},
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
-`, v4, v6), true
+`, strings.Join(ranges, ", ")), true
 }
 
 // writeFileAtomic writes path through a temporary file in its directory and a rename, so that

@@ -24,7 +24,10 @@ import (
 
 // IperfImage is the lab's iperf3 server image (made from this machine's iperf3, Debian's
 // package, and the libraries it links), in the lab's registry when the nodes run the real stack.
-const IperfImage = RegistryAddr + "/skein-net/iperf3:lab"
+const IperfImage = RegistryAddr + "/" + IperfRef
+
+// IperfRef is IperfImage's repository and tag in the lab's registry (of either family).
+const IperfRef = "skein-net/iperf3:lab"
 
 // hostBinaryImage packs a dynamically linked program of this machine into a one-layer image:
 // the program, every library ldd names for it (at the path ldd gives) and an empty /tmp,

@@ -45,8 +45,9 @@ var (
 	PodCIDR6     = netip.MustParsePrefix("fd00:244::/56")
 	ServiceCIDR6 = netip.MustParsePrefix("fd00:96::/112")
 	// APIServerService is the kubernetes Service's ClusterIP and port, where pods reach the
-	// API server.
-	APIServerService = netip.MustParseAddrPort("10.96.0.1:443")
+	// API server (APIServerService6 in a lab with IPv6Only: the first address of ServiceCIDR6).
+	APIServerService  = netip.MustParseAddrPort("10.96.0.1:443")
+	APIServerService6 = netip.MustParseAddrPort("[fd00:96::1]:443")
 )
 
 // startRegistry runs the lab's registry in the router namespace, loaded with the OCI layouts,
@@ -56,7 +57,7 @@ func startRegistry(ctx context.Context, cfg Config, stateDir, routerNS string, l
 	if err := os.MkdirAll(filepath.Join(stateDir, "logs"), 0o755); err != nil {
 		return err
 	}
-	args := []string{cfg.LabBinary, "registry", "--listen", RegistryAddr, "--ready", ready}
+	args := []string{cfg.LabBinary, "registry", "--listen", cfg.registryAddr(), "--ready", ready}
 	for _, l := range layouts {
 		abs, err := filepath.Abs(l)
 		if err != nil {
@@ -70,7 +71,7 @@ func startRegistry(ctx context.Context, cfg Config, stateDir, routerNS string, l
 	}
 	for deadline := time.Now().Add(time.Minute); ; {
 		if _, err := os.Stat(ready); err == nil {
-			fmt.Fprintf(cfg.Log, "lab: registry at %s serves the images of %s\n", RegistryAddr, layoutDir)
+			fmt.Fprintf(cfg.Log, "lab: registry at %s serves the images of %s\n", cfg.registryAddr(), layoutDir)
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
@@ -88,6 +89,9 @@ func (o Options) podCIDRs() []netip.Prefix {
 	if o.DualStack {
 		return []netip.Prefix{PodCIDR, PodCIDR6}
 	}
+	if o.IPv6Only {
+		return []netip.Prefix{PodCIDR6}
+	}
 	return []netip.Prefix{PodCIDR}
 }
 
@@ -96,7 +100,29 @@ func (o Options) serviceCIDRs() []netip.Prefix {
 	if o.DualStack {
 		return []netip.Prefix{ServiceCIDR, ServiceCIDR6}
 	}
+	if o.IPv6Only {
+		return []netip.Prefix{ServiceCIDR6}
+	}
 	return []netip.Prefix{ServiceCIDR}
+}
+
+// registryAddr is where the lab's registry listens: RegistryAddr, or RegistryAddr6 in a lab
+// with IPv6Only.
+func (o Options) registryAddr() string {
+	if o.IPv6Only {
+		return RegistryAddr6
+	}
+	return RegistryAddr
+}
+
+// loopback is the control plane's and nodes' loopback address for their local endpoints (etcd,
+// the controllers' and kube-proxy's health and metrics): ::1 in a lab with IPv6Only, which has
+// no IPv4 anywhere it could avoid it.
+func (o Options) loopback() netip.Addr {
+	if o.IPv6Only {
+		return netip.IPv6Loopback()
+	}
+	return netip.MustParseAddr("127.0.0.1")
 }
 
 // joinCIDRs is prefixes as a flag value: comma-separated.
@@ -140,12 +166,21 @@ type Config struct {
 	NodeStack string
 }
 
-// PauseImage is the pod sandbox image of the real node stack, in the lab's registry.
-const PauseImage = RegistryAddr + "/skein-net/pause:lab"
+// PauseImage is the pod sandbox image of the real node stack, in the lab's registry
+// (RegistryAddr6 + "/" + PauseRef in a lab with IPv6Only).
+const PauseImage = RegistryAddr + "/" + PauseRef
+
+// PauseRef is PauseImage's repository and tag in the lab's registry.
+const PauseRef = "skein-net/pause:lab"
 
 // RegistryAddr is where the lab's registry listens: the router's address on the workstation's
 // link, which every node and the workstation reach.
 const RegistryAddr = "10.255.0.1:5000"
+
+// RegistryAddr6 is where the registry of a lab with IPv6Only listens: the router's address on
+// WorkstationNet6, in brackets (an image reference's host, and containerd's certs.d directory,
+// name it so).
+const RegistryAddr6 = "[2001:db8:0:ff::1]:5000"
 
 // ClusterState is one running cluster.
 type ClusterState struct {
@@ -259,7 +294,7 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 		if err := startRegistry(ctx, cfg, stateDir, topo.Router.Name, layouts); err != nil {
 			return nil, err
 		}
-		l.Registry = RegistryAddr
+		l.Registry = cfg.registryAddr()
 	}
 	for _, cl := range topo.Clusters {
 		cs, err := startCluster(cfg, stateDir, cl)
@@ -340,13 +375,20 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		return ClusterState{}, err
 	}
 	cp := cl.ControlPlane.Addr.String()
+	// The kubeconfigs' server: brackets around an IPv6 address.
 	server := "https://" + net.JoinHostPort(cp, "6443")
+	apiService, bindAll := APIServerService.Addr(), "0.0.0.0"
+	if cfg.IPv6Only {
+		apiService, bindAll = APIServerService6.Addr(), "::"
+	}
+	lo := cfg.loopback()
+	etcdURL := func(port string) string { return "http://" + net.JoinHostPort(lo.String(), port) }
 	certs := []struct {
 		name, cn string
 		groups   []string
 		hosts    []string
 	}{
-		{"apiserver", "kube-apiserver", nil, []string{cp, APIServerService.Addr().String(), "127.0.0.1", "localhost",
+		{"apiserver", "kube-apiserver", nil, []string{cp, apiService.String(), "127.0.0.1", "::1", "localhost",
 			"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}},
 		{"admin", "skein-lab-admin", []string{"system:masters"}, nil},
 		{"controller-manager", "system:kube-controller-manager", nil, nil},
@@ -382,13 +424,13 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 	log := func(b string) string { return filepath.Join(logs, cl.Name+"-"+b+".log") }
 	ns := cl.ControlPlane.Name
 	if err := spawn(cfg.LabBinary, stateDir, ns, log("etcd"), bin("etcd"), "--name", cl.Name, "--data-dir", filepath.Join(dir, "etcd"),
-		"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
-		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
-		"--initial-cluster", cl.Name+"=http://127.0.0.1:2380", "--unsafe-no-fsync", "--log-level", "warn"); err != nil {
+		"--listen-client-urls", etcdURL("2379"), "--advertise-client-urls", etcdURL("2379"),
+		"--listen-peer-urls", etcdURL("2380"), "--initial-advertise-peer-urls", etcdURL("2380"),
+		"--initial-cluster", cl.Name+"="+etcdURL("2380"), "--unsafe-no-fsync", "--log-level", "warn"); err != nil {
 		return ClusterState{}, err
 	}
 	if err := spawn(cfg.LabBinary, stateDir, ns, log("kube-apiserver"), bin("kube-apiserver"),
-		"--etcd-servers", "http://127.0.0.1:2379", "--bind-address", "0.0.0.0", "--secure-port", "6443",
+		"--etcd-servers", etcdURL("2379"), "--bind-address", bindAll, "--secure-port", "6443",
 		"--advertise-address", cp, "--service-cluster-ip-range", joinCIDRs(cfg.serviceCIDRs()),
 		"--client-ca-file", p.path("ca.crt"), "--tls-cert-file", p.path("apiserver.crt"), "--tls-private-key-file", p.path("apiserver.key"),
 		"--service-account-key-file", p.path("sa.pub"), "--service-account-signing-key-file", p.path("sa.key"),
@@ -405,9 +447,12 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		nodeCIDRs = []string{"--cluster-cidr", joinCIDRs([]netip.Prefix{PodCIDR, PodCIDR6}),
 			"--node-cidr-mask-size-ipv4", "24", "--node-cidr-mask-size-ipv6", "64"}
 	}
+	if cfg.IPv6Only {
+		nodeCIDRs = []string{"--cluster-cidr", PodCIDR6.String(), "--node-cidr-mask-size", "64"}
+	}
 	if err := spawn(cfg.LabBinary, stateDir, ns, log("kube-controller-manager"), slices.Concat([]string{bin("kube-controller-manager"),
 		"--kubeconfig", kcfg["controller-manager"], "--authentication-kubeconfig", kcfg["controller-manager"],
-		"--authorization-kubeconfig", kcfg["controller-manager"], "--bind-address", "127.0.0.1",
+		"--authorization-kubeconfig", kcfg["controller-manager"], "--bind-address", lo.String(),
 		"--use-service-account-credentials", "--service-account-private-key-file", p.path("sa.key"),
 		"--root-ca-file", p.path("ca.crt"), "--allocate-node-cidrs"}, nodeCIDRs, []string{
 		"--service-cluster-ip-range", joinCIDRs(cfg.serviceCIDRs()),
@@ -417,7 +462,7 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 	}
 	if err := spawn(cfg.LabBinary, stateDir, ns, log("kube-scheduler"), bin("kube-scheduler"),
 		"--kubeconfig", kcfg["scheduler"], "--authentication-kubeconfig", kcfg["scheduler"],
-		"--authorization-kubeconfig", kcfg["scheduler"], "--bind-address", "127.0.0.1",
+		"--authorization-kubeconfig", kcfg["scheduler"], "--bind-address", lo.String(),
 		"--leader-elect=false", "--profiling=false", "--v", "1"); err != nil {
 		return ClusterState{}, err
 	}
@@ -429,14 +474,21 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 	if cfg.DualStack {
 		proxyCIDR = joinCIDRs([]netip.Prefix{PodCIDR, PodCIDR6})
 	}
+	if cfg.IPv6Only {
+		proxyCIDR = PodCIDR6.String()
+	}
 	for j, n := range cl.Nodes {
 		name := nodeName(n)
 		{
 			nc := NodeConfig{Name: name, Addr: n.Addr, Dir: filepath.Join(stateDir, name), LogDir: logs, Cluster: cl.Name,
 				StackBin: cfg.NodeStack, Kubeconfig: kcfg["kubelet-"+name], FlannelKubeconfig: kcfg["flannel"], CACert: p.path("ca.crt"),
-				CgroupRoot: cgroupParent + "/" + n.Name, ClusterCIDR: PodCIDR, Registry: RegistryAddr, PauseImage: PauseImage}
-			if cfg.DualStack {
-				nc.DualStack, nc.Addr6, nc.ClusterCIDR6 = true, n.Addr6, PodCIDR6
+				CgroupRoot: cgroupParent + "/" + n.Name, ClusterCIDR: PodCIDR, Registry: cfg.registryAddr(), PauseImage: cfg.registryAddr() + "/" + PauseRef}
+			if cfg.IPv6Only {
+				// The IPv6 family of the dual-stack pod network, alone.
+				nc.ClusterCIDR = netip.Prefix{}
+			}
+			if cfg.DualStack || cfg.IPv6Only {
+				nc.DualStack, nc.IPv6Only, nc.Addr6, nc.ClusterCIDR6 = cfg.DualStack, cfg.IPv6Only, n.Addr6, PodCIDR6
 				for k, other := range cl.Nodes {
 					if k != j {
 						nc.Neighbours = append(nc.Neighbours, Neighbour{Name: nodeName(other), Addr: other.Addr, Addr6: other.Addr6})
@@ -469,7 +521,7 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		if err := spawn(cfg.LabBinary, stateDir, n.Name, log(name+"-kube-proxy"), bin("kube-proxy"),
 			"--kubeconfig", kcfg["kube-proxy"], "--hostname-override", name, "--proxy-mode", "nftables",
 			"--cluster-cidr", proxyCIDR, "--conntrack-max-per-core", "0",
-			"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256", "--v", "1"); err != nil {
+			"--metrics-bind-address", net.JoinHostPort(lo.String(), "10249"), "--healthz-bind-address", net.JoinHostPort(lo.String(), "10256"), "--v", "1"); err != nil {
 			return ClusterState{}, err
 		}
 	}

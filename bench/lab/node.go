@@ -70,7 +70,11 @@ type NodeConfig struct {
 	// address of each family from the Node's spec.podCIDRs, which the node routes to the other
 	// nodes (Neighbours) by their addresses of that family; Addr6 is this node's IPv6 address
 	// and ClusterCIDR6 the IPv6 pod CIDR.
-	DualStack    bool
+	DualStack bool
+	// IPv6Only is the same pod network with the IPv6 family only (ClusterCIDR is then unset,
+	// Addr is the node's IPv6 address and Addr6 the same); the node's local endpoints (the
+	// kubelet's health, containerd's stream server) listen on ::1.
+	IPv6Only     bool         `json:",omitempty"`
 	Addr6        netip.Addr   `json:",omitzero"`
 	ClusterCIDR6 netip.Prefix `json:",omitzero"`
 	Neighbours   []Neighbour  `json:",omitempty"`
@@ -214,7 +218,7 @@ func NodeInit(c NodeConfig) error {
 			return err
 		}
 		s.logf("pod network: block %s, routes to %d other blocks, pods masqueraded outside %v", c.PodBlock, len(c.BlockRoutes), c.PodPools)
-	case c.DualStack:
+	case c.DualStack || c.IPv6Only:
 		if err := c.dualStackMasquerade(); err != nil {
 			return err
 		}
@@ -404,7 +408,7 @@ state = "/run/containerd"
     max_conf_num = 1
 
 [plugins.'io.containerd.grpc.v1.cri']
-  stream_server_address = '127.0.0.1'
+  stream_server_address = '%[8]s'
 
 [plugins.'io.containerd.nri.v1.nri']
   disable = true
@@ -416,7 +420,7 @@ state = "/run/containerd"
 [plugins.'io.containerd.image-verifier.v1.bindir']
   bin_dir = '%[7]s'
 `, c.Name, c.PauseImage, filepath.Join(c.StackBin, "runc"), filepath.Join(c.StackBin, "cni"), !hasCapSysResource(),
-		filepath.Join(c.Dir, "opt"), filepath.Join(c.Dir, "image-verifiers"))
+		filepath.Join(c.Dir, "opt"), filepath.Join(c.Dir, "image-verifiers"), c.loopback())
 	hosts := fmt.Sprintf("# The lab's registry, plain HTTP.\nserver = \"http://%[1]s\"\n\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", c.Registry)
 	kubelet := fmt.Sprintf(`# Written by skein's lab (bench/lab/node.go) for node %[1]s.
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -432,7 +436,9 @@ authentication:
   x509: {clientCAFile: %[3]s}
 authorization: {mode: Webhook}
 readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
+healthzBindAddress: "%[6]s"
+# Where the kubelet serves (the API server reaches it at the node's InternalIP): every address.
+address: "%[7]s"
 healthzPort: 10248
 resolvConf: %[4]s
 clusterDomain: cluster.local
@@ -443,15 +449,22 @@ imageGCHighThresholdPercent: 100
 evictionHard: {nodefs.available: "0%%", nodefs.inodesFree: "0%%", imagefs.available: "0%%"}
 # The node's own FlexVolume directory (the default, /usr/libexec/kubernetes/..., is the machine's).
 volumePluginDir: %[5]s
-`, c.Name, c.CgroupRoot, c.CACert, filepath.Join(c.Dir, "resolv.conf"), filepath.Join(c.Dir, "volume-plugins"))
-	netConf := fmt.Sprintf(`{"Network": %q, "EnableNFTables": true, "Backend": {"Type": "vxlan"}}`+"\n", c.ClusterCIDR.String())
+`, c.Name, c.CgroupRoot, c.CACert, filepath.Join(c.Dir, "resolv.conf"), filepath.Join(c.Dir, "volume-plugins"), c.loopback(), c.anyAddr())
+	resolver := "nameserver 127.0.0.1\nsearch cluster.local\n"
+	if c.IPv6Only {
+		resolver = "nameserver ::1\nsearch cluster.local\n"
+	}
 	files := map[string]string{
+		// An IPv6 registry's directory is named with its brackets ("[2001:db8:0:ff::1]:5000"),
+		// one of the names containerd looks for.
 		filepath.Join(c.Dir, "containerd.toml"):                                     containerd,
 		filepath.Join(c.Dir, "etc-containerd", "certs.d", c.Registry, "hosts.toml"): hosts,
 		filepath.Join(c.Dir, "kubelet.yaml"):                                        kubelet,
-		filepath.Join(c.Dir, "net-conf.json"):                                       netConf,
 		// Nothing in the lab serves DNS: lookups in pods fail at once instead of timing out.
-		filepath.Join(c.Dir, "resolv.conf"): "nameserver 127.0.0.1\nsearch cluster.local\n",
+		filepath.Join(c.Dir, "resolv.conf"): resolver,
+	}
+	if c.ClusterCIDR.IsValid() { // flannel's network (unused, but harmless, with the host-gw networks)
+		files[filepath.Join(c.Dir, "net-conf.json")] = fmt.Sprintf(`{"Network": %q, "EnableNFTables": true, "Backend": {"Type": "vxlan"}}`+"\n", c.ClusterCIDR.String())
 	}
 	for path, text := range files {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -462,6 +475,22 @@ volumePluginDir: %[5]s
 		}
 	}
 	return nil
+}
+
+// loopback is where the node's local endpoints listen: ::1 on an IPv6-only node.
+func (c NodeConfig) loopback() string {
+	if c.IPv6Only {
+		return "::1"
+	}
+	return "127.0.0.1"
+}
+
+// anyAddr is the unspecified address of the node's family, for servers on every address.
+func (c NodeConfig) anyAddr() string {
+	if c.IPv6Only {
+		return "::"
+	}
+	return "0.0.0.0"
 }
 
 // cniWriter writes the CNI configuration flannel's own CNI plugin would generate (its plugin is
@@ -671,7 +700,7 @@ func pauseLayout(binDir, dir string) error {
 	if err != nil {
 		return fmt.Errorf("lab: pause image: %w", err)
 	}
-	_, tag, _ := strings.Cut(strings.TrimPrefix(PauseImage, RegistryAddr+"/skein-net/"), ":")
+	_, tag, _ := strings.Cut(strings.TrimPrefix(PauseRef, "skein-net/"), ":")
 	return images.WriteLayout(dir, "pause:"+tag, idx)
 }
 
@@ -725,7 +754,8 @@ func PodProcesses(nodeNS, name string, ip netip.Addr) (netns string, pids []int,
 	}
 	for _, ns := range candidates {
 		path := fmt.Sprintf("/proc/%d/ns/net", byNS[ns][0])
-		out, err := exec.Command("nsenter", "--net="+path, "ip", "-o", "-4", "addr", "show").Output()
+		// Both families: a pod of an IPv6-only cluster has no IPv4 address.
+		out, err := exec.Command("nsenter", "--net="+path, "ip", "-o", "addr", "show").Output()
 		if err != nil {
 			continue
 		}

@@ -42,6 +42,15 @@ type Options struct {
 	// of flannel. The router, the control plane and the workstation stay IPv4 only. It excludes
 	// PodBlocks.
 	DualStack bool
+	// IPv6Only makes every cluster IPv6 only: pods get an address from PodCIDR6 only (the same
+	// in every cluster), Services from ServiceCIDR6, and every namespace of the lab (router,
+	// workstation, control planes, nodes) is addressed by IPv6 alone: the underlays are
+	// Underlay6, the workstation's link WorkstationNet6, the control plane serves on its IPv6
+	// address and the registry on RegistryAddr6. The pod network is DualStack's host-gw one
+	// with the IPv6 family only. The kernel still has IPv4 (127.0.0.1 on lo, the IPv4
+	// addresses skein's overlay device takes), but no lab link carries IPv4. It excludes
+	// PodBlocks and DualStack.
+	IPv6Only bool
 }
 
 // NS is a network namespace of the lab.
@@ -49,14 +58,15 @@ type NS struct {
 	Name string
 	// Addr is the namespace's address on its network (underlay for cluster members).
 	Addr netip.Addr
-	// Addr6 is a node's IPv6 address on its cluster's Underlay6 in a lab with DualStack.
+	// Addr6 is a node's IPv6 address on its cluster's Underlay6 in a lab with DualStack, and
+	// the same as Addr (its only address) in a lab with IPv6Only.
 	Addr6 netip.Addr `json:",omitzero"`
 }
 
 // Cluster is one cluster's namespaces.
 type Cluster struct {
 	Name         string
-	Underlay     netip.Prefix // such as 192.168.10.0/24; the router holds .1
+	Underlay     netip.Prefix // such as 192.168.10.0/24 (2001:db8:0:10::/64 with IPv6Only); the router holds .1 (::1)
 	ControlPlane NS
 	Nodes        []NS
 }
@@ -103,6 +113,9 @@ func Up(o Options) (_ *Topology, err error) {
 	if o.DualStack && o.PodBlocks {
 		return nil, errors.New("lab: DualStack and PodBlocks are two different pod networks: choose one")
 	}
+	if o.IPv6Only && (o.DualStack || o.PodBlocks) {
+		return nil, errors.New("lab: IPv6Only excludes DualStack and PodBlocks: choose one")
+	}
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, fmt.Errorf("lab: the ip command (Debian package iproute2) is needed: %w", err)
 	}
@@ -112,38 +125,56 @@ func Up(o Options) (_ *Topology, err error) {
 			_ = Down(o.Prefix)
 		}
 	}()
-	t.Router = NS{Name: o.Prefix + "-router", Addr: netip.MustParseAddr("10.255.0.1")}
-	t.Workstation = NS{Name: o.Prefix + "-ws", Addr: netip.MustParseAddr("10.255.0.2")}
+	// The workstation's link and each cluster's underlay, of the lab's one family.
+	wsNet := netip.MustParsePrefix("10.255.0.0/24")
+	underlay := func(c int) netip.Prefix {
+		return netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 168, byte(10 + c), 0}), 24)
+	}
+	if o.IPv6Only {
+		wsNet, underlay = WorkstationNet6, Underlay6
+	}
+	t.Router = NS{Name: o.Prefix + "-router", Addr: hostIn(wsNet, 1)}
+	t.Workstation = NS{Name: o.Prefix + "-ws", Addr: hostIn(wsNet, 2)}
 	for _, ns := range []NS{t.Router, t.Workstation} {
 		if err := addNS(ns.Name); err != nil {
 			return nil, err
 		}
 	}
-	if err := In(t.Router.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
+	forwarding := "net.ipv4.ip_forward=1"
+	if o.IPv6Only {
+		forwarding = "net.ipv6.conf.all.forwarding=1"
+	}
+	if err := In(t.Router.Name, "sysctl", "-qw", forwarding); err != nil {
 		return nil, err
 	}
-	if err := veth(t.Router.Name, "ws", t.Workstation.Name, "eth0", "10.255.0.1/24", "10.255.0.2/24"); err != nil {
+	if err := veth(t.Router.Name, "ws", t.Workstation.Name, "eth0", prefixOf(t.Router.Addr, wsNet), prefixOf(t.Workstation.Addr, wsNet)); err != nil {
 		return nil, err
 	}
-	if err := In(t.Workstation.Name, "ip", "route", "add", "192.168.0.0/16", "via", "10.255.0.1"); err != nil {
+	// The workstation reaches every cluster's underlay through the router.
+	underlays := "192.168.0.0/16"
+	if o.IPv6Only {
+		underlays = LabNet6.String()
+	}
+	if err := In(t.Workstation.Name, ipFor(t.Router.Addr, "route", "add", underlays, "via", t.Router.Addr.String())...); err != nil {
 		return nil, err
 	}
 	for c := range o.Clusters {
-		cl := Cluster{Name: fmt.Sprintf("c%d", c), Underlay: netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 168, byte(10 + c), 0}), 24)}
+		cl := Cluster{Name: fmt.Sprintf("c%d", c), Underlay: underlay(c)}
 		br := "br-" + cl.Name
+		gw := hostIn(cl.Underlay, 1)
 		if err := In(t.Router.Name, "ip", "link", "add", br, "type", "bridge"); err != nil {
 			return nil, err
 		}
-		if err := In(t.Router.Name, "ip", "addr", "add", host(cl.Underlay, 1).String()+"/24", "dev", br); err != nil {
+		if err := In(t.Router.Name, addrAdd(prefixOf(gw, cl.Underlay), br)...); err != nil {
 			return nil, err
 		}
 		if err := In(t.Router.Name, "ip", "link", "set", br, "up"); err != nil {
 			return nil, err
 		}
 		members := []*NS{&cl.ControlPlane}
-		cl.ControlPlane = NS{Name: fmt.Sprintf("%s-%s-cp", o.Prefix, cl.Name), Addr: host(cl.Underlay, 10)}
+		cl.ControlPlane = NS{Name: fmt.Sprintf("%s-%s-cp", o.Prefix, cl.Name), Addr: hostIn(cl.Underlay, 10)}
 		for n := range o.Nodes {
-			cl.Nodes = append(cl.Nodes, NS{Name: fmt.Sprintf("%s-%s-n%d", o.Prefix, cl.Name, n), Addr: host(cl.Underlay, 20+n)})
+			cl.Nodes = append(cl.Nodes, NS{Name: fmt.Sprintf("%s-%s-n%d", o.Prefix, cl.Name, n), Addr: hostIn(cl.Underlay, 20+n)})
 		}
 		for i := range cl.Nodes {
 			members = append(members, &cl.Nodes[i])
@@ -153,24 +184,26 @@ func Up(o Options) (_ *Topology, err error) {
 				return nil, err
 			}
 			port := fmt.Sprintf("%s-%d", cl.Name, i) // router side, at most 15 characters
-			if err := veth(t.Router.Name, port, m.Name, "eth0", "", m.Addr.String()+"/24"); err != nil {
+			if err := veth(t.Router.Name, port, m.Name, "eth0", "", prefixOf(m.Addr, cl.Underlay)); err != nil {
 				return nil, err
 			}
 			if err := In(t.Router.Name, "ip", "link", "set", port, "master", br); err != nil {
 				return nil, err
 			}
-			if err := In(m.Name, "ip", "route", "add", "default", "via", host(cl.Underlay, 1).String()); err != nil {
+			if err := In(m.Name, ipFor(gw, "route", "add", "default", "via", gw.String())...); err != nil {
 				return nil, err
 			}
 		}
-		if o.DualStack {
+		if o.DualStack || o.IPv6Only {
 			for i := range cl.Nodes {
 				n := &cl.Nodes[i]
-				n.Addr6 = host6(Underlay6(c), 20+i)
-				// nodad: the address is usable at once (the nodes of a cluster are the only
-				// ones on the link with Underlay6 addresses, each its own).
-				if err := In(n.Name, "ip", "-6", "addr", "add", netip.PrefixFrom(n.Addr6, 64).String(), "dev", "eth0", "nodad"); err != nil {
-					return nil, err
+				if o.IPv6Only {
+					n.Addr6 = n.Addr // its only address, added above
+				} else {
+					n.Addr6 = host6(Underlay6(c), 20+i)
+					if err := In(n.Name, addrAdd(prefixOf(n.Addr6, Underlay6(c)), "eth0")...); err != nil {
+						return nil, err
+					}
 				}
 				// Pods' traffic of both families goes through the node (the bridge plugin would
 				// switch forwarding on for the families it configures; here it is on from the
@@ -185,13 +218,52 @@ func Up(o Options) (_ *Topology, err error) {
 	return t, nil
 }
 
+// hostIn is address n of prefix p (its last byte set to n), of either family.
+func hostIn(p netip.Prefix, n int) netip.Addr {
+	if p.Addr().Is6() {
+		return host6(p, n)
+	}
+	return host(p, n)
+}
+
+// prefixOf is a written as an address on network p ("10.255.0.2/24").
+func prefixOf(a netip.Addr, p netip.Prefix) string { return netip.PrefixFrom(a, p.Bits()).String() }
+
+// ipFor is the ip command line args for the family of a ("ip -6 ..." for IPv6).
+func ipFor(a netip.Addr, args ...string) []string {
+	if a.Is6() {
+		return append([]string{"ip", "-6"}, args...)
+	}
+	return append([]string{"ip"}, args...)
+}
+
+// addrAdd is the ip command that adds address prefix (as prefixOf writes it) to dev. An IPv6
+// address is added without duplicate address detection ("nodad"): each namespace of the lab has
+// addresses of its own, and a tentative address (for a second or two) would fail the binds of
+// the processes started right after (kube-apiserver on its advertise address).
+func addrAdd(prefix, dev string) []string {
+	args := []string{"ip", "addr", "add", prefix, "dev", dev}
+	if p, err := netip.ParsePrefix(prefix); err == nil && p.Addr().Is6() {
+		args = append(args, "nodad")
+	}
+	return args
+}
+
+// WorkstationNet6 is the link between the router and the workstation in a lab with IPv6Only
+// (the router holds ::1, where the registry listens, the workstation ::2).
+var WorkstationNet6 = netip.MustParsePrefix("2001:db8:0:ff::/64")
+
+// LabNet6 holds every underlay address of a lab with IPv6Only (the workstation's link and the
+// clusters' Underlay6): a documentation prefix, outside every pod, service and remapped CIDR.
+var LabNet6 = netip.MustParsePrefix("2001:db8::/32")
+
 func host(p netip.Prefix, n int) netip.Addr {
 	a := p.Addr().As4()
 	a[3] = byte(n)
 	return netip.AddrFrom4(a)
 }
 
-// Underlay6 is cluster c's IPv6 underlay in a lab with DualStack (2001:db8:0:<10+c>::/64, a
+// Underlay6 is cluster c's IPv6 underlay in a lab with DualStack or IPv6Only (2001:db8:0:<10+c>::/64, a
 // documentation prefix: outside the IPv6 pools peers' pod CIDRs are remapped into, fd00::/8).
 func Underlay6(c int) netip.Prefix {
 	var a [16]byte
@@ -219,7 +291,7 @@ func veth(a, an, b, bn, aAddr, bAddr string) error {
 	}
 	for _, side := range []struct{ ns, dev, addr string }{{a, an, aAddr}, {b, bn, bAddr}} {
 		if side.addr != "" {
-			if err := In(side.ns, "ip", "addr", "add", side.addr, "dev", side.dev); err != nil {
+			if err := In(side.ns, addrAdd(side.addr, side.dev)...); err != nil {
 				return err
 			}
 		}

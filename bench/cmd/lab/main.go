@@ -23,13 +23,14 @@ const usage = `lab: real Kubernetes clusters in network namespaces (run as root)
 
 Usage:
   lab up [--prefix P] [--clusters N] [--nodes N] [--bin-dir DIR] [--images LAYOUT]
-        [--pod-blocks | --dual-stack] [--keep-on-failure]
+        [--pod-blocks | --dual-stack | --ipv6-only] [--keep-on-failure]
         start the lab: a router, a workstation, N clusters (pod CIDR 10.244.0.0/16 each) of
         N nodes, each node running kubelet, containerd, runc and flannel (make k8s-binaries
         builds them); returns when every node is Ready and leaves it running. The router
         serves a registry at 10.255.0.1:5000 with the lab's pause and iperf3 images and, with
         --images (an OCI layout, such as make images writes in bin/images), those images, as
         10.255.0.1:5000/skein-net/NAME:TAG; containerd pulls every image from there
+        ([2001:db8:0:ff::1]:5000 with --ipv6-only, where no lab link carries IPv4)
   lab down [--prefix P]        stop everything and remove every namespace, link and file
   lab status [--prefix P]      show the clusters, their namespaces, kubeconfigs and logs
         (/var/tmp/skein-lab-P/logs: one file per component, such as c0-c0-n1-kubelet.log;
@@ -40,7 +41,7 @@ Usage:
   lab shell [--prefix P] [-c I]   a shell in the workstation namespace, set up like exec
   lab push [--prefix P] --layout DIR
         push the named indexes of an OCI layout (make images writes bin/images) into the
-        lab's registry, as 10.255.0.1:5000/skein-net/NAME:TAG
+        lab's registry, as 10.255.0.1:5000/skein-net/NAME:TAG (or the IPv6 registry's)
 
 Internal (started by lab up): lab supervise -- CMD, lab node --config FILE,
 lab node-init --config FILE, lab registry ...
@@ -107,6 +108,7 @@ func up(args []string) error {
 	nodes := fs.Int("nodes", 2, "nodes per cluster")
 	blocks := fs.Bool("pod-blocks", false, "give pods addresses from per-node blocks of 10.245.0.0/16 and 10.246.0.0/16, outside every Node's spec.podCIDRs (as Calico's IPAM does); install skein with ipam.podCIDR={10.245.0.0/16,10.246.0.0/16}")
 	dual := fs.Bool("dual-stack", false, "dual-stack clusters: pods and Services get IPv6 addresses too (pod CIDR fd00:244::/56 in every cluster, service CIDR fd00:96::/112), nodes an IPv6 address on their underlay, and the lab's host-gw pod network of both families replaces flannel; install skein with ipam.podCIDR={10.244.0.0/16,fd00:244::/56}")
+	v6only := fs.Bool("ipv6-only", false, "IPv6-only clusters: pods and Services get IPv6 addresses only (pod CIDR fd00:244::/56 in every cluster, service CIDR fd00:96::/112), every lab namespace is addressed by IPv6 alone (underlays 2001:db8:0:<10+cluster>::/64, the API servers, the workstation and the registry at [2001:db8:0:ff::1]:5000), and the lab's host-gw pod network of IPv6 replaces flannel; install skein with ipam.podCIDR=fd00:244::/56, ipam.serviceCIDR=fd00:96::/112 and imageRegistry=[2001:db8:0:ff::1]:5000/skein-net")
 	layoutDir := fs.String("images", "", "OCI image layout to serve from the lab's registry too (10.255.0.1:5000/skein-net/NAME:TAG), such as make images writes in bin/images")
 	binDir := fs.String("bin-dir", "", "directory with the lab's pause binary (bench/cmd/pause; default: the directory of this lab binary)")
 	keep := fs.Bool("keep-on-failure", false, "leave a lab that failed to start in place, to read its logs (then lab down)")
@@ -128,7 +130,7 @@ func up(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes, PodBlocks: *blocks, DualStack: *dual}, ImageLayout: *layoutDir,
+	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes, PodBlocks: *blocks, DualStack: *dual, IPv6Only: *v6only}, ImageLayout: *layoutDir,
 		K8sBin: k8s, LabBinary: self, BinDir: *binDir, Log: os.Stdout, KeepOnFailure: *keep, NodeStack: nodeStack})
 	if err != nil {
 		return err
