@@ -296,6 +296,10 @@ var valueCases = []struct {
 			"resources": map[string]any{"requests": map[string]any{"cpu": "250m", "memory": "100Mi"}, "limits": map[string]any{"memory": "300Mi"}}}}},
 	{name: "air-gapped", values: map[string]any{"imageRegistry": "mirror.internal:5000/skein"}},
 	{name: "local-images", values: map[string]any{"imageRegistry": ""}},
+	// An IPv6-only cluster (the lab's): its registry at a bracketed IPv6 address, its pod and
+	// service CIDRs IPv6 only.
+	{name: "ipv6-only", values: map[string]any{"imageRegistry": "[2001:db8:0:ff::1]:5000/skein-net",
+		"ipam": map[string]any{"podCIDR": "fd00:244::/56", "serviceCIDR": "fd00:96::/112"}}},
 	{name: "ha-clusterid", values: map[string]any{"clusterID": "3c8c2a8e-5d7b-4e47-9f1e-0a6b2f3d4c5e",
 		"controller": map[string]any{"replicas": 2, "metricsPort": 19473, "kubeAPI": map[string]any{"qps": 12.5, "burst": 25}},
 		"gateway":    map[string]any{"replicas": 2, "watchPods": true}}},
