@@ -55,8 +55,8 @@ test-race: k8s-binaries ## The dataplane, appliance and control packages under t
 	go test -race -count=1 -timeout 30m $(GOTESTFLAGS) ./dataplane/... ./appliance/... ./control/...
 
 .PHONY: e2e
-e2e: k8s-binaries ## End-to-end suites in the lab (clusters on kubelet, containerd and flannel in network namespaces; root): install, connect, matrix, the gateway container, failover, node stack restarts, reset; then pod blocks outside the nodes' pod CIDRs with a NATed server, and flannel's masquerade without the bypass; then three clusters in a full mesh (matrix on six pairs, one pair disconnected under traffic); then two dual-stack clusters overlapping in both families (IPv6 and IPv4 matrices).
-	go test -count=1 -v -timeout 30m -run '^TestE2E(RealNetworks|Masquerade|Mesh|DualStack)?$$' ./bench/e2e/
+e2e: k8s-binaries ## End-to-end suites in the lab (clusters on kubelet, containerd and flannel in network namespaces; root): install, connect, matrix, the gateway container, failover, node stack restarts, reset; then pod blocks outside the nodes' pod CIDRs with a NATed server, and flannel's masquerade without the bypass; then three clusters in a full mesh (matrix on six pairs, one pair disconnected under traffic); then two dual-stack clusters overlapping in both families (IPv6 and IPv4 matrices); then two IPv6-only clusters overlapping in their IPv6 pod CIDR (IPv6 underlay, API servers and registry; the IPv6 matrix).
+	go test -count=1 -v -timeout 35m -run '^TestE2E(RealNetworks|Masquerade|Mesh|DualStack|IPv6Only)?$$' ./bench/e2e/
 
 .PHONY: soak
 soak: k8s-binaries ## Soak in the lab (root): DURATION (default 30m) of traffic with gateway failovers, agent and API server restarts; reports every gap and each process's RSS, goroutines and FDs; a failed run keeps its logs in /var/tmp/skein-soak-failed.
