@@ -228,7 +228,20 @@ func (e *env) ipv6Endpoints(ctx context.Context) {
 		for _, in := range ins.Items {
 			if in.Status.VTEP == nil || !is6(string(in.Status.VTEP.IP)) {
 				e.t.Errorf("cluster %d: InternalNode %s's VTEP is not IPv6: %+v", i, in.Name, in.Status.VTEP)
+				continue
 			}
+			// The agent holds everything it planned for the node (no route refused, no apply
+			// failing on an IPv6-only node).
+			ready := "no Ready condition"
+			for _, c := range in.Status.Conditions {
+				if c.Type == netv1alpha1.ConditionReady {
+					ready = fmt.Sprintf("Ready=%s %s %q", c.Status, c.Reason, c.Message)
+					if c.Status != metav1.ConditionTrue {
+						e.t.Errorf("cluster %d: InternalNode %s: %s", i, in.Name, ready)
+					}
+				}
+			}
+			e.reportf("ipv6 endpoints: cluster %d InternalNode %s: VTEP %s, %s", i, in.Name, in.Status.VTEP.IP, ready)
 		}
 	}
 	// What wireguard-go itself uses: each active gateway's peer endpoint.
