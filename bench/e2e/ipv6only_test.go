@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/skein-net/skein/bench/lab"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/dataplane/overlay"
 )
 
 // TestE2EIPv6Only peers two IPv6-only clusters (lab.Options.IPv6Only) that overlap: pods of
@@ -243,6 +245,15 @@ func (e *env) ipv6Endpoints(ctx context.Context) {
 			}
 			e.reportf("ipv6 endpoints: cluster %d InternalNode %s: VTEP %s, %s", i, in.Name, in.Status.VTEP.IP, ready)
 		}
+		// The overlay devices leave room for the outer IPv6 header, as the gateways do: the
+		// underlay link's MTU less overlay.Overhead6.
+		for j, n := range e.l.Clusters[i].Nodes {
+			under, dev := linkMTU(ctx, n.Name, "eth0"), linkMTU(ctx, n.Name, "liqo.vxlan")
+			if under == 0 || dev != under-overlay.Overhead6 {
+				e.t.Errorf("cluster %d: %s's liqo.vxlan has MTU %d on an IPv6 underlay of MTU %d, want %d", i, e.l.Clusters[i].NodeName(j), dev, under, under-overlay.Overhead6)
+			}
+			e.reportf("ipv6 endpoints: c%d %s: liqo.vxlan MTU %d over eth0 MTU %d", i, e.l.Clusters[i].NodeName(j), dev, under)
+		}
 	}
 	// What wireguard-go itself uses: each active gateway's peer endpoint.
 	for i := range 2 {
@@ -273,4 +284,20 @@ func (e *env) ipv6Endpoints(ctx context.Context) {
 		}
 		e.reportf("ipv6 endpoints: cluster %d's active gateway %s: WireGuard peer endpoint %s", i, active.Name, endpoint)
 	}
+}
+
+// linkMTU is the MTU of link dev in network namespace ns, or 0.
+func linkMTU(ctx context.Context, ns, dev string) int {
+	out, err := exec.CommandContext(ctx, "ip", "-n", ns, "-o", "link", "show", "dev", dev).Output()
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(out))
+	for k := 0; k+1 < len(f); k++ {
+		if f[k] == "mtu" {
+			mtu, _ := strconv.Atoi(f[k+1])
+			return mtu
+		}
+	}
+	return 0
 }
