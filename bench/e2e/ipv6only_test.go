@@ -28,8 +28,8 @@ import (
 // nodes and gateways runs over IPv6 (the agents' node IPs and the gateways' VTEPs are IPv6), and
 // each cluster's controller must remap the peer's IPv6 pod CIDR into its IPv6 pool. Then pods
 // reach the peer's pods through the remapped CIDR (TCP, UDP and ICMPv6 both ways, the far side
-// seeing the caller as remapped on its side). Host-network traffic to the peer is left out: its
-// IPv6 SNAT does not exist yet.
+// seeing the caller as remapped on its side). Host-network traffic to the peer is left out
+// (TestE2EDualStack runs it over IPv6).
 func TestE2EIPv6Only(t *testing.T) {
 	e := setupLab(t, false, lab.Options{IPv6Only: true})
 	var services []string
