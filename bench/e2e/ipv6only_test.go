@@ -28,8 +28,8 @@ import (
 // nodes and gateways runs over IPv6 (the agents' node IPs and the gateways' VTEPs are IPv6), and
 // each cluster's controller must remap the peer's IPv6 pod CIDR into its IPv6 pool. Then pods
 // reach the peer's pods through the remapped CIDR (TCP, UDP and ICMPv6 both ways, the far side
-// seeing the caller as remapped on its side). Host-network traffic to the peer is left out
-// (TestE2EDualStack runs it over IPv6).
+// seeing the caller as remapped on its side), and host-network processes too, seen from their
+// node's address in the IPv6 external CIDR, the only external CIDR an IPv6-only cluster has.
 func TestE2EIPv6Only(t *testing.T) {
 	e := setupLab(t, false, lab.Options{IPv6Only: true})
 	var services []string
@@ -59,6 +59,30 @@ func TestE2EIPv6Only(t *testing.T) {
 	t.Run("ipv6-endpoints", func(t *testing.T) { e.t = t; e.ipv6Endpoints(ctx) })
 	t.Run("ipv6-routes", func(t *testing.T) { e.t = t; e.ipv6Routes(ctx) })
 	t.Run("ipv6-matrix", func(t *testing.T) { e.t = t; e.matrix6(ctx) })
+	t.Run("ipv6-host-network", func(t *testing.T) { e.t = t; e.noIPv4External(ctx); e.hostNetwork6(ctx) })
+}
+
+// noIPv4External: an IPv6-only cluster publishes its IPv6 external CIDR as spec.remote.cidr.external
+// (no IPv4 one), and its nodes get no IPv4 external address.
+func (e *env) noIPv4External(ctx context.Context) {
+	for i := range 2 {
+		var confs netv1alpha1.ConfigurationList
+		if err := e.c[1-i].List(ctx, &confs); err != nil || len(confs.Items) != 1 {
+			e.t.Fatalf("cluster %d: want one Configuration (%v)", 1-i, err)
+		}
+		if ext := confs.Items[0].Spec.Remote.CIDR.External; !strings.Contains(string(ext), ":") || len(confs.Items[0].Spec.Remote.CIDR.AdditionalExternals) != 0 {
+			e.t.Errorf("cluster %d publishes external %s, additional %v: want its IPv6 external CIDR alone", i, ext, confs.Items[0].Spec.Remote.CIDR.AdditionalExternals)
+		}
+		var nodes netv1alpha1.InternalNodeList
+		if err := e.c[i].List(ctx, &nodes); err != nil {
+			e.t.Fatal(err)
+		}
+		for _, in := range nodes.Items {
+			if in.Spec.ExternalIP != nil || in.Spec.ExternalIP6 == nil {
+				e.t.Errorf("cluster %d InternalNode %s: external %v, external6 %v; want an IPv6 one only", i, in.Name, in.Spec.ExternalIP, in.Spec.ExternalIP6)
+			}
+		}
+	}
 }
 
 // ipv6OnlyLab: the lab's premise holds, or the test proves nothing: every Node's addresses
