@@ -199,7 +199,7 @@ func (g *globals) diagnoseNode(ctx context.Context, r *report, cl client.Client,
 	switch {
 	case err != nil:
 		r.warn(check, name, "nftables: "+err.Error(), "run as root (CAP_NET_ADMIN) to read skein-agent's nftables table")
-	case !ok && p.SNAT != nil:
+	case !ok && p.SNAT != nil && len(p.SNAT.Remote) > 0: // (without Remote, an ip6 table holding the overlay's filter alone)
 		r.problem(check, name, "no nftables table ip skein-agent (nor ip6 skein-agent): host-network traffic to the peers is not source-NATed to the node's external address", agentLogs)
 	case ok && masq > 0:
 		r.warn(check, name, fmt.Sprintf("%d pod connection(s) to peers left source-NATed by another rule since the table was made (nft list table ip skein-agent; ip6 skein-agent for IPv6)", masq),

@@ -221,6 +221,38 @@ func TestHostSNATRPFilter6(t *testing.T) {
 	if g := rulesetGeneration(t, fd); g != gen {
 		t.Errorf("the same filter again committed %d transactions (the table does not read back as written)", g-gen)
 	}
+	// Without IPv6 SNAT (a node whose InternalNode has no usable IPv6 external address, while
+	// IPv6 is still routed through the device) the filter stays, alone in its table: it
+	// must not depend on what the node SNATs.
+	s4 := kernel.HostSNAT{ExternalIP: extIP, PodCIDRs: []netip.Prefix{podCIDR}, Remote: []netip.Prefix{remote1}, Overlay: "ov0"}
+	for _, s := range []kernel.HostSNAT{s4, {Overlay: "ov0"}} {
+		if err := kernel.EnsureHostSNAT(fd, s); err != nil {
+			t.Fatal(err)
+		}
+		if arrives("fd00:244:0:1::9") {
+			t.Errorf("%+v: a datagram from the overlay claiming a local pod's address arrived", s)
+		}
+		if !arrives("fd00:0:244::5") {
+			t.Errorf("%+v: a datagram from a peer's pod did not arrive", s)
+		}
+		gen := rulesetGeneration(t, fd)
+		if err := kernel.EnsureHostSNAT(fd, s); err != nil {
+			t.Fatal(err)
+		}
+		if g := rulesetGeneration(t, fd); g != gen {
+			t.Errorf("%+v: the same filter again committed %d transactions", s, g-gen)
+		}
+	}
+	// Both had the same ip6 table: written once, it counted both forged datagrams.
+	if dump := node.Run(t, "nft", "list", "table", "ip6", kernel.NFTable); strings.Contains(dump, "snat") || !strings.Contains(dump, "packets 2 ") {
+		t.Errorf("table ip6 %s without IPv6 SNAT, want the filter alone, its counter at 2:\n%s", kernel.NFTable, dump)
+	}
+	if err := kernel.EnsureHostSNAT(fd, kernel.HostSNAT{}); err != nil {
+		t.Fatal(err)
+	}
+	if !arrives("fd00:244:0:1::9") {
+		t.Error("with neither remote CIDRs nor Overlay, the filter is still there")
+	}
 	for _, bad := range []string{"a-name-longer-than-15", "ov\x000"} {
 		s.Overlay = bad
 		if err := kernel.EnsureHostSNAT(fd, s); err == nil || !strings.Contains(err.Error(), "is not a network interface name") {

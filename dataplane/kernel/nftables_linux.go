@@ -65,7 +65,9 @@ type HostSNAT struct {
 	// kernel's rp_filter, which the agent sets on the device, is IPv4 only; without this
 	// anything that can send VXLAN to the node could inject IPv6 packets claiming a local
 	// pod's or the node's own address. Link-local and unspecified sources are left alone
-	// (neighbour discovery).
+	// (neighbour discovery). The filter does not depend on SNAT: with Overlay set the ip6
+	// table exists, holding the filter alone when no IPv6 remote CIDR is SNATed (the node
+	// has no IPv6 external address, yet IPv6 is routed through the device).
 	Overlay string
 }
 
@@ -89,13 +91,15 @@ var snatFamilies = [2]nftables.TableFamily{nftables.TableFamilyIPv4, nftables.Ta
 //	}
 //
 // and the same for IPv6 in table ip6 skein-agent (ipv6_addr sets, ip6 daddr and saddr,
-// s.ExternalIP6). A family without Remote CIDRs has no table.
+// s.ExternalIP6). A family without Remote CIDRs has no table, except that with s.Overlay set
+// table ip6 skein-agent always holds the reverse-path filter (alone when no IPv6 remote CIDR
+// is SNATed).
 //
 // It reads the tables first and writes nothing when they already match; otherwise it
 // replaces the tables that differ in one atomic netlink batch (as nft -f would with "add
 // table ip skein-agent; delete table ip skein-agent" followed by the table above), so
-// packets never see a half-programmed table. With no Remote CIDRs there is nothing to SNAT:
-// it deletes both tables and ignores the other fields.
+// packets never see a half-programmed table. With no Remote CIDRs and no Overlay there is
+// nothing to do: it deletes both tables and ignores the other fields.
 //
 // Prefixes with host bits set are masked (10.1.2.3/16 is 10.1.0.0/16); overlapping and
 // adjacent prefixes are merged, so the sets hold the union of what s lists.
@@ -105,7 +109,7 @@ var snatFamilies = [2]nftables.TableFamily{nftables.TableFamilyIPv4, nftables.Ta
 // thread with setns must have locked it to its goroutine). Calls must not run concurrently
 // with different s for the same namespace.
 func EnsureHostSNAT(netnsFd int, s HostSNAT) error {
-	if len(s.Remote) == 0 {
+	if len(s.Remote) == 0 && s.Overlay == "" {
 		return DeleteHostSNAT(netnsFd)
 	}
 	want, err := s.rulesets()
@@ -201,6 +205,7 @@ func familyWord(f nftables.TableFamily) string {
 // hostSNATRuleset is a validated HostSNAT of one family as nftables sees it.
 type hostSNATRuleset struct {
 	family       nftables.TableFamily
+	snat         bool // SNAT to external (false: an ip6 table holding the filter alone)
 	external     netip.Addr
 	remote, pods []nftables.SetElement // interval set elements, sorted (see intervalElements)
 	bypass       bool
@@ -208,7 +213,7 @@ type hostSNATRuleset struct {
 }
 
 // rulesets validates s and splits it by family: [0] IPv4, [1] IPv6, nil for a family
-// without remote CIDRs.
+// without remote CIDRs (and, for IPv6, without the overlay's filter).
 func (s HostSNAT) rulesets() ([2]*hostSNATRuleset, error) {
 	var out [2]*hostSNATRuleset
 	for _, p := range s.Remote {
@@ -227,6 +232,18 @@ func (s HostSNAT) rulesets() ([2]*hostSNATRuleset, error) {
 			return slices.DeleteFunc(slices.Clone(ps), func(p netip.Prefix) bool { return p.Addr().Is6() != is6 })
 		}
 		remote := of(s.Remote)
+		filter := is6 && s.Overlay != ""
+		if len(remote) == 0 && !filter {
+			continue
+		}
+		rs := &hostSNATRuleset{family: family}
+		if filter {
+			if len(s.Overlay) >= unix.IFNAMSIZ || strings.ContainsRune(s.Overlay, 0) {
+				return out, fmt.Errorf("host SNAT: overlay device name %q is not a network interface name", s.Overlay)
+			}
+			rs.rpfilter = s.Overlay
+		}
+		out[i] = rs
 		if len(remote) == 0 {
 			continue
 		}
@@ -247,16 +264,9 @@ func (s HostSNAT) rulesets() ([2]*hostSNATRuleset, error) {
 				return out, fmt.Errorf("host SNAT: remote CIDR %s is an IPv4-mapped IPv6 CIDR", p)
 			}
 		}
-		rs := &hostSNATRuleset{family: family, external: ip, bypass: s.MasqueradeBypass}
-		if is6 && s.Overlay != "" {
-			if len(s.Overlay) >= unix.IFNAMSIZ || strings.ContainsRune(s.Overlay, 0) {
-				return out, fmt.Errorf("host SNAT: overlay device name %q is not a network interface name", s.Overlay)
-			}
-			rs.rpfilter = s.Overlay
-		}
+		rs.snat, rs.external, rs.bypass = true, ip, s.MasqueradeBypass
 		rs.remote = intervalElements(remote)
 		rs.pods = intervalElements(of(s.PodCIDRs))
-		out[i] = rs
 	}
 	return out, nil
 }
@@ -363,14 +373,16 @@ func postroutingChain(t *nftables.Table, name string, typ nftables.ChainType, pr
 //	}
 func (want hostSNATRuleset) chains(t *nftables.Table) []nftChain {
 	var out []nftChain
-	if want.bypass {
+	if want.bypass && want.snat {
 		out = append(out, nftChain{postroutingChain(t, nftChainBypass, nftables.ChainTypeNAT, nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource-10)),
 			want.bypassExprs, nftBypassComment})
 	}
-	out = append(out,
-		nftChain{postroutingChain(t, nftChainPostrouting, nftables.ChainTypeNAT, nftables.ChainPriorityNATSource), want.exprs, nftRuleComment},
-		nftChain{postroutingChain(t, nftChainWatch, nftables.ChainTypeFilter, nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource+100)),
-			want.watchExprs, nftWatchComment})
+	if want.snat {
+		out = append(out,
+			nftChain{postroutingChain(t, nftChainPostrouting, nftables.ChainTypeNAT, nftables.ChainPriorityNATSource), want.exprs, nftRuleComment},
+			nftChain{postroutingChain(t, nftChainWatch, nftables.ChainTypeFilter, nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource+100)),
+				want.watchExprs, nftWatchComment})
+	}
 	if want.rpfilter != "" {
 		ch := postroutingChain(t, nftChainRPFilter, nftables.ChainTypeFilter, nftables.ChainPriorityRaw)
 		ch.Hooknum = nftables.ChainHookPrerouting
@@ -402,17 +414,21 @@ func (want hostSNATRuleset) rpfilterExprs(_, _ uint32) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 16)},
 		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)}, // no route back through iif
-		&expr.Objref{Type: 1, Name: nftCounterRPFilter}, // NFT_OBJECT_COUNTER
+		&expr.Objref{Type: 1, Name: nftCounterRPFilter},                 // NFT_OBJECT_COUNTER
 		&expr.Verdict{Kind: expr.VerdictDrop},
 	}
 }
 
 // counters are the named counters of want's table.
 func (want hostSNATRuleset) counters() []string {
-	if want.rpfilter != "" {
-		return []string{nftCounterMasq, nftCounterRPFilter}
+	var out []string
+	if want.snat {
+		out = append(out, nftCounterMasq)
 	}
-	return []string{nftCounterMasq}
+	if want.rpfilter != "" {
+		out = append(out, nftCounterRPFilter)
+	}
+	return out
 }
 
 func (want hostSNATRuleset) sets(t *nftables.Table) (remote, pods *nftables.Set) {
@@ -524,11 +540,13 @@ func (want hostSNATRuleset) queueReplace(c *nftables.Conn) error {
 	c.DelTable(t)
 	c.AddTable(t)
 	remote, pods := want.sets(t)
-	if err := c.AddSet(remote, want.remote); err != nil {
-		return fmt.Errorf("set %s: %w", remote.Name, err)
-	}
-	if err := c.AddSet(pods, want.pods); err != nil {
-		return fmt.Errorf("set %s: %w", pods.Name, err)
+	if want.snat {
+		if err := c.AddSet(remote, want.remote); err != nil {
+			return fmt.Errorf("set %s: %w", remote.Name, err)
+		}
+		if err := c.AddSet(pods, want.pods); err != nil {
+			return fmt.Errorf("set %s: %w", pods.Name, err)
+		}
 	}
 	for _, name := range want.counters() {
 		c.AddObj(&nftables.CounterObj{Table: t, Name: name})
@@ -572,7 +590,7 @@ func (want hostSNATRuleset) inPlace(c *nftables.Conn) (bool, error) {
 		return false, fmt.Errorf("list sets: %w", err)
 	}
 	wantRemote, wantPods := want.sets(t)
-	if len(sets) != 2 {
+	if len(sets) != 2 && want.snat || len(sets) != 0 && !want.snat {
 		return false, nil
 	}
 	for _, set := range sets {

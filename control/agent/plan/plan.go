@@ -244,11 +244,17 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 	snatRemote = slices.DeleteFunc(snatRemote, func(r netip.Prefix) bool {
 		return r.Addr().Is4() && !ext4.Is4() || r.Addr().Is6() && (!ext6.Is6() || ext6.Is4In6())
 	})
-	if len(snatRemote) > 0 {
+	// Overlay: IPv6 arriving on the device from a source not routed back through it is
+	// dropped (the IPv6 twin of the device's rp_filter, in the ip6 table) whenever the device
+	// carries IPv6, whether or not the node SNATs IPv6: an InternalNode without a usable
+	// IPv6 external address must not open the node to forged IPv6.
+	var filter string
+	if p.Kernel.Overlay.Address6.IsValid() {
+		filter = p.Kernel.Overlay.Name
+	}
+	if len(snatRemote) > 0 || filter != "" {
 		slices.SortFunc(snatRemote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-		// Overlay: IPv6 arriving on the device from a source not routed back through it is
-		// dropped (the IPv6 twin of the device's rp_filter, in the ip6 table).
-		s := &kernel.HostSNAT{PodCIDRs: slices.Clone(n.PodCIDRs), Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass, Overlay: p.Kernel.Overlay.Name}
+		s := &kernel.HostSNAT{PodCIDRs: slices.Clone(n.PodCIDRs), Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass, Overlay: filter}
 		if ext4.Is4() {
 			s.ExternalIP = ext4
 		}

@@ -264,12 +264,17 @@ func TestFromObjectsDualStack(t *testing.T) {
 		t.Errorf("IPv6-only SNAT %+v: want fd71::/48 and fd72::/112 to fd00:70::b, no IPv4 address", p.SNAT)
 	}
 	// A malformed IPv6 external address (an agent must not trust its InternalNode blindly):
-	// no IPv6 SNAT, no error.
+	// no IPv6 SNAT, no error, and IPv6 from liqo.vxlan still filtered (the routes through it
+	// are there all the same).
 	for _, bad := range []netv1alpha1.IP{"fe80::1%eth0", "fe80::1", "ff02::1", "::1", "not an address"} {
 		o6.InternalNode.Spec.ExternalIP6 = &bad
-		if p, err = plan.FromObjects(n, o6); err != nil || p.SNAT != nil {
-			t.Errorf("with external IPv6 %s: SNAT %+v, %v; want none", bad, p.SNAT, err)
+		if p, err = plan.FromObjects(n, o6); err != nil || p.SNAT == nil || len(p.SNAT.Remote) != 0 || p.SNAT.Overlay != "liqo.vxlan" {
+			t.Errorf("with external IPv6 %s: SNAT %+v, %v; want none, IPv6 from liqo.vxlan filtered", bad, p.SNAT, err)
 		}
+	}
+	// An IPv4-only plan has no IPv6 filter (a node without IPv6 needs no ip6 table).
+	if p, _ := plan.FromObjects(node, objects()); p.SNAT == nil || p.SNAT.Overlay != "" {
+		t.Errorf("IPv4-only SNAT %+v: want no IPv6 filter", p.SNAT)
 	}
 	// Without IPv6 routes, no IPv6 at all.
 	if p, _ := plan.FromObjects(node, objects()); p.Kernel.Overlay.Address6.IsValid() || p.Kernel.Peers[0].OverlayIP6.IsValid() {
