@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/controller/ipam"
 )
 
@@ -21,7 +22,7 @@ type Options struct {
 	// nodes' host-network traffic of each family): each is required when the pod CIDRs have
 	// its family, and unset (invalid) otherwise.
 	ExternalCIDR, ExternalCIDR6 netip.Prefix
-	Pools                            []netip.Prefix // default ipam.DefaultPools and DefaultPools6
+	Pools                       []netip.Prefix // default ipam.DefaultPools and DefaultPools6
 	// NodeCIDRs are the networks the nodes' addresses come from: never inside a peer's CIDR as
 	// seen here (each node's own addresses are reserved too, from the Node objects).
 	NodeCIDRs []netip.Prefix
@@ -168,6 +169,34 @@ func checkExternalCIDRs(o Options) error {
 		return fmt.Errorf("controller: IPv4 external CIDR %v: want an IPv4 CIDR without host bits, /30 or larger", e)
 	case e6.IsValid() && (!e6.Addr().Is6() || e6.Addr().Is4In6() || e6.Bits() > 126 || e6 != e6.Masked()):
 		return fmt.Errorf("controller: IPv6 external CIDR %v: want an IPv6 CIDR without host bits, /126 or larger", e6)
+	}
+	// Each is published to the peers beside the pod CIDRs: what a peer refuses there (a
+	// special range, a prefix shorter than its default bound, an overlap with another of
+	// this cluster's CIDRs) would refuse the whole peering. Here the nodes' addresses in it
+	// would also be the addresses of pods, services or overlay endpoints, and the gateway
+	// routes each to its node.
+	for _, e := range []netip.Prefix{o.ExternalCIDR, o.ExternalCIDR6} {
+		if !e.IsValid() {
+			continue
+		}
+		if f, ok := netv1alpha1.ForbiddenRange(e); ok {
+			return fmt.Errorf("controller: external CIDR %v overlaps %s (%s): peers refuse it; pick a private range", e, f.Prefix, f.Why)
+		}
+		minLen := netv1alpha1.DefaultMinRemotePrefixLength
+		if e.Addr().Is6() {
+			minLen = netv1alpha1.DefaultMinRemotePrefixLength6
+		}
+		if e.Bits() < minLen {
+			return fmt.Errorf("controller: external CIDR %v is larger than a /%d: peers refuse it; one address per node is all it needs", e, minLen)
+		}
+		for _, x := range []struct {
+			what string
+			ps   []netip.Prefix
+		}{{"pod CIDR", o.PodCIDRs}, {"service CIDR", o.ServiceCIDRs}, {"internal CIDR", []netip.Prefix{o.InternalCIDR}}} {
+			if i := slices.IndexFunc(x.ps, e.Overlaps); i >= 0 {
+				return fmt.Errorf("controller: external CIDR %v overlaps the %s %v: pick a range of its own", e, x.what, x.ps[i])
+			}
+		}
 	}
 	return nil
 }

@@ -289,7 +289,8 @@ func TestSetupRefusesPodCIDRs(t *testing.T) {
 }
 
 // TestSetupRefusesExternalCIDRs: each family of the pod CIDRs needs an external CIDR of its
-// own, of the right family, with room for nodes.
+// own, of the right family, with room for nodes, that peers accept and that no other network
+// of the cluster overlaps.
 func TestSetupRefusesExternalCIDRs(t *testing.T) {
 	p := netip.MustParsePrefix
 	v4, v6, dual := []netip.Prefix{p("10.244.0.0/16")}, []netip.Prefix{p("fd00:244::/56")}, []netip.Prefix{p("10.244.0.0/16"), p("fd00:244::/56")}
@@ -306,8 +307,21 @@ func TestSetupRefusesExternalCIDRs(t *testing.T) {
 		{v6, netip.Prefix{}, p("10.70.0.0/16"), "IPv6 external CIDR 10.70.0.0/16: want an IPv6 CIDR"},
 		{v6, netip.Prefix{}, p("::ffff:10.70.0.0/112"), "want an IPv6 CIDR"},
 		{v6, netip.Prefix{}, p("fd00:70::1/112"), "without host bits"},
+		// What a peer refuses in a Configuration (the whole peering with it) or what makes
+		// the nodes' addresses someone else's.
+		{v6, netip.Prefix{}, p("fe80::/112"), "overlaps fe80::/10 (link-local): peers refuse it"},
+		{v6, netip.Prefix{}, p("ff02::/112"), "overlaps ff00::/8 (multicast)"},
+		{v6, netip.Prefix{}, p("64:ff9b:1::/112"), "overlaps ::/8"}, // the gateways' own addresses
+		{v6, netip.Prefix{}, p("::/0"), "overlaps ::/8"},
+		{v6, netip.Prefix{}, p("fc00::/7"), "larger than a /32"},
+		{v4, p("127.0.0.0/16"), netip.Prefix{}, "overlaps 127.0.0.0/8 (loopback)"},
+		{v4, p("10.0.0.0/7"), netip.Prefix{}, "larger than a /8"},
+		{v6, netip.Prefix{}, p("fd00:244::/112"), "overlaps the pod CIDR fd00:244::/56"},
+		{dual, p("10.244.7.0/24"), p("fd00:70::/112"), "overlaps the pod CIDR 10.244.0.0/16"},
+		{v4, p("10.80.0.0/24"), netip.Prefix{}, "overlaps the internal CIDR 10.80.0.0/16"},
+		{v4, p("10.96.0.0/16"), netip.Prefix{}, "overlaps the service CIDR 10.96.0.0/12"},
 	} {
-		err := controller.Setup(nil, controller.Options{PodCIDRs: tc.pods, ExternalCIDR: tc.ext, ExternalCIDR6: tc.ext6, InternalCIDR: p("10.80.0.0/16")})
+		err := controller.Setup(nil, controller.Options{PodCIDRs: tc.pods, ServiceCIDRs: []netip.Prefix{p("10.96.0.0/12")}, ExternalCIDR: tc.ext, ExternalCIDR6: tc.ext6, InternalCIDR: p("10.80.0.0/16")})
 		if err == nil || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("pod CIDRs %v, external %v and %v: %v, want an error saying %q", tc.pods, tc.ext, tc.ext6, err, tc.says)
 		}
