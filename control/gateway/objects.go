@@ -207,6 +207,7 @@ func nodes(o Objects, reserved func(netip.Addr) bool) ([]dataplane.Node, error) 
 	}
 	index := map[string]int{}
 	nodeAddrs := map[netip.Addr]bool{} // the nodes' VTEPs and external addresses
+	var external []podClaim            // the nodes' external addresses
 	for _, in := range o.InternalNodes {
 		v := in.Status.VTEP
 		if v == nil {
@@ -236,19 +237,38 @@ func nodes(o Objects, reserved func(netip.Addr) bool) ([]dataplane.Node, error) 
 			}
 		}
 		// Host-network traffic of the node leaves with its external addresses (the agent's
-		// SNAT, one per family): replies to them go back to this node.
+		// SNAT, one per family): replies to them go back to this node (checked below).
 		for _, ext := range []*netv1alpha1.IP{in.Spec.ExternalIP, in.Spec.ExternalIP6} {
 			if ext == nil {
 				continue
 			}
 			if a, err := netip.ParseAddr(string(*ext)); err == nil && a.Zone() == "" && !a.Is4In6() {
-				n.Pods = append(n.Pods, a)
-				nodeAddrs[a] = true
+				external = append(external, podClaim{ip: a, node: len(out)})
 			}
 		}
 		nodeAddrs[n.VTEP] = true
 		index[in.Name] = len(out)
 		out = append(out, n)
+	}
+	// An external address is routed by /32 or /128 like a pod's, so it must be nobody
+	// else's: not a pod's of a node's pod CIDR (the route would win over the CIDR and take
+	// that pod's traffic), not a VTEP, not a reserved address (the gateway's own, the peer's
+	// networks), and not another node's (two InternalNodes with the same one, by hand or
+	// left from an older CIDR: the route table refuses one address with two next hops, and
+	// every change of this gateway's configuration would fail). Such an address is not
+	// routed at all; a pod still may not take it.
+	for _, c := range external {
+		nodeAddrs[c.ip] = true
+	}
+	for _, c := range external {
+		switch {
+		case reserved(c.ip), slices.ContainsFunc(out, func(n dataplane.Node) bool {
+			return n.VTEP == c.ip || slices.ContainsFunc(n.PodCIDRs, func(p netip.Prefix) bool { return p.Contains(c.ip) })
+		}), slices.ContainsFunc(external, func(d podClaim) bool { return d.ip == c.ip && d.node != c.node }),
+			slices.Contains(out[c.node].Pods, c.ip): // its two fields the same
+			continue
+		}
+		out[c.node].Pods = append(out[c.node].Pods, c.ip)
 	}
 	// No node may have published its VTEP yet: the agents publish once a peering has an active
 	// gateway VTEP to point at, which needs this gateway running. It starts without nodes (what

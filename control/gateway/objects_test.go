@@ -34,7 +34,8 @@ func objects() gateway.Objects {
 		PeerKey: &netv1alpha1.PublicKey{Spec: netv1alpha1.PublicKeySpec{PublicKey: testPub}},
 		Secret:  &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-key"}, Data: map[string][]byte{config.SecretPrivateKey: []byte(testPriv)}},
 		InternalNodes: []netv1alpha1.InternalNode{
-			{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: netv1alpha1.InternalNodeSpec{ExternalIP: ptr.To(netv1alpha1.IP("10.70.0.1"))},
+			// This cluster's external CIDR is 10.79.0.0/16 (the peer's 10.70.0.0/16 is seen as is).
+			{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: netv1alpha1.InternalNodeSpec{ExternalIP: ptr.To(netv1alpha1.IP("10.79.0.1"))},
 				Status: netv1alpha1.InternalNodeStatus{VTEP: &netv1alpha1.VTEP{IP: "192.168.77.1", MAC: "02:00:00:00:00:11"}}},
 			{ObjectMeta: metav1.ObjectMeta{Name: "n2"}, Status: netv1alpha1.InternalNodeStatus{VTEP: &netv1alpha1.VTEP{IP: "192.168.77.2", MAC: "02:00:00:00:00:12"}}},
 			{ObjectMeta: metav1.ObjectMeta{Name: "n3"}}, // no VTEP yet: skipped
@@ -88,7 +89,7 @@ func TestFromObjectsServer(t *testing.T) {
 		t.Errorf("allowed IPs %v", g.AllowedIPs)
 	}
 	// n1's external address (where replies to its host-network traffic go) is routed to it.
-	if len(dp.Nodes) != 2 || dp.Nodes[0].PodCIDRs[0].String() != "10.244.1.0/24" || len(dp.Nodes[0].Pods) != 1 || dp.Nodes[0].Pods[0].String() != "10.70.0.1" ||
+	if len(dp.Nodes) != 2 || dp.Nodes[0].PodCIDRs[0].String() != "10.244.1.0/24" || len(dp.Nodes[0].Pods) != 1 || dp.Nodes[0].Pods[0].String() != "10.79.0.1" ||
 		len(dp.Nodes[1].Pods) != 1 || dp.Nodes[1].Pods[0].String() != "10.244.7.3" {
 		t.Errorf("nodes %+v", dp.Nodes)
 	}
@@ -199,7 +200,7 @@ func TestFromObjectsDualStack(t *testing.T) {
 	for _, n := range dp.Nodes {
 		byName[n.Name] = fmt.Sprint(n.PodCIDRs, n.Pods)
 	}
-	if byName["n1"] != "[10.244.1.0/24 fd00:244:0:1::/64] [10.70.0.1 fd00:70::1]" || byName["n2"] != "[] [10.244.7.3 fd00:244:0:7::3 fd00:244:0:7::4]" {
+	if byName["n1"] != "[10.244.1.0/24 fd00:244:0:1::/64] [10.79.0.1 fd00:70::1]" || byName["n2"] != "[] [10.244.7.3 fd00:244:0:7::3 fd00:244:0:7::4]" {
 		t.Errorf("nodes %v", byName)
 	}
 }
@@ -272,7 +273,7 @@ func TestForeignVTEPIgnored(t *testing.T) {
 func TestFromObjectsPodAddressClaims(t *testing.T) {
 	pod := func(node, ip string) gateway.PodAddr { return gateway.PodAddr{Node: node, IP: netip.MustParseAddr(ip)} }
 	o := objects()
-	// n1 routes 10.244.1.0/24 and its external address 10.70.0.1; n2 has no pod CIDR.
+	// n1 routes 10.244.1.0/24 and its external address 10.79.0.1; n2 has no pod CIDR.
 	o.Pods = []gateway.PodAddr{
 		pod("n1", "10.244.1.9"), pod("n2", "10.244.1.9"), // n1's pod, by its CIDR; n2 claims it too
 		pod("n1", "10.244.7.3"), pod("n2", "10.244.7.3"), // claimed from two nodes outside any CIDR
@@ -281,7 +282,7 @@ func TestFromObjectsPodAddressClaims(t *testing.T) {
 		pod("n2", "10.244.8.9"), pod("n2", "10.244.8.9"), // the same pod address twice on one node
 		pod("n2", "10.80.0.1"),     // the gateway's overlay address
 		pod("n2", "169.254.100.1"), // the tunnel's
-		pod("n2", "10.70.0.1"),     // n1's external address
+		pod("n2", "10.79.0.1"),     // n1's external address
 		pod("n2", "192.168.77.1"),  // n1's VTEP
 		pod("n2", "10.71.0.5"),     // in the peer's pod CIDR as seen here
 		pod("n9", "10.244.9.9"),    // on a node that does not exist
@@ -294,7 +295,47 @@ func TestFromObjectsPodAddressClaims(t *testing.T) {
 	for _, n := range g.Dataplane.Nodes {
 		got[n.Name] = fmt.Sprint(n.Pods)
 	}
-	if want := map[string]string{"n1": "[10.70.0.1]", "n2": "[10.244.1.50 10.244.8.8 10.244.8.9]"}; !maps.Equal(got, want) {
+	if want := map[string]string{"n1": "[10.79.0.1]", "n2": "[10.244.1.50 10.244.8.8 10.244.8.9]"}; !maps.Equal(got, want) {
 		t.Errorf("/32 routes %v, want %v", got, want)
+	}
+}
+
+// TestFromObjectsExternalAddressClaims: a node's external address is routed to it only when
+// it is nobody else's. Two InternalNodes with the same one (a hand edit, a stale object) must
+// not fail the whole configuration, and one that is a pod's, a VTEP or the gateway's own must
+// not take their traffic.
+func TestFromObjectsExternalAddressClaims(t *testing.T) {
+	o := objects()
+	o.Nodes[0].Spec.PodCIDRs = []string{"10.244.1.0/24", "fd00:244:0:1::/64"}
+	in := func(name, vtep, ext, ext6 string) netv1alpha1.InternalNode {
+		n := netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: netv1alpha1.InternalNodeStatus{VTEP: &netv1alpha1.VTEP{IP: netv1alpha1.IP(vtep), MAC: "02:00:00:00:00:21"}}}
+		if ext != "" {
+			n.Spec.ExternalIP = ptr.To(netv1alpha1.IP(ext))
+		}
+		if ext6 != "" {
+			n.Spec.ExternalIP6 = ptr.To(netv1alpha1.IP(ext6))
+		}
+		return n
+	}
+	o.InternalNodes[0].Spec.ExternalIP6 = ptr.To(netv1alpha1.IP("fd00:70::1"))
+	o.InternalNodes = append(o.InternalNodes,
+		in("n4", "192.168.77.4", "10.79.0.4", "fd00:70::1"),       // n1's IPv6 external address
+		in("n5", "192.168.77.5", "10.244.1.9", "fd00:244:0:1::9"), // pods of n1's CIDRs
+		in("n6", "192.168.77.6", "10.80.0.1", "64:ff9b:1::a50:1"), // the gateway's overlay addresses
+		in("n7", "192.168.77.7", "192.168.77.1", "fd00:70::7"),    // n1's VTEP
+		in("n8", "192.168.77.8", "10.71.0.5", "fd00:70::8"),       // the peer's, as seen here
+	)
+	g, err := gateway.FromObjects(o, local)
+	if err != nil {
+		t.Fatalf("one external address on two nodes: %v", err)
+	}
+	got := map[string]string{}
+	for _, n := range g.Dataplane.Nodes {
+		got[n.Name] = fmt.Sprint(n.Pods)
+	}
+	want := map[string]string{"n1": "[10.79.0.1]", "n2": "[10.244.7.3]", "n4": "[10.79.0.4]", "n5": "[]", "n6": "[]", "n7": "[fd00:70::7]", "n8": "[fd00:70::8]"}
+	if !maps.Equal(got, want) {
+		t.Errorf("/32 and /128 routes %v, want %v", got, want)
 	}
 }
