@@ -91,9 +91,9 @@ type chartValues struct {
 	LogFormat        string
 	ImagePullSecrets []corev1.LocalObjectReference
 	IPAM             struct {
-		PodCIDR, ServiceCIDR       cidrList
+		PodCIDR, ServiceCIDR                      cidrList
 		ExternalCIDR, ExternalCIDR6, InternalCIDR string
-		Reserved, Pools            []string
+		Reserved, Pools                           []string
 	}
 	Overlay struct {
 		Kind           string

@@ -20,16 +20,16 @@ import (
 )
 
 type clusterStatus struct {
-	ClusterID    string            `json:"clusterID"`
-	ClusterName  string            `json:"clusterName"`
-	PodCIDRs     []string          `json:"podCIDRs"`
-	ServiceCIDRs []string          `json:"serviceCIDRs"`
-	ExternalCIDR string            `json:"externalCIDR"` // IPv4, or IPv6 in an IPv6-only cluster
+	ClusterID    string   `json:"clusterID"`
+	ClusterName  string   `json:"clusterName"`
+	PodCIDRs     []string `json:"podCIDRs"`
+	ServiceCIDRs []string `json:"serviceCIDRs"`
+	ExternalCIDR string   `json:"externalCIDR"` // IPv4, or IPv6 in an IPv6-only cluster
 	// ExternalCIDR6 is the IPv6 external CIDR of a dual-stack cluster.
-	ExternalCIDR6 string `json:"externalCIDR6,omitempty"`
-	InternalCIDR string            `json:"internalCIDR"`
-	Version      string            `json:"skeinctlVersion"`
-	Components   map[string]string `json:"components"`
+	ExternalCIDR6 string            `json:"externalCIDR6,omitempty"`
+	InternalCIDR  string            `json:"internalCIDR"`
+	Version       string            `json:"skeinctlVersion"`
+	Components    map[string]string `json:"components"`
 }
 
 func statusCmd(g *globals) *cobra.Command {

@@ -24,8 +24,8 @@ import (
 
 // InternalNodeReconciler manages InternalNodes.
 type InternalNodeReconciler struct {
-	Client   client.Client
-	Reader   client.Reader
+	Client  client.Client
+	Reader  client.Reader
 	Overlay *OverlayAddresses // internal CIDR, shared with the gateways
 	// External and External6 hand out the nodes' addresses in the IPv4 and IPv6 external
 	// CIDRs; nil for a family the cluster has no pod CIDR of.

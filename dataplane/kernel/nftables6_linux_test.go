@@ -159,7 +159,9 @@ func TestHostSNATRPFilter6(t *testing.T) {
 	}
 	// Permanent neighbour entries both ways, as the agent and the gateway's dataplane have:
 	// neighbour discovery from an address the other side routes elsewhere never completes.
-	macOf := func(ns *netnstest.NS) string { return strings.TrimSpace(ns.Run(t, "cat", "/sys/class/net/ov0/address")) }
+	macOf := func(ns *netnstest.NS) string {
+		return strings.TrimSpace(ns.Run(t, "cat", "/sys/class/net/ov0/address"))
+	}
 	node.Run(t, "ip", "-6", "neigh", "replace", "64:ff9b:1::a50:1", "lladdr", macOf(gw), "dev", "ov0", "nud", "permanent")
 	gw.Run(t, "ip", "-6", "neigh", "replace", "64:ff9b:1::a50:b", "lladdr", macOf(node), "dev", "ov0", "nud", "permanent")
 	fd := nsFd(t, node)
