@@ -257,16 +257,46 @@ func nodes(o Objects, reserved func(netip.Addr) bool) ([]dataplane.Node, error) 
 	// left from an older CIDR: the route table refuses one address with two next hops, and
 	// every change of this gateway's configuration would fail). Such an address is not
 	// routed at all; a pod still may not take it.
+	// Maps, not scans: at 5,000 nodes a scan of every node for every external address is
+	// 50 million checks per configuration.
+	owner := make(map[netip.Addr]int, len(external)) // external address -> its node, -1 for several
 	for _, c := range external {
 		nodeAddrs[c.ip] = true
+		if o, ok := owner[c.ip]; !ok {
+			owner[c.ip] = c.node
+		} else if o != c.node {
+			owner[c.ip] = -1
+		}
+	}
+	vteps := make(map[netip.Addr]bool, len(out))
+	podCIDRs := map[netip.Prefix]bool{}
+	lengths := map[int]bool{} // of the pod CIDRs, IPv6 ones as 128 + bits
+	for _, n := range out {
+		vteps[n.VTEP] = true
+		for _, p := range n.PodCIDRs {
+			podCIDRs[p] = true
+			if p.Addr().Is6() {
+				lengths[128+p.Bits()] = true
+			} else {
+				lengths[p.Bits()] = true
+			}
+		}
+	}
+	inPodCIDR := func(a netip.Addr) bool {
+		for l := range lengths {
+			bits := l
+			if a.Is6() {
+				bits -= 128
+			}
+			if (l >= 128) == a.Is6() && podCIDRs[netip.PrefixFrom(a, bits).Masked()] {
+				return true
+			}
+		}
+		return false
 	}
 	for _, c := range external {
-		switch {
-		case reserved(c.ip), slices.ContainsFunc(out, func(n dataplane.Node) bool {
-			return n.VTEP == c.ip || slices.ContainsFunc(n.PodCIDRs, func(p netip.Prefix) bool { return p.Contains(c.ip) })
-		}), slices.ContainsFunc(external, func(d podClaim) bool { return d.ip == c.ip && d.node != c.node }),
-			slices.Contains(out[c.node].Pods, c.ip): // its two fields the same
-			continue
+		if reserved(c.ip) || vteps[c.ip] || inPodCIDR(c.ip) || owner[c.ip] != c.node || slices.Contains(out[c.node].Pods, c.ip) {
+			continue // slices.Contains: its two fields the same
 		}
 		out[c.node].Pods = append(out[c.node].Pods, c.ip)
 	}

@@ -35,7 +35,12 @@ func limitObjects() gateway.Objects {
 		vtep := fmt.Sprintf("172.20.%d.%d", (n+1)>>8, (n+1)&255)
 		o.Nodes = append(o.Nodes, corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name), ResourceVersion: "1"},
 			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: vtep}}}})
+		// Every node has an external address of each family, as the controller gives them in a
+		// dual-stack cluster (10.79.0.0/16: outside the peer's CIDRs as seen here).
+		ext := netv1alpha1.IP(fmt.Sprintf("10.79.%d.%d", (n+1)>>8, (n+1)&255))
+		ext6 := netv1alpha1.IP(fmt.Sprintf("fd00:70::%x", n+1))
 		o.InternalNodes = append(o.InternalNodes, netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:   netv1alpha1.InternalNodeSpec{ExternalIP: &ext, ExternalIP6: &ext6},
 			Status: netv1alpha1.InternalNodeStatus{VTEP: &netv1alpha1.VTEP{IP: netv1alpha1.IP(vtep), MAC: netv1alpha1.MAC(fmt.Sprintf("02:5f:00:00:%02x:%02x", n>>8, n&255))}}})
 	}
 	for i := range limitPods {
