@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 )
 
@@ -166,19 +167,26 @@ func ParseAnswer(s string) (host string, seen netip.Addr, ok bool) {
 	return f[0], ap.Addr().Unmap(), true
 }
 
-// Ping sends count ICMP echo requests, one every 100 ms, and waits for their replies. It uses
-// an unprivileged ICMP socket where net.ipv4.ping_group_range allows it (containerd's pods
-// have it) and a raw socket (CAP_NET_RAW) otherwise. OK means at least one reply came back;
-// Detail says how many.
+// Ping sends count ICMP (ICMPv6 for an IPv6 address) echo requests, one every 100 ms, and
+// waits for their replies. It uses an unprivileged ICMP socket where net.ipv4.ping_group_range
+// allows it (containerd's pods have it; it governs ICMPv6 ping sockets too) and a raw socket
+// (CAP_NET_RAW) otherwise. OK means at least one reply came back; Detail says how many.
 func Ping(ctx context.Context, to netip.Addr, count int, timeout time.Duration) Result {
-	if !to.Is4() {
-		return Result{Error: "ICMP echo is checked over IPv4 only"}
+	to = to.Unmap()
+	if !to.IsValid() || to.Zone() != "" {
+		return Result{Error: fmt.Sprintf("cannot ping %v", to)}
+	}
+	dgram, rawNet, wildcard, proto := "udp4", "ip4:icmp", "0.0.0.0", 1
+	var echo, reply icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply
+	if to.Is6() {
+		dgram, rawNet, wildcard, proto = "udp6", "ip6:ipv6-icmp", "::", 58
+		echo, reply = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply
 	}
 	privileged := false
-	conn, err := icmp.ListenPacket("udp4", "0.0.0.0")
+	conn, err := icmp.ListenPacket(dgram, wildcard)
 	if err != nil {
 		privileged = true
-		if conn, err = icmp.ListenPacket("ip4:icmp", "0.0.0.0"); err != nil {
+		if conn, err = icmp.ListenPacket(rawNet, wildcard); err != nil {
 			return Result{Error: "no ICMP socket: neither net.ipv4.ping_group_range nor CAP_NET_RAW allows one here"}
 		}
 	}
@@ -201,8 +209,8 @@ func Ping(ctx context.Context, to netip.Addr, count int, timeout time.Duration) 
 			if err != nil {
 				return
 			}
-			m, err := icmp.ParseMessage(1, buf[:n])
-			if err != nil || m.Type != ipv4.ICMPTypeEchoReply {
+			m, err := icmp.ParseMessage(proto, buf[:n])
+			if err != nil || m.Type != reply {
 				continue
 			}
 			e, ok := m.Body.(*icmp.Echo)
@@ -224,7 +232,9 @@ func Ping(ctx context.Context, to netip.Addr, count int, timeout time.Duration) 
 	_ = conn.SetReadDeadline(stop)
 	payload := []byte("skein-probe ping")
 	for seq := range count {
-		msg := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: id, Seq: seq, Data: payload}}
+		// The kernel fills in the ICMPv6 checksum (it covers the addresses, which Marshal
+		// without a pseudo-header does not know).
+		msg := icmp.Message{Type: echo, Body: &icmp.Echo{ID: id, Seq: seq, Data: payload}}
 		b, _ := msg.Marshal(nil)
 		mu.Lock()
 		sent[seq] = time.Now()
@@ -271,20 +281,22 @@ func sameIP(a net.Addr, b netip.Addr) bool {
 var pmtuPayload = []byte("pmtu")
 
 // PathMTU checks the path to a skein-probe server's UDP port against the tunnel MTU: a
-// datagram that makes an IPv4 packet of exactly mtu bytes, sent with Don't Fragment, must be
-// answered; one of mtu+1 bytes must not get through, and the kernel must learn from an ICMP
-// frag-needed that the path MTU is at most mtu (a path that drops it silently is a black hole
-// for TCP without MSS clamping). When this host's own route has a smaller MTU than mtu, that
-// one is checked instead and Detail says so.
+// datagram that makes an IP packet of exactly mtu bytes, sent with Don't Fragment (IPv6 is
+// never fragmented on the way), must be answered; one of mtu+1 bytes must not get through,
+// and the kernel must learn from an ICMP frag-needed or ICMPv6 Packet Too Big that the path
+// MTU is at most mtu (a path that drops it silently is a black hole for TCP without MSS
+// clamping). When this host's own route has a smaller MTU than mtu, that one is checked
+// instead and Detail says so.
 func PathMTU(ctx context.Context, to netip.AddrPort, mtu int, timeout time.Duration) Result {
-	if !to.Addr().Is4() {
-		return Result{Error: "the path MTU is checked over IPv4 only"}
+	to = netip.AddrPortFrom(to.Addr().Unmap(), to.Port())
+	network, headers, level, discover, probeDo, mtuOpt, minMTU := "udp4", 20+8, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, unix.IP_MTU, 68
+	if to.Addr().Is6() {
+		network, headers, level, discover, probeDo, mtuOpt, minMTU = "udp6", 40+8, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, unix.IPV6_MTU, 1280
 	}
-	const headers = 20 + 8 // IPv4 + UDP
-	if mtu < 68 || mtu > 65535 {
+	if mtu < minMTU || mtu > 65535 {
 		return Result{Error: fmt.Sprintf("mtu %d out of range", mtu)}
 	}
-	conn, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(to))
+	conn, err := net.DialUDP(network, nil, net.UDPAddrFromAddrPort(to))
 	if err != nil {
 		return Result{Error: shortErr(err)}
 	}
@@ -295,13 +307,13 @@ func PathMTU(ctx context.Context, to netip.AddrPort, mtu int, timeout time.Durat
 	}
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+		serr = unix.SetsockoptInt(int(fd), level, discover, probeDo)
 	}); err != nil || serr != nil {
-		return Result{Error: fmt.Sprintf("set IP_MTU_DISCOVER: %v", errors.Join(err, serr))}
+		return Result{Error: fmt.Sprintf("set path MTU discovery on: %v", errors.Join(err, serr))}
 	}
 	pathMTU := func() int {
 		v := 0
-		_ = raw.Control(func(fd uintptr) { v, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU) })
+		_ = raw.Control(func(fd uintptr) { v, _ = unix.GetsockoptInt(int(fd), level, mtuOpt) })
 		return v
 	}
 	note := ""

@@ -156,3 +156,101 @@ func TestParseAnswer(t *testing.T) {
 		t.Errorf("EchoText kept %d bytes, want 64", len(got))
 	}
 }
+
+// newPath6 is newPath over IPv6 (addresses without duplicate address detection, usable at once).
+func newPath6(t *testing.T, mtu int) *path {
+	netnstest.RequireRoot(t)
+	p := &path{client: netnstest.New(t, "pc"), router: netnstest.New(t, "pr"), server: netnstest.New(t, "ps"),
+		serverIP: netip.MustParseAddr("fd00:99:2::2")}
+	link := func(a, b *netnstest.NS, name, addrA, addrB string) {
+		a.Run(t, "ip", "link", "add", name, "type", "veth", "peer", "name", name, "netns", b.Name)
+		for _, side := range []struct {
+			ns   *netnstest.NS
+			addr string
+		}{{a, addrA}, {b, addrB}} {
+			side.ns.Run(t, "sysctl", "-qw", "net.ipv6.conf."+name+".accept_dad=0")
+			side.ns.Run(t, "ip", "addr", "add", side.addr, "dev", name, "nodad")
+			side.ns.Run(t, "ip", "link", "set", name, "up")
+		}
+	}
+	link(p.client, p.router, "eth-c", "fd00:99:1::1/64", "fd00:99:1::2/64")
+	link(p.router, p.server, "eth-s", "fd00:99:2::1/64", "fd00:99:2::2/64")
+	for _, ns := range []*netnstest.NS{p.router, p.server} {
+		ns.Run(t, "ip", "link", "set", "eth-s", "mtu", itoa(mtu))
+	}
+	p.router.Run(t, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+	p.client.Run(t, "ip", "-6", "route", "add", "default", "via", "fd00:99:1::2")
+	p.server.Run(t, "ip", "-6", "route", "add", "default", "via", "fd00:99:2::1")
+	// Neighbour discovery first (the link-local addresses and the router's entries): until
+	// it settles the first SYN can be lost, and a check with a 1 s timeout with it.
+	for try := 0; ; try++ {
+		if _, err := p.client.Try("ping", "-6", "-c", "1", "-W", "1", p.serverIP.String()); err == nil {
+			break
+		} else if try == 4 {
+			t.Fatalf("the server does not answer ping over IPv6: %v", err)
+		}
+	}
+	var ln net.Listener
+	var pc net.PacketConn
+	if err := p.server.Do(func() (err error) {
+		if ln, err = net.Listen("tcp6", ":7070"); err != nil {
+			return err
+		}
+		pc, err = net.ListenPacket("udp6", ":7071")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = probe.Serve("server-pod", ln, pc) }()
+	t.Cleanup(func() { ln.Close() })
+	return p
+}
+
+// TestCheckThroughARouter6: every check over IPv6: ICMPv6 echo, and the path MTU learned from
+// the router's Packet Too Big.
+func TestCheckThroughARouter6(t *testing.T) {
+	p := newPath6(t, 1340)
+	c := p.check(t, probe.Options{MTU: 1340, Route: true, Timeout: time.Second})
+	for name, r := range map[string]*probe.Result{"tcp": c.TCP, "udp": c.UDP, "icmp": c.ICMP, "pmtu": c.PMTU} {
+		if r == nil || !r.OK {
+			t.Errorf("%s: %+v, want OK", name, r)
+		}
+	}
+	if c.TCP.Seen != "fd00:99:1::1" || c.UDP.Seen != "fd00:99:1::1" {
+		t.Errorf("answers %+v %+v: want server-pod seeing fd00:99:1::1", c.TCP, c.UDP)
+	}
+	if c.ICMP.Detail != "3/3 replies" {
+		t.Errorf("icmpv6: %+v", c.ICMP)
+	}
+	if !strings.Contains(c.PMTU.Detail, "path MTU 1340") {
+		t.Errorf("pmtu: %+v, want the path MTU learned as 1340", c.PMTU)
+	}
+	if c.Route == nil || c.Route.Device != "eth-c" {
+		t.Errorf("route: %+v, want eth-c", c.Route)
+	}
+	c = p.check(t, probe.Options{MTU: 1300, Pings: -1, Timeout: time.Second})
+	if c.PMTU.OK || !strings.Contains(c.PMTU.Error, "got through") {
+		t.Errorf("mtu 1300 on a 1340 path: %+v", c.PMTU)
+	}
+	// Below IPv6's minimum MTU there is nothing to check.
+	c = p.check(t, probe.Options{MTU: 1200, Pings: -1, Timeout: time.Second})
+	if c.PMTU.OK || !strings.Contains(c.PMTU.Error, "out of range") {
+		t.Errorf("mtu 1200 over IPv6: %+v, want refused", c.PMTU)
+	}
+}
+
+// TestCheckBlackHole6: a router that drops its Packet Too Big and forwards no echo request.
+func TestCheckBlackHole6(t *testing.T) {
+	p := newPath6(t, 1340)
+	p.router.Run(t, "nft", "add table ip6 t; add chain ip6 t out { type filter hook output priority 0; }; add rule ip6 t out icmpv6 type packet-too-big drop; add chain ip6 t pass { type filter hook forward priority 0; }; add rule ip6 t pass icmpv6 type echo-request drop")
+	c := p.check(t, probe.Options{MTU: 1340, Timeout: 500 * time.Millisecond})
+	if !c.TCP.OK || !c.UDP.OK {
+		t.Fatalf("tcp %+v udp %+v: want OK", c.TCP, c.UDP)
+	}
+	if c.PMTU.OK || !strings.Contains(c.PMTU.Error, "black hole") {
+		t.Errorf("pmtu: %+v, want a black hole", c.PMTU)
+	}
+	if c.ICMP.OK || c.ICMP.Detail != "0/3 replies" {
+		t.Errorf("icmpv6: %+v, want no reply", c.ICMP)
+	}
+}
