@@ -55,6 +55,8 @@ func TestE2EDualStack(t *testing.T) {
 	t.Run("ipv6-matrix", func(t *testing.T) { e.t = t; e.matrix6(ctx) })
 	t.Run("ipv6-host-network", func(t *testing.T) { e.t = t; e.hostNetwork6(ctx) })
 	t.Run("network-status", func(t *testing.T) { e.t = t; e.dualStackStatus(ctx) })
+	// 2 pod and 2 host probes per cluster, each to the other's 2 pod probes, both ways, per family.
+	t.Run("test-network", func(t *testing.T) { e.t = t; e.testNetworkFamilies(ctx, map[string]int{"IPv4": 16, "IPv6": 16}) })
 	t.Run("matrix", func(t *testing.T) { e.t = t; e.matrix(ctx) })
 }
 

@@ -60,6 +60,7 @@ func TestE2EIPv6Only(t *testing.T) {
 	t.Run("ipv6-routes", func(t *testing.T) { e.t = t; e.ipv6Routes(ctx) })
 	t.Run("ipv6-matrix", func(t *testing.T) { e.t = t; e.matrix6(ctx) })
 	t.Run("ipv6-host-network", func(t *testing.T) { e.t = t; e.noIPv4External(ctx); e.hostNetwork6(ctx) })
+	t.Run("test-network", func(t *testing.T) { e.t = t; e.testNetworkFamilies(ctx, map[string]int{"IPv6": 16}) })
 }
 
 // noIPv4External: an IPv6-only cluster publishes its IPv6 external CIDR as spec.remote.cidr.external

@@ -30,6 +30,7 @@ type netTest struct {
 			Cluster, Node, Pod, IP string
 		} `json:"to"`
 		Address    string `json:"address"`
+		Family     string `json:"family"`
 		WantSource string `json:"wantSource"`
 		TCP        *struct {
 			OK   bool   `json:"ok"`
@@ -119,6 +120,52 @@ func (e *env) testNetworkHealthy(ctx context.Context) {
 	e.noProbeNamespaces(ctx, "after a passing run")
 	e.reportf("test-network: skeinctl test network on the healthy peering: %d pairs, %d checks passed in %.1fs (path MTU %d), namespaces removed",
 		len(rep.Pairs), rep.Passed, time.Since(start).Seconds(), rep.MTU)
+}
+
+// testNetworkFamilies: skeinctl test network passes on a dual-stack or IPv6-only peering and
+// checks each family the clusters publish: every pair of each family, the far side seeing
+// the pod's address of that family as remapped there, or (host network) an address of the
+// node's cluster's external CIDR of that family as remapped there; ICMPv6 and the IPv6 path
+// MTU included (a pair passes only with all four checks).
+func (e *env) testNetworkFamilies(ctx context.Context, wantPairs map[string]int) {
+	start := time.Now()
+	stderr, rep, err := e.testNetwork(ctx)
+	if err != nil || rep == nil || !rep.OK {
+		e.t.Fatalf("skeinctl test network: %v\n%s\n%+v", err, stderr, rep)
+	}
+	got := map[string]int{}
+	views := [2]view{}
+	for i := range 2 {
+		views[i], _ = e.peerView(ctx, i)
+	}
+	for _, p := range rep.Pairs {
+		got[p.Family]++
+		s, d := 0, 1
+		if p.From.Cluster == "remote" {
+			s, d = 1, 0
+		}
+		seen, _ := netip.ParseAddr(p.TCP.Seen)
+		if p.From.HostNetwork {
+			ext := func() netip.Prefix { _, x := e.peerView(ctx, d); return x }()
+			if p.Family == "IPv6" {
+				_, ext = e.external6Of(ctx, d, s)
+			}
+			if !ext.Contains(seen) {
+				e.t.Errorf("%s host network of %s -> %s: seen as %s, outside %s", p.Family, p.From.Node, p.To.Pod, seen, ext)
+			}
+		} else if want := views[d].of(netip.MustParseAddr(p.From.IP)); seen != want {
+			e.t.Errorf("%s %s -> %s: seen as %s, want %s", p.Family, p.From.Pod, p.To.Pod, seen, want)
+		}
+		if to := netip.MustParseAddr(p.Address); to.Is6() != (p.Family == "IPv6") {
+			e.t.Errorf("%s pair %s -> %s dialled %s", p.Family, p.From.Pod, p.To.Pod, to)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(wantPairs) || rep.Failed != 0 || rep.Passed != 4*len(rep.Pairs) {
+		e.t.Errorf("pairs by family %v, %d checks passed, %d failed: want %v, every check passed", got, rep.Passed, rep.Failed, wantPairs)
+	}
+	e.noProbeNamespaces(ctx, "after a passing run")
+	e.reportf("test-network: skeinctl test network: pairs by family %v, %d checks passed in %.1fs (path MTU %d), namespaces removed",
+		got, rep.Passed, time.Since(start).Seconds(), rep.MTU)
 }
 
 // testNetworkFails: skeinctl test network exits non-zero, names the cause and cleans up when

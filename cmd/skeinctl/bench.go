@@ -295,12 +295,18 @@ func (g *globals) bench(ctx context.Context, o *benchOpts) (*benchReport, error)
 			return nil, fmt.Errorf("the local cluster has a single probe pod: no baseline to measure against")
 		}
 	}
-	addr := lv.of(netip.MustParseAddr(server.IP))
+	// Over IPv4 where the peering carries it, else over IPv6 (an IPv6-only peering).
+	useV6 := server.IP == "" || !lv.hasFamily(false)
+	family := map[bool]string{false: "IPv4", true: "IPv6"}[useV6]
+	if server.addr(useV6) == "" || localServer.addr(useV6) == "" {
+		return nil, fmt.Errorf("the probe pods %s and %s have no %s address (%s and %s) to measure between", server.Name, localServer.Name, family, cmpOr(server.IP, server.IP6), cmpOr(localServer.IP, localServer.IP6))
+	}
+	addr := lv.of(netip.MustParseAddr(server.addr(useV6)))
 	if !addr.IsValid() {
-		return nil, fmt.Errorf("the remote server's IP %s is outside the pod CIDRs the remote cluster published", server.IP)
+		return nil, fmt.Errorf("the remote server's IP %s is outside the pod CIDRs the remote cluster published", server.addr(useV6))
 	}
 	ref := func(s *side, p probePod, gw string) endpointRef {
-		return endpointRef{Cluster: s.label, Node: p.Node, Pod: p.Name, IP: p.IP, GatewayNode: p.Node == gw}
+		return endpointRef{Cluster: s.label, Node: p.Node, Pod: p.Name, IP: p.addr(useV6), GatewayNode: p.Node == gw}
 	}
 	rep.Client, rep.Server, rep.LocalServer, rep.ServerAddress = ref(l, client, gwL), ref(r, server, gwR), ref(l, localServer, gwL), addr.String()
 	metricsL, metricsR := gatewayMetricsURL(setup, l), gatewayMetricsURL(setup, r)
@@ -424,7 +430,7 @@ func (g *globals) bench(ctx context.Context, o *benchOpts) (*benchReport, error)
 				costs[k].CPUCores = (after[k].cpu - before[k].cpu) / elapsed
 				costs[k].RSSBytes = max(after[k].rss, before[k].rss)
 			}
-			loc, err := measure(f, "local", localServer.IP)
+			loc, err := measure(f, "local", localServer.addr(useV6))
 			if err != nil {
 				f.Errors = append(f.Errors, "local: "+err.Error())
 			}

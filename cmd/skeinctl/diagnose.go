@@ -392,7 +392,7 @@ func (s *peerings) gateways() []gatewayInfo {
 		gi := gatewayInfo{kind: "GatewayServer", namespace: g.Namespace, name: g.Name, clusterID: g.Labels[netv1alpha1.RemoteClusterIDLabel],
 			conds: g.Status.Conditions, internal: g.Status.InternalEndpoint}
 		if e := g.Status.Endpoint; e != nil && len(e.Addresses) > 0 {
-			gi.endpoint = fmt.Sprintf("%s:%d", e.Addresses[0], e.Port)
+			gi.endpoint = hostPort(string(e.Addresses[0]), e.Port)
 		}
 		out = append(out, gi)
 	}
@@ -400,7 +400,7 @@ func (s *peerings) gateways() []gatewayInfo {
 		gi := gatewayInfo{kind: "GatewayClient", namespace: g.Namespace, name: g.Name, clusterID: g.Labels[netv1alpha1.RemoteClusterIDLabel],
 			conds: g.Status.Conditions, internal: g.Status.InternalEndpoint}
 		if len(g.Spec.Endpoint.Addresses) > 0 {
-			gi.endpoint = fmt.Sprintf("%s:%d", g.Spec.Endpoint.Addresses[0], g.Spec.Endpoint.Port)
+			gi.endpoint = hostPort(string(g.Spec.Endpoint.Addresses[0]), g.Spec.Endpoint.Port)
 		}
 		out = append(out, gi)
 	}

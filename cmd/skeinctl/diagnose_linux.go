@@ -139,16 +139,25 @@ func (g *globals) diagnoseNode(ctx context.Context, r *report, cl client.Client,
 		if !slices.Contains(neigh, kernel.Neigh{IP: peer.OverlayIP, MAC: peer.MAC}) {
 			problems = append(problems, fmt.Sprintf("neighbour entry %v -> %s missing (ip neigh show dev %s)", peer.OverlayIP, overlay.MACString(peer.MAC), f.device))
 		}
+		if peer.OverlayIP6.IsValid() && !slices.Contains(neigh, kernel.Neigh{IP: peer.OverlayIP6, MAC: peer.MAC}) {
+			problems = append(problems, fmt.Sprintf("neighbour entry %v -> %s missing (ip -6 neigh show dev %s)", peer.OverlayIP6, overlay.MACString(peer.MAC), f.device))
+		}
 		var routed []string
 		for _, cidr := range peer.Routes {
-			if !slices.ContainsFunc(rules, func(ru kernel.Rule) bool { return ru.To == cidr }) {
-				problems = append(problems, fmt.Sprintf("no rule `to %v lookup %d` (ip rule)", cidr, kernel.Table))
+			// An IPv6 CIDR goes via the gateway's IPv6 overlay address (its IPv4 one inside
+			// 64:ff9b:1::/96), and iproute2 shows it with -6.
+			via, ip := peer.OverlayIP, "ip"
+			if cidr.Addr().Is6() {
+				via, ip = peer.OverlayIP6, "ip -6"
 			}
-			if !slices.Contains(routes, kernel.Route{Dst: cidr, Via: peer.OverlayIP}) {
-				problems = append(problems, fmt.Sprintf("no route %v via %v in table %d (ip route show table %d)", cidr, peer.OverlayIP, kernel.Table, kernel.Table))
+			if !slices.ContainsFunc(rules, func(ru kernel.Rule) bool { return ru.To == cidr }) {
+				problems = append(problems, fmt.Sprintf("no rule `to %v lookup %d` (%s rule)", cidr, kernel.Table, ip))
+			}
+			if !slices.Contains(routes, kernel.Route{Dst: cidr, Via: via}) {
+				problems = append(problems, fmt.Sprintf("no route %v via %v in table %d (%s route show table %d)", cidr, via, kernel.Table, ip, kernel.Table))
 			}
 			probe := cidr.Addr() // a host of the CIDR: its first after the network address
-			if cidr.Bits() < 32 {
+			if cidr.Bits() < cidr.Addr().BitLen() {
 				probe = probe.Next()
 			}
 			dev, table, err := k.RouteGet(probe)

@@ -179,8 +179,19 @@ func (p *probeRun) daemonSet(run, kind string) *appsv1.DaemonSet {
 
 // probePod is one ready probe pod.
 type probePod struct {
-	Name, Node, IP string
-	Host           bool
+	Name, Node string
+	// IP and IP6 are its IPv4 and IPv6 addresses ("" when it has none of that family: an
+	// IPv6-only cluster's pods have IP6 alone).
+	IP, IP6 string
+	Host    bool
+}
+
+// addr is the pod's address of a family ("" when it has none).
+func (p probePod) addr(ipv6 bool) string {
+	if ipv6 {
+		return p.IP6
+	}
+	return p.IP
 }
 
 // ready lists the ready probe pods, sorted by node, and how many the DaemonSets want.
@@ -210,12 +221,27 @@ func (p *probeRun) ready(ctx context.Context) (pods []probePod, want int, err er
 		if owner := metav1.GetControllerOf(&pod); owner == nil || !ours[owner.UID] {
 			continue
 		}
-		// A pod IP that is not an IPv4 address (an API server that does not validate it) is
-		// no probe to check against.
-		if a, err := netip.ParseAddr(pod.Status.PodIP); err != nil || !a.Is4() {
+		// Its first IPv4 and IPv6 addresses; a pod with neither (addresses that do not parse:
+		// an API server that does not validate them) is no probe to check against.
+		pp := probePod{Name: pod.Name, Node: pod.Spec.NodeName, Host: pod.Spec.HostNetwork}
+		ips := pod.Status.PodIPs
+		if len(ips) == 0 && pod.Status.PodIP != "" {
+			ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
+		}
+		for _, ip := range ips {
+			a, err := netip.ParseAddr(ip.IP)
+			switch {
+			case err != nil || a.Zone() != "" || a.Is4In6():
+			case a.Is4() && pp.IP == "":
+				pp.IP = a.String()
+			case a.Is6() && pp.IP6 == "":
+				pp.IP6 = a.String()
+			}
+		}
+		if pp.IP == "" && pp.IP6 == "" {
 			continue
 		}
-		pods = append(pods, probePod{Name: pod.Name, Node: pod.Spec.NodeName, IP: pod.Status.PodIP, Host: pod.Spec.HostNetwork})
+		pods = append(pods, pp)
 	}
 	sort.Slice(pods, func(i, j int) bool {
 		if pods[i].Host != pods[j].Host {

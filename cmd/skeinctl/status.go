@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -210,7 +212,7 @@ func networkStatusCmd(g *globals) *cobra.Command {
 					if s.Labels[netv1alpha1.RemoteClusterIDLabel] == id {
 						row.Role, gwName = "server", s.Name
 						if s.Status.Endpoint != nil && len(s.Status.Endpoint.Addresses) > 0 {
-							row.Endpoint = fmt.Sprintf("%s:%d", s.Status.Endpoint.Addresses[0], s.Status.Endpoint.Port)
+							row.Endpoint = hostPort(string(s.Status.Endpoint.Addresses[0]), s.Status.Endpoint.Port)
 						}
 					}
 				}
@@ -218,7 +220,7 @@ func networkStatusCmd(g *globals) *cobra.Command {
 					if cl.Labels[netv1alpha1.RemoteClusterIDLabel] == id {
 						row.Role, gwName = "client", cl.Name
 						if len(cl.Spec.Endpoint.Addresses) > 0 {
-							row.Endpoint = fmt.Sprintf("%s:%d", cl.Spec.Endpoint.Addresses[0], cl.Spec.Endpoint.Port)
+							row.Endpoint = hostPort(string(cl.Spec.Endpoint.Addresses[0]), cl.Spec.Endpoint.Port)
 						}
 					}
 				}
@@ -272,4 +274,9 @@ func joinCIDRs(cs []netv1alpha1.CIDR) string {
 		s[i] = string(c)
 	}
 	return strings.Join(s, ",")
+}
+
+// hostPort is an endpoint as a dialer takes it: "[2001:db8::1]:51820" for an IPv6 address.
+func hostPort[P ~int32 | ~uint16 | ~int](host string, port P) string {
+	return net.JoinHostPort(host, strconv.Itoa(int(port)))
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -51,10 +52,14 @@ the other cluster, both ways:
   TCP and UDP   a call to the far probe, which answers with the source address it saw; that
                 address must be the caller's as the far cluster sees it (its Configuration's
                 remapped pod CIDR; for the host network, its remapped external CIDR)
-  ICMP          echo through the fabric
+  ICMP          echo through the fabric (ICMPv6 over IPv6)
   PATH-MTU      a packet of exactly the tunnel MTU with Don't Fragment gets through, one byte
-                more gets an ICMP frag-needed back (never a silent drop)
+                more gets an ICMP frag-needed (ICMPv6 Packet Too Big) back, never a silent drop
   LATENCY       the median ICMP round trip (the TCP connect time without ICMP)
+
+Each family the peer publishes a pod CIDR of is checked: IPv4, IPv6, or both for a dual-stack
+peering (the addresses in FROM and TO say which; "family" in -o json), each pod from its address
+of that family.
 
 It prints a table (or JSON with -o json) and, when a check fails, what it found wrong along the
 path: the Configuration, the gateways and their Connection, skein-agent on the nodes whose
@@ -120,9 +125,26 @@ Exit status: 0 when every check passed, 1 otherwise.`,
 // view is how one cluster sees its peer: each of the peer's pod CIDRs and the prefix it is
 // seen as here, and the same for its external CIDR.
 type view struct {
-	pods             []mapping
-	external         mapping
+	pods     []mapping
+	external mapping // spec.remote.cidr.external (IPv6 in an IPv6-only cluster)
+	// externals are every external CIDR of the peer (external and additionalExternals).
+	externals        []mapping
 	configured, seen bool // a Configuration exists; its status says how it is seen
+}
+
+// externalOf is the peer's external CIDR of a family (zero when it published none).
+func (v view) externalOf(ipv6 bool) mapping {
+	for _, m := range v.externals {
+		if m.real.Addr().Is6() == ipv6 {
+			return m
+		}
+	}
+	return mapping{}
+}
+
+// hasFamily says whether the peer published a pod CIDR of a family that is mapped here.
+func (v view) hasFamily(ipv6 bool) bool {
+	return slices.ContainsFunc(v.pods, func(m mapping) bool { return m.real.Addr().Is6() == ipv6 })
 }
 
 type mapping struct{ real, seen netip.Prefix }
@@ -190,10 +212,20 @@ func peerView(ctx context.Context, s *side) (view, error) {
 		}
 		v.pods = append(v.pods, mapping{r, sn})
 	}
-	r, err1 := netip.ParsePrefix(string(cf.Spec.Remote.CIDR.External))
-	sn, err2 := netip.ParsePrefix(string(cf.Status.Remote.CIDR.External))
-	if err1 == nil && err2 == nil {
-		v.external = mapping{r, sn}
+	real2, seen2 := cf.Spec.Remote.CIDR.All(), cf.Status.Remote.CIDR.All()
+	for i := range min(len(real2), len(seen2)) {
+		if f := real2[i].Field; f != "external" && !strings.HasPrefix(f, "additionalExternals") {
+			continue
+		}
+		r, err1 := netip.ParsePrefix(string(real2[i].CIDR))
+		sn, err2 := netip.ParsePrefix(string(seen2[i].CIDR))
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if real2[i].Field == "external" {
+			v.external = mapping{r, sn}
+		}
+		v.externals = append(v.externals, mapping{r, sn})
 	}
 	v.seen = true
 	return v, nil
@@ -238,6 +270,9 @@ type pairResult struct {
 	// Address is the target as the source dials it: the far pod's IP as the source's cluster
 	// sees it.
 	Address string `json:"address"`
+	// Family is the family of the check, IPv4 or IPv6: a dual-stack peering is checked over
+	// both.
+	Family string `json:"family"`
 	// WantSource is the source address the far side must see: the source pod's IP as the far
 	// cluster sees it, or (host network) the far cluster's view of the source's external CIDR.
 	WantSource string        `json:"wantSource"`
@@ -447,7 +482,7 @@ func (g *globals) testNetwork(ctx context.Context, o *testNetOpts) (*netReport, 
 			return rep, fmt.Errorf("(%s) no probe pod became ready within %s: %s", s.label, g.timeout, strings.Join(runs[s].notReady(ctx), "; "))
 		}
 	}
-	pr.step("Probe pods ready: local %d, remote %d; checking TCP, UDP, ICMP and the path MTU (%d) both ways", len(ready[l]), len(ready[r]), rep.MTU)
+	pr.step("Probe pods ready: local %d, remote %d; checking TCP, UDP, ICMP and the path MTU (%d) both ways, %s", len(ready[l]), len(ready[r]), rep.MTU, views[l].families())
 
 	gwNodes := map[*side]string{l: activeGatewayNode(ctx, l), r: activeGatewayNode(ctx, r)}
 	// One exec per source: skein-probe check against every target of the other cluster.
@@ -456,26 +491,56 @@ func (g *globals) testNetwork(ctx context.Context, o *testNetOpts) (*netReport, 
 		src     probePod
 		targets []probePod
 		addrs   []string
+		ipv6    bool // the family of the targets' addresses
 	}
 	var jobs []job
 	for _, dir := range [][2]*side{{l, r}, {r, l}} {
 		s, d := dir[0], dir[1]
-		var targets []probePod
-		var addrs []string
-		for _, dst := range ready[d] {
-			if dst.Host {
+		// Each family the peer published a pod CIDR of: IPv4 (the one family of a peering
+		// without a Configuration yet, which then fails whole, saying so), IPv6 for
+		// dual-stack and IPv6-only peers.
+		for _, ipv6 := range []bool{false, true} {
+			if views[s].configured && views[s].seen && !views[s].hasFamily(ipv6) || !views[s].seen && ipv6 {
 				continue
 			}
-			targets = append(targets, dst)
-			addr := "" // not in the pod CIDRs the peer published, or no Configuration
-			if a := views[s].of(netip.MustParseAddr(dst.IP)); a.IsValid() {
-				addr = a.String()
+			// Without a mapped Configuration every pair fails whole (saying so), whatever
+			// address the pods have.
+			addrOf := func(p probePod) string {
+				if !views[s].seen {
+					return cmpOr(p.IP, p.IP6)
+				}
+				return p.addr(ipv6)
 			}
-			addrs = append(addrs, addr)
+			var targets []probePod
+			var addrs []string
+			for _, dst := range ready[d] {
+				if dst.Host || addrOf(dst) == "" {
+					continue
+				}
+				targets = append(targets, dst)
+				addr := "" // not in the pod CIDRs the peer published, or no Configuration
+				if a := views[s].of(netip.MustParseAddr(addrOf(dst))); a.IsValid() {
+					addr = a.String()
+				}
+				addrs = append(addrs, addr)
+			}
+			if len(targets) == 0 {
+				continue
+			}
+			for _, src := range ready[s] {
+				// A pod calls from its address of the family; a host-network process from
+				// whichever address its node picks (its external one is what matters).
+				if !src.Host && addrOf(src) == "" {
+					continue
+				}
+				jobs = append(jobs, job{s: s, d: d, src: src, targets: targets, addrs: addrs, ipv6: ipv6})
+			}
 		}
-		for _, src := range ready[s] {
-			jobs = append(jobs, job{s: s, d: d, src: src, targets: targets, addrs: addrs})
-		}
+	}
+	if len(jobs) == 0 {
+		rep.Duration = time.Since(start).Round(time.Millisecond).String()
+		return rep, fmt.Errorf("no probe pod has an address of a family the other cluster published a pod CIDR of (local pods %s, remote pods %s; each side maps the other's %s and %s): an IPv4-only and an IPv6-only cluster cannot reach each other's pods",
+			families(ready[l]), families(ready[r]), views[l].families(), views[r].families())
 	}
 	var mu sync.Mutex
 	var done int
@@ -520,10 +585,12 @@ func (g *globals) testNetwork(ctx context.Context, o *testNetOpts) (*netReport, 
 			}
 			var out []pairResult
 			for k, dst := range j.targets {
+				from := cmpOr(j.src.addr(j.ipv6), cmpOr(j.src.IP, j.src.IP6)) // a host-network source: its node's address
 				p := pairResult{
-					From:    endpointRef{Cluster: j.s.label, Node: j.src.Node, Pod: j.src.Name, IP: j.src.IP, HostNetwork: j.src.Host, GatewayNode: j.src.Node == gwNodes[j.s]},
-					To:      endpointRef{Cluster: j.d.label, Node: dst.Node, Pod: dst.Name, IP: dst.IP, GatewayNode: dst.Node == gwNodes[j.d]},
+					From:    endpointRef{Cluster: j.s.label, Node: j.src.Node, Pod: j.src.Name, IP: from, HostNetwork: j.src.Host, GatewayNode: j.src.Node == gwNodes[j.s]},
+					To:      endpointRef{Cluster: j.d.label, Node: dst.Node, Pod: dst.Name, IP: dst.addr(j.ipv6), GatewayNode: dst.Node == gwNodes[j.d]},
 					Address: j.addrs[k],
+					Family:  map[bool]string{false: "IPv4", true: "IPv6"}[j.ipv6],
 				}
 				evaluate(&p, views[j.s], views[j.d], cells, execErr)
 				out = append(out, p)
@@ -560,6 +627,30 @@ func (g *globals) testNetwork(ctx context.Context, o *testNetOpts) (*netReport, 
 	return rep, nil
 }
 
+// families says which families the pods (not on the host network) have addresses of.
+func families(pods []probePod) string {
+	var v4, v6 bool
+	for _, p := range pods {
+		v4, v6 = v4 || !p.Host && p.IP != "", v6 || !p.Host && p.IP6 != ""
+	}
+	return familyWords(v4, v6)
+}
+
+// families says which families of the peer's pod CIDRs v maps.
+func (v view) families() string { return familyWords(v.hasFamily(false), v.hasFamily(true)) }
+
+func familyWords(v4, v6 bool) string {
+	switch {
+	case v4 && v6:
+		return "IPv4 and IPv6"
+	case v4:
+		return "IPv4"
+	case v6:
+		return "IPv6"
+	}
+	return "none"
+}
+
 func cmpOr(a, b string) string {
 	if a != "" {
 		return a
@@ -586,7 +677,7 @@ func evaluate(p *pairResult, srcView, dstView view, cells map[string]probe.Cell,
 	case !dstView.configured:
 		p.WantSource = ""
 	case p.From.HostNetwork:
-		wantIn = dstView.external.seen
+		wantIn = dstView.externalOf(p.Family == "IPv6").seen
 		p.WantSource = wantIn.String()
 	default:
 		if a := dstView.of(src); a.IsValid() {
@@ -600,6 +691,10 @@ func evaluate(p *pairResult, srcView, dstView view, cells map[string]probe.Cell,
 		}
 	}
 	switch {
+	case p.From.HostNetwork && dstView.seen && !wantIn.IsValid():
+		failAll(fmt.Sprintf("the %s cluster has no %s external CIDR of the %s cluster, so %s host-network traffic has no address to leave with (connect again after upgrading skein there)", p.To.Cluster, p.Family, p.From.Cluster, p.Family))
+		p.WantSource = ""
+		return
 	case !srcView.configured:
 		failAll(fmt.Sprintf("the %s cluster has no Configuration of the %s cluster, so it has no route to its pods", p.From.Cluster, p.To.Cluster))
 		return

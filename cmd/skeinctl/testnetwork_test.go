@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,15 +42,27 @@ func TestEvaluate(t *testing.T) {
 	// How the local cluster sees the remote one, and the other way round.
 	localView := view{configured: true, seen: true, pods: []mapping{{p("10.244.0.0/16"), p("10.71.0.0/16")}},
 		external: mapping{p("10.70.0.0/16"), p("10.73.0.0/16")}}
+	localView.externals = []mapping{localView.external}
 	remoteView := view{configured: true, seen: true, pods: []mapping{{p("10.244.0.0/16"), p("10.72.0.0/16")}},
 		external: mapping{p("10.70.0.0/16"), p("10.74.0.0/16")}}
+	remoteView.externals = []mapping{remoteView.external}
 	ok := func(seen string) *probe.Result { return &probe.Result{OK: true, Seen: seen, RTTMicros: 300} }
 	cell := func(seen string) map[string]probe.Cell {
 		return map[string]probe.Cell{"10.71.2.7": {Target: "10.71.2.7", TCP: ok(seen), UDP: ok(seen), ICMP: ok(""), PMTU: ok("")}}
 	}
+	// dual6 adds the peer's IPv6 pod CIDR fd00:244::/56 and external CIDR fd00:70::/112 to v,
+	// seen as pods and ext.
+	dual6 := func(v view, pods, ext string) view {
+		v.pods = append(slices.Clone(v.pods), mapping{p("fd00:244::/56"), p(pods)})
+		v.externals = append(slices.Clone(v.externals), mapping{p("fd00:70::/112"), p(ext)})
+		return v
+	}
+	cell6 := func(seen string) map[string]probe.Cell {
+		return map[string]probe.Cell{"fd00:0:244::2:7": {Target: "fd00:0:244::2:7", TCP: ok(seen), UDP: ok(seen), ICMP: ok(""), PMTU: ok("")}}
+	}
 	pair := func(host bool) *pairResult {
 		return &pairResult{From: endpointRef{Cluster: "local", IP: "10.244.1.5", HostNetwork: host},
-			To: endpointRef{Cluster: "remote", IP: "10.244.2.7"}, Address: "10.71.2.7"}
+			To: endpointRef{Cluster: "remote", IP: "10.244.2.7"}, Address: "10.71.2.7", Family: "IPv4"}
 	}
 	for _, tc := range []struct {
 		name     string
@@ -58,8 +71,17 @@ func TestEvaluate(t *testing.T) {
 		cells    map[string]probe.Cell
 		execErr  error
 		address  string
+		ipv6     bool     // the pair is IPv6 (dual6 views)
 		want     []string // substrings of the failures, in order; none: the pair passes
 	}{
+		// A dual-stack peering checked over IPv6: the pod seen as remapped, the host network
+		// from the remapped IPv6 external CIDR.
+		{name: "healthy over IPv6", ipv6: true, src: dual6(localView, "fd00:0:244::/56", "fd00::73:0/112"), dst: dual6(remoteView, "fd00:1:244::/56", "fd00::74:0/112"),
+			cells: cell6("fd00:1:244::1:5")},
+		{name: "host network over IPv6", ipv6: true, host: true, src: dual6(localView, "fd00:0:244::/56", "fd00::73:0/112"), dst: dual6(remoteView, "fd00:1:244::/56", "fd00::74:0/112"),
+			cells: cell6("fd00::74:2")},
+		{name: "host network over IPv6 seen from the IPv4 external CIDR", ipv6: true, host: true, src: dual6(localView, "fd00:0:244::/56", "fd00::73:0/112"), dst: dual6(remoteView, "fd00:1:244::/56", "fd00::74:0/112"),
+			cells: cell6("10.74.0.9"), want: []string{"want fd00::74:0/112", "udp: "}},
 		{name: "healthy", src: localView, dst: remoteView, cells: cell("10.72.1.5")},
 		{name: "host network in the remapped external CIDR", host: true, src: localView, dst: remoteView, cells: cell("10.74.0.9")},
 		{name: "not remapped", src: localView, dst: remoteView, cells: cell("10.244.1.5"),
@@ -68,6 +90,11 @@ func TestEvaluate(t *testing.T) {
 			want: []string{"tcp: the far side saw the call come from 192.168.10.20, want 10.72.1.5", "udp: "}},
 		{name: "host network outside the external CIDR", host: true, src: localView, dst: remoteView, cells: cell("10.72.1.5"),
 			want: []string{"want 10.74.0.0/16", "udp: "}},
+		// The remote cluster's view without the local cluster's external CIDR of the pair's
+		// family (IPv6 here: the local controller predates --external-cidr6).
+		{name: "host network without an external CIDR of the family", host: true, src: localView,
+			dst: view{configured: true, seen: true, pods: remoteView.pods, externals: []mapping{{p("fd00:70::/112"), p("fd00::70:0/112")}}}, cells: cell("10.74.0.9"),
+			want: []string{"tcp: the remote cluster has no IPv4 external CIDR of the local cluster, so IPv4 host-network traffic has no address to leave with", "udp:", "icmp:", "path-mtu:"}},
 		{name: "no Configuration here", src: view{}, dst: remoteView, cells: cell("10.72.1.5"),
 			want: []string{"tcp: the local cluster has no Configuration of the remote cluster", "udp:", "icmp:", "path-mtu:"}},
 		{name: "not mapped yet", src: view{configured: true}, dst: remoteView,
@@ -88,6 +115,9 @@ func TestEvaluate(t *testing.T) {
 			pr := pair(tc.host)
 			if tc.address == "-" {
 				pr.Address = ""
+			}
+			if tc.ipv6 {
+				pr.From.IP, pr.To.IP, pr.Address, pr.Family = "fd00:244::1:5", "fd00:244::2:7", "fd00:0:244::2:7", "IPv6"
 			}
 			evaluate(pr, tc.src, tc.dst, tc.cells, tc.execErr)
 			if len(tc.want) == 0 {
