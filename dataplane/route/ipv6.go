@@ -28,7 +28,19 @@ func (a addr128) and(m addr128) addr128 { return addr128{a.hi & m.hi, a.lo & m.l
 // lengths (a pod /128, a node's /64, a cluster's /56 or /48), so it is a few probes of one
 // cache line each.
 type ipv6Table struct {
+	// direct are the listed routes (see maxFew) with no longer route inside them: a match is
+	// final whatever the longer lengths hold, so lookup tries them before probing those
+	// (into the tunnel a packet is for the peer's network, a short listed prefix, behind a
+	// hashed /128 of every local pod and a /64 of every node: two misses saved). They never
+	// nest, so at most one matches.
+	direct  []directRoute
 	lengths []ipv6Length
+}
+
+// directRoute is a route of ipv6Table.direct.
+type directRoute struct {
+	mask, key addr128
+	hop       uint32
 }
 
 // ipv6Length holds the routes of one prefix length: up to maxFew in few, compared one by one
@@ -53,6 +65,7 @@ type route6 struct {
 func buildIPv6(routes []route6) ipv6Table {
 	slices.SortFunc(routes, func(x, y route6) int { return cmp.Compare(y.bits, x.bits) })
 	var t ipv6Table
+	var listed []int // indexes in routes of the listed routes, longest first
 	for start := 0; start < len(routes); {
 		end := start + 1
 		for end < len(routes) && routes[end].bits == routes[start].bits {
@@ -60,8 +73,9 @@ func buildIPv6(routes []route6) ipv6Table {
 		}
 		l := ipv6Length{mask: mask128(routes[start].bits)}
 		if end-start <= maxFew {
-			for _, r := range routes[start:end] {
+			for i, r := range routes[start:end] {
 				l.few = append(l.few, flatSlot{key: r.addr, hop: r.hop, used: true})
+				listed = append(listed, start+i)
 			}
 		} else {
 			l.hops = newFlatHash(routes[start:end])
@@ -69,11 +83,38 @@ func buildIPv6(routes []route6) ipv6Table {
 		t.lengths = append(t.lengths, l)
 		start = end
 	}
+	// routes is sorted longest first: a listed route is direct unless a route before it (a
+	// longer one) lies inside it. The shortest listed routes are tried (the peer's networks),
+	// at most maxDirect of them: each costs a pass over the longer routes here and a compare
+	// per lookup.
+	for i := len(listed) - 1; i >= 0 && len(t.direct) < maxDirect; i-- {
+		r := routes[listed[i]]
+		m := mask128(r.bits)
+		inside := false
+		for _, longer := range routes[:listed[i]] {
+			if longer.bits > r.bits && longer.addr.and(m) == r.addr {
+				inside = true
+				break
+			}
+		}
+		if !inside {
+			t.direct = append(t.direct, directRoute{mask: m, key: r.addr, hop: r.hop})
+		}
+	}
 	return t
 }
 
-// lookup probes each prefix length, longest first, for dst's masked address.
+// maxDirect is the most direct routes a table keeps.
+const maxDirect = 8
+
+// lookup tries the direct routes, then probes each prefix length, longest first, for dst's
+// masked address.
 func (t *ipv6Table) lookup(dst addr128) (hop uint32, ok bool) {
+	for i := range t.direct {
+		if d := &t.direct[i]; dst.and(d.mask) == d.key {
+			return d.hop, true
+		}
+	}
 	for i := range t.lengths {
 		l := &t.lengths[i]
 		k := dst.and(l.mask)

@@ -59,3 +59,49 @@ func TestFlatHashRuns(t *testing.T) {
 		t.Logf("%s: worst run of 200 draws %d (bound %d)", name, worst, maxRunFor(n))
 	}
 }
+
+// TestDirectRoutes: listed routes with nothing longer inside them are tried first, those with
+// a longer route inside are not (a direct match would hide it), and lookups agree with the
+// longest match either way.
+func TestDirectRoutes(t *testing.T) {
+	a := func(hi, lo uint64) addr128 { return addr128{hi: hi, lo: lo} }
+	routes := []route6{
+		{a(0xfd00_0000_0000_0000, 0), 48, 1},   // holds the /56 and the /64s below: not direct
+		{a(0xfd00_0000_0000_0100, 0), 56, 2},   // nothing inside: direct
+		{a(0xfd71_0000_0000_0000, 0), 56, 9},   // the peer's network: direct
+		{a(0x0064_ff9b_0001_0000, 0), 96, 10},  // the gateways' overlay /96: direct
+		{a(0x0064_ff9b_0001_0000, 5), 128, 11}, // a /128 inside it, hashed with the pods below
+	}
+	for i := range 6 { // hashed /64s inside the /48, outside the /56
+		routes = append(routes, route6{a(0xfd00_0000_0000_0000|uint64(i), 0), 64, uint32(20 + i)})
+	}
+	for i := range 6 {
+		routes = append(routes, route6{a(0xfd00_0244_0000_0000, uint64(i)), 128, uint32(40 + i)})
+	}
+	tbl := buildIPv6(append([]route6(nil), routes...))
+	var direct []uint32
+	for _, d := range tbl.direct {
+		direct = append(direct, d.hop)
+	}
+	if len(direct) != 2 || !(direct[0] == 9 && direct[1] == 2 || direct[0] == 2 && direct[1] == 9) {
+		t.Errorf("direct routes with hops %v, want the two /56s (2 and 9): the /48 and the /96 hold longer routes", direct)
+	}
+	ref := func(dst addr128) (uint32, bool) {
+		best, hop := -1, uint32(0)
+		for _, r := range routes {
+			if dst.and(mask128(r.bits)) == r.addr && r.bits > best {
+				best, hop = r.bits, r.hop
+			}
+		}
+		return hop, best >= 0
+	}
+	for _, dst := range []addr128{
+		a(0xfd00_0000_0000_0100, 7), a(0xfd71_0000_0000_00ff, 1), a(0xfd00_0000_0000_0003, 9), a(0xfd00_0000_0000_0200, 0),
+		a(0x0064_ff9b_0001_0000, 5), a(0x0064_ff9b_0001_0000, 6), a(0xfd00_0244_0000_0000, 3), a(0xfe80, 0),
+	} {
+		hop, ok := tbl.lookup(dst)
+		if wantHop, wantOK := ref(dst); hop != wantHop || ok != wantOK {
+			t.Errorf("lookup(%x:%x) = %d, %v; want %d, %v", dst.hi, dst.lo, hop, ok, wantHop, wantOK)
+		}
+	}
+}
