@@ -112,23 +112,31 @@ func (e *env) bothFamiliesMapped(ctx context.Context) {
 				e.t.Errorf("cluster %d: the peer's %v seen as %v, outside the IPv6 pool %v", i, m.real, m.seen, pool6)
 			}
 		}
-		var confs netv1alpha1.ConfigurationList
-		if err := e.c[i].List(ctx, &confs); err != nil || len(confs.Items) != 1 {
-			e.t.Fatalf("cluster %d: want one Configuration: %v", i, err)
-		}
-		cf := confs.Items[0]
-		ready := "no Ready condition"
-		for _, c := range cf.Status.Conditions {
-			if c.Type == netv1alpha1.ConditionReady {
-				ready = fmt.Sprintf("Ready=%s %s", c.Status, c.Reason)
-				if c.Status != metav1.ConditionTrue {
-					e.t.Errorf("cluster %d: Configuration %s: %s: %s", i, cf.Name, ready, c.Message)
-				}
-			}
-		}
+		cf, ready := e.readyConfiguration(ctx, i)
 		e.reportf("dual stack: cluster %d Configuration %s (%s): spec.remote.cidr pod %s, additionalPods %v; status.remote.cidr pod %s, additionalPods %v, external %v",
 			i, cf.Name, ready, cf.Spec.Remote.CIDR.Pod, cf.Spec.Remote.CIDR.AdditionalPods, cf.Status.Remote.CIDR.Pod, cf.Status.Remote.CIDR.AdditionalPods, external)
 	}
+}
+
+// readyConfiguration is cluster i's one Configuration, an error when it is not Ready, and
+// its Ready condition in words (for the report).
+func (e *env) readyConfiguration(ctx context.Context, i int) (netv1alpha1.Configuration, string) {
+	e.t.Helper()
+	var confs netv1alpha1.ConfigurationList
+	if err := e.c[i].List(ctx, &confs); err != nil || len(confs.Items) != 1 {
+		e.t.Fatalf("cluster %d: want one Configuration: %v", i, err)
+	}
+	cf := confs.Items[0]
+	ready := "no Ready condition"
+	for _, c := range cf.Status.Conditions {
+		if c.Type == netv1alpha1.ConditionReady {
+			ready = fmt.Sprintf("Ready=%s %s", c.Status, c.Reason)
+			if c.Status != metav1.ConditionTrue {
+				e.t.Errorf("cluster %d: Configuration %s: %s: %s", i, cf.Name, ready, c.Message)
+			}
+		}
+	}
+	return cf, ready
 }
 
 // ipv6Routes: every node of both clusters routes the peer's remapped IPv6 pod CIDR into table

@@ -183,20 +183,7 @@ func (e *env) ipv6Mapped(ctx context.Context) {
 		case !pool6.Contains(m.seen.Addr()):
 			e.t.Errorf("cluster %d: the peer's %v seen as %v, outside the IPv6 pool %v", i, m.real, m.seen, pool6)
 		}
-		var confs netv1alpha1.ConfigurationList
-		if err := e.c[i].List(ctx, &confs); err != nil || len(confs.Items) != 1 {
-			e.t.Fatalf("cluster %d: want one Configuration: %v", i, err)
-		}
-		cf := confs.Items[0]
-		ready := "no Ready condition"
-		for _, c := range cf.Status.Conditions {
-			if c.Type == netv1alpha1.ConditionReady {
-				ready = fmt.Sprintf("Ready=%s %s", c.Status, c.Reason)
-				if c.Status != metav1.ConditionTrue {
-					e.t.Errorf("cluster %d: Configuration %s: %s: %s", i, cf.Name, ready, c.Message)
-				}
-			}
-		}
+		cf, ready := e.readyConfiguration(ctx, i)
 		e.reportf("ipv6 mapped: cluster %d Configuration %s (%s): spec.remote.cidr pod %s; status.remote.cidr pod %s, external %v",
 			i, cf.Name, ready, cf.Spec.Remote.CIDR.Pod, cf.Status.Remote.CIDR.Pod, external)
 	}

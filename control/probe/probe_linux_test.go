@@ -33,20 +33,26 @@ func newPath(t *testing.T, mtu int) *path {
 	p.router.Run(t, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 	p.client.Run(t, "ip", "route", "add", "default", "via", "10.99.1.2")
 	p.server.Run(t, "ip", "route", "add", "default", "via", "10.99.2.1")
+	p.serve(t, "4")
+	return p
+}
+
+// serve runs a skein-probe server in the server namespace on TCP 7070 and UDP 7071 of family
+// ("4" or "6").
+func (p *path) serve(t *testing.T, family string) {
 	var ln net.Listener
 	var pc net.PacketConn
 	if err := p.server.Do(func() (err error) {
-		if ln, err = net.Listen("tcp4", ":7070"); err != nil {
+		if ln, err = net.Listen("tcp"+family, ":7070"); err != nil {
 			return err
 		}
-		pc, err = net.ListenPacket("udp4", ":7071")
+		pc, err = net.ListenPacket("udp"+family, ":7071")
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = probe.Serve("server-pod", ln, pc) }()
 	t.Cleanup(func() { ln.Close() })
-	return p
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
@@ -190,19 +196,7 @@ func newPath6(t *testing.T, mtu int) *path {
 			t.Fatalf("the server does not answer ping over IPv6: %v", err)
 		}
 	}
-	var ln net.Listener
-	var pc net.PacketConn
-	if err := p.server.Do(func() (err error) {
-		if ln, err = net.Listen("tcp6", ":7070"); err != nil {
-			return err
-		}
-		pc, err = net.ListenPacket("udp6", ":7071")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = probe.Serve("server-pod", ln, pc) }()
-	t.Cleanup(func() { ln.Close() })
+	p.serve(t, "6")
 	return p
 }
 
