@@ -22,6 +22,15 @@ func TestDualStackCNIConfig(t *testing.T) {
 	if !ok {
 		t.Fatal("no configuration for a node with a pod CIDR of each family")
 	}
+	typ, r := cniRanges(t, conf)
+	if typ != "bridge" || len(r) != 2 || r[0][0].Subnet != "10.244.3.0/24" || r[1][0].Subnet != "fd00:244:0:3::/64" {
+		t.Errorf("want the bridge plugin with ranges 10.244.3.0/24 and fd00:244:0:3::/64:\n%s", conf)
+	}
+}
+
+// cniRanges reads the first plugin's type and its host-local ranges from a CNI configuration list.
+func cniRanges(t *testing.T, conf string) (string, [][]struct{ Subnet string }) {
+	t.Helper()
 	var list struct {
 		Plugins []struct {
 			Type string
@@ -30,13 +39,10 @@ func TestDualStackCNIConfig(t *testing.T) {
 			}
 		}
 	}
-	if err := json.Unmarshal([]byte(conf), &list); err != nil {
-		t.Fatalf("%v:\n%s", err, conf)
+	if err := json.Unmarshal([]byte(conf), &list); err != nil || len(list.Plugins) == 0 {
+		t.Fatalf("%v (or no plugin):\n%s", err, conf)
 	}
-	r := list.Plugins[0].IPAM.Ranges
-	if list.Plugins[0].Type != "bridge" || len(r) != 2 || r[0][0].Subnet != "10.244.3.0/24" || r[1][0].Subnet != "fd00:244:0:3::/64" {
-		t.Errorf("want the bridge plugin with ranges 10.244.3.0/24 and fd00:244:0:3::/64:\n%s", conf)
-	}
+	return list.Plugins[0].Type, list.Plugins[0].IPAM.Ranges
 }
 
 // TestIPv6OnlyCNIConfig: on an IPv6-only node (no IPv4 cluster CIDR) the configuration has the
@@ -53,18 +59,7 @@ func TestIPv6OnlyCNIConfig(t *testing.T) {
 	if !ok {
 		t.Fatal("no configuration for a node with an IPv6 pod CIDR")
 	}
-	var list struct {
-		Plugins []struct {
-			Type string
-			IPAM struct {
-				Ranges [][]struct{ Subnet string }
-			}
-		}
-	}
-	if err := json.Unmarshal([]byte(conf), &list); err != nil {
-		t.Fatalf("%v:\n%s", err, conf)
-	}
-	r := list.Plugins[0].IPAM.Ranges
+	_, r := cniRanges(t, conf)
 	if len(r) != 1 || r[0][0].Subnet != "fd00:244:0:3::/64" {
 		t.Errorf("want the one range fd00:244:0:3::/64:\n%s", conf)
 	}
