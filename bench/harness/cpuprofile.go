@@ -133,6 +133,12 @@ func categorize(comm string, frames []frame, rungComms map[string]bool) string {
 // sample, then its call chain indented, leaf first, then a blank line) and sums the periods
 // (nanoseconds of cpu-clock) by category.
 func parsePerfScript(r io.Reader, rungComms map[string]bool) (ns map[string]float64, samples int, err error) {
+	return parsePerfSamples(r, func(comm string, frames []frame) string { return categorize(comm, frames, rungComms) })
+}
+
+// parsePerfSamples is parsePerfScript with the category of a sample given by classify ("" to
+// leave the sample out).
+func parsePerfSamples(r io.Reader, classify func(comm string, frames []frame) string) (ns map[string]float64, samples int, err error) {
 	ns = map[string]float64{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -142,7 +148,7 @@ func parsePerfScript(r io.Reader, rungComms map[string]bool) (ns map[string]floa
 	in := false
 	flush := func() {
 		if in {
-			if c := categorize(comm, frames, rungComms); c != "" {
+			if c := classify(comm, frames); c != "" {
 				ns[c] += period
 				samples++
 			}
