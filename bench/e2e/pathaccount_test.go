@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ func TestPathAccount(t *testing.T) {
 	}
 	rounds, _ := strconv.Atoi(cmp.Or(os.Getenv("SKEIN_PATH_ACCOUNT_ROUNDS"), "3"))
 	secs, _ := strconv.Atoi(cmp.Or(os.Getenv("SKEIN_PATH_ACCOUNT_SECONDS"), "8"))
-	e := setupLab(t, false, lab.Options{Prefix: os.Getenv("SKEIN_PATH_ACCOUNT_PREFIX")})
+	e := setupLab(t, os.Getenv("KEEP") != "", lab.Options{Prefix: os.Getenv("SKEIN_PATH_ACCOUNT_PREFIX")})
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	e.install(ctx, 1)
@@ -95,6 +96,9 @@ func TestPathAccount(t *testing.T) {
 		reverse bool
 	}
 	runs := []run{{"local", localSrv.Status.PodIP, false}, {"fabric", remoteAddr.String(), false}, {"fabric reverse", remoteAddr.String(), true}}
+	if wgAddr := e.bareWireGuard(ctx, client, remoteSrv.Spec.NodeName); wgAddr != "" {
+		runs = append(runs, run{"bare wireguard-go", wgAddr, false})
+	}
 	type sample struct {
 		mbps    float64
 		bytes   int64
@@ -154,6 +158,33 @@ func TestPathAccount(t *testing.T) {
 		n := float64(len(results[rn.name]))
 		fmt.Fprintf(&rep, "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", rn.name, strings.Join(mb, ", "), all/gb, user/gb, sys/gb, soft/gb, gwc/n)
 	}
+	// Request/response latency (1 byte over one TCP connection), interleaved.
+	lat := map[string][]probe.Latency{}
+	for range rounds {
+		for _, rn := range runs {
+			if rn.reverse {
+				continue
+			}
+			out, err := e.probe(ctx, e.podNS(0, client), "latency", "--duration", "3s", rn.target)
+			var l probe.Latency
+			if err != nil || json.Unmarshal([]byte(out), &l) != nil {
+				t.Fatalf("%s: latency: %v: %s", rn.name, err, out)
+			}
+			lat[rn.name] = append(lat[rn.name], l)
+		}
+	}
+	fmt.Fprintf(&rep, "\n### Request/response latency, 1 byte, %d rounds of 3 s\n\n| run | p50 us (each round) | p99 us (each round) |\n|---|---|---|\n", rounds)
+	for _, rn := range runs {
+		if rn.reverse {
+			continue
+		}
+		var p50, p99 []string
+		for _, l := range lat[rn.name] {
+			p50 = append(p50, strconv.FormatInt(l.P50Micro, 10))
+			p99 = append(p99, strconv.FormatInt(l.P99Micro, 10))
+		}
+		fmt.Fprintf(&rep, "| %s | %s | %s |\n", rn.name, strings.Join(p50, ", "), strings.Join(p99, ", "))
+	}
 	// Kernel counters of the last round of each run, per namespace, per GB carried.
 	for _, rn := range runs {
 		s := results[rn.name][len(results[rn.name])-1]
@@ -196,12 +227,12 @@ func TestPathAccount(t *testing.T) {
 		if err != nil || json.Unmarshal([]byte(out), &tp) != nil {
 			t.Fatalf("profiled run: %v: %s", err, out)
 		}
-		script := exec.CommandContext(ctx, "perf", "script", "-i", data, "-F", "comm,period,ip,sym,dso")
+		script := exec.CommandContext(ctx, "perf", "script", "-i", data, "-F", "comm,pid,period,ip,sym,dso")
 		sout, err := script.Output()
 		if err != nil {
 			t.Fatalf("perf script: %v (perf record said: %s)", err, recOut.String())
 		}
-		prof, err := harness.ParseHopProfile(bytes.NewReader(sout))
+		prof, err := harness.ParseHopProfile(bytes.NewReader(sout), e.inLab())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -368,4 +399,126 @@ func diff(before, after map[string]map[string]int64) map[string]map[string]int64
 		}
 	}
 	return out
+}
+
+// bareWireGuard runs stock wireguard-go between the client pod's network namespace and the
+// host network of cluster 1's node (a TUN device at each end, tunnel MTU 1340, the same
+// underlay path between the clusters as skein's WireGuard: the pod's node masquerades it to
+// the router), with skein-probe's measurement server at the node's end; it returns the
+// node's tunnel address, or "" when wg is missing. The cleanup stops both and removes the
+// devices.
+func (e *env) bareWireGuard(ctx context.Context, client corev1.Pod, node string) string {
+	t := e.t
+	if _, err := exec.LookPath("wg"); err != nil {
+		t.Logf("no bare wireguard-go run: wg (Debian package wireguard-tools) is missing")
+		return ""
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.Prepare(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	nodeNS := e.nodeNS(1, node)
+	var nodeAddr netip.Addr
+	for j, n := range e.l.Topology.Clusters[1].Nodes {
+		if n.Name == nodeNS {
+			nodeAddr = e.l.Topology.Clusters[1].Nodes[j].Addr
+		}
+	}
+	type end struct {
+		ns, dev, in, key, pub string
+	}
+	pid := os.Getpid() % 10000
+	ends := []*end{{ns: e.podNS(0, client), dev: fmt.Sprintf("pawc%d", pid), in: "10.97.0.1"}, {ns: nodeNS, dev: fmt.Sprintf("paws%d", pid), in: "10.97.0.2"}}
+	for _, x := range ends {
+		key, err := exec.Command("wg", "genkey").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.key = strings.TrimSpace(string(key))
+		pub := exec.Command("wg", "pubkey")
+		pub.Stdin = strings.NewReader(x.key)
+		out, err := pub.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.pub = strings.TrimSpace(string(out))
+	}
+	for i, x := range ends {
+		cmd := inNS(ctx, x.ns, filepath.Join(dir, "wireguard-go"), "-f", x.dev)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			_ = inNS(context.Background(), x.ns, "ip", "link", "del", x.dev).Run()
+			_ = os.Remove("/var/run/wireguard/" + x.dev + ".sock")
+		})
+		sock := "/var/run/wireguard/" + x.dev + ".sock"
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if _, err := os.Stat(sock); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("wireguard-go %s: no %s", x.dev, sock)
+			}
+		}
+		keyFile := filepath.Join(dir, x.dev+".key")
+		if err := os.WriteFile(keyFile, []byte(x.key+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		peer := ends[1-i]
+		set := []string{"wg", "set", x.dev, "private-key", keyFile, "listen-port", "51999", "peer", peer.pub, "allowed-ips", peer.in + "/32"}
+		if i == 0 {
+			set = append(set, "endpoint", nodeAddr.String()+":51999")
+		}
+		for _, c := range [][]string{set, {"ip", "addr", "add", x.in + "/24", "dev", x.dev}, {"ip", "link", "set", x.dev, "mtu", "1340", "up"}} {
+			if out, err := inNS(ctx, x.ns, c...).CombinedOutput(); err != nil {
+				t.Fatalf("%v: %v: %s", c, err, out)
+			}
+		}
+	}
+	srv := inNS(ctx, nodeNS, filepath.Join(e.bin, "skein-probe"), "serve", "--tcp", ends[1].in+":17070", "--udp", ends[1].in+":17071", "--http", ends[1].in+":17072",
+		"--echo", ends[1].in+":7073", "--throughput", ends[1].in+":7074", "--rate", ends[1].in+":7075")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if out, err := e.probe(ctx, ends[0].ns, "call", "tcp", ends[1].in+":17070"); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("bare wireguard-go: no answer through the tunnel: %v: %s", err, out)
+		}
+	}
+	return ends[1].in
+}
+
+// inLab tells the lab's processes (those in its named network namespaces, its pods' and the
+// measuring probe's) from the machine's others, by network namespace, as of now.
+func (e *env) inLab() func(pid int) bool {
+	netnsOf := func(path string) uint64 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil {
+			return 0
+		}
+		return st.Ino
+	}
+	lab := map[uint64]bool{}
+	named, _ := filepath.Glob("/run/netns/" + e.prefix + "-*")
+	for _, n := range named {
+		lab[netnsOf(n)] = true
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, c := range procs {
+		b, err := os.ReadFile(c)
+		if err == nil && bytes.Contains(b, []byte("skein-lab/"+e.prefix+"-")) {
+			lab[netnsOf(filepath.Join(filepath.Dir(c), "ns", "net"))] = true
+		}
+	}
+	delete(lab, 0)
+	return func(pid int) bool { return lab[netnsOf(fmt.Sprintf("/proc/%d/ns/net", pid))] }
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -41,10 +42,14 @@ const (
 	ranProbe      = "probe"
 	ranSoftirq    = "ksoftirqd"
 	ranBackground = "lab"
+	ranOutside    = "outside"
 )
 
-// hopOf is a sample's "who/hop" key, or "" for the idle loop.
-func hopOf(comm string, frames []frame) string {
+// hopOf is a sample's "who/hop" key, or "" for the idle loop. comm is perf's "COMM PID" when
+// the script has pids (-F comm,pid,...): a process inLab does not hold is "outside" the lab
+// (another program on the machine), unless the sample is the kernel's network softirq, which
+// runs for the path on whichever task it interrupted.
+func hopOf(comm string, frames []frame, inLab func(pid int) bool) string {
 	if len(frames) == 0 {
 		return ""
 	}
@@ -59,8 +64,16 @@ func hopOf(comm string, frames []frame) string {
 	if !soft && idleSym.MatchString(leaf.sym) && !strings.HasPrefix(leaf.sym, "runtime.") {
 		return ""
 	}
+	pid := -1
+	if i := strings.LastIndexByte(comm, ' '); i > 0 {
+		if n, err := strconv.Atoi(comm[i+1:]); err == nil {
+			comm, pid = strings.TrimSpace(comm[:i]), n
+		}
+	}
 	who := ranBackground
 	switch {
+	case inLab != nil && pid >= 0 && !inLab(pid) && !strings.HasPrefix(comm, "ksoftirqd") && !(soft && hasNetSoftirq(frames)):
+		who = ranOutside
 	case comm == "skein-gateway" || strings.HasPrefix(comm, "skein-gatewa"):
 		who = ranGateway
 	case comm == "skein-probe" || comm == "iperf3":
@@ -90,17 +103,28 @@ func hopOf(comm string, frames []frame) string {
 	}
 }
 
-// HopProfile is CPU seconds by who ran and by hop, from `perf script -F comm,period,ip,sym,dso`.
+func hasNetSoftirq(frames []frame) bool {
+	for _, f := range frames {
+		if netSoftSym.MatchString(f.sym) {
+			return true
+		}
+	}
+	return false
+}
+
+// HopProfile is CPU seconds by who ran and by hop, from `perf script -F comm,pid,period,ip,sym,dso`
+// (or without pid, when every process counts as the lab's).
 type HopProfile struct {
-	// Seconds maps "who/hop" (who: gateway, probe, ksoftirqd, lab; hop: a key of hopOrder,
+	// Seconds maps "who/hop" (who: gateway, probe, ksoftirqd, lab, outside; hop: a key of hopOrder,
 	// kernel-other, crypto, gc or user) to CPU seconds.
 	Seconds map[string]float64 `json:"seconds"`
 	Samples int                `json:"samples"`
 }
 
-// ParseHopProfile reads perf script output into a HopProfile.
-func ParseHopProfile(r io.Reader) (*HopProfile, error) {
-	ns, samples, err := parsePerfSamples(r, hopOf)
+// ParseHopProfile reads perf script output into a HopProfile; inLab (nil: every process)
+// tells the lab's processes from the machine's others.
+func ParseHopProfile(r io.Reader, inLab func(pid int) bool) (*HopProfile, error) {
+	ns, samples, err := parsePerfSamples(r, func(comm string, frames []frame) string { return hopOf(comm, frames, inLab) })
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +136,8 @@ func ParseHopProfile(r io.Reader) (*HopProfile, error) {
 }
 
 // Markdown is the profile as a table of seconds per GB (gb: what the profiled transfer
-// carried), a row per hop, a column per runner, hops by total, largest first.
+// carried), a row per hop, a column per runner, hops by total, largest first. The total is
+// the lab's: what ran outside it (other programs on the machine) is a column of its own.
 func (p *HopProfile) Markdown(gb float64) string {
 	whos := []string{ranGateway, ranProbe, ranSoftirq, ranBackground}
 	rows := map[string]map[string]float64{}
@@ -123,7 +148,9 @@ func (p *HopProfile) Markdown(gb float64) string {
 			rows[hop] = map[string]float64{}
 		}
 		rows[hop][who] += v
-		total[hop] += v
+		if who != ranOutside {
+			total[hop] += v
+		}
 	}
 	hops := make([]string, 0, len(rows))
 	for h := range rows {
@@ -139,7 +166,7 @@ func (p *HopProfile) Markdown(gb float64) string {
 		return strings.Compare(a, b)
 	})
 	var b strings.Builder
-	fmt.Fprintf(&b, "| hop (s/GB) | gateways | probes | ksoftirqd | lab's other processes | all |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| hop (s/GB) | gateways | probes | ksoftirqd | lab's other processes | the lab | outside the lab |\n|---|---|---|---|---|---|---|\n")
 	sum := map[string]float64{}
 	var all float64
 	for _, h := range hops {
@@ -148,14 +175,15 @@ func (p *HopProfile) Markdown(gb float64) string {
 			fmt.Fprintf(&b, " %.2f |", rows[h][w]/gb)
 			sum[w] += rows[h][w]
 		}
-		fmt.Fprintf(&b, " %.2f |\n", total[h]/gb)
+		fmt.Fprintf(&b, " %.2f | %.2f |\n", total[h]/gb, rows[h][ranOutside]/gb)
 		all += total[h]
+		sum[ranOutside] += rows[h][ranOutside]
 	}
 	fmt.Fprintf(&b, "| **total** |")
 	for _, w := range whos {
 		fmt.Fprintf(&b, " %.2f |", sum[w]/gb)
 	}
-	fmt.Fprintf(&b, " %.2f |\n", all/gb)
+	fmt.Fprintf(&b, " %.2f | %.2f |\n", all/gb, sum[ranOutside]/gb)
 	return b.String()
 }
 

@@ -33,7 +33,7 @@ skein-probe 6000000:
 	ffffffff8100000b tcp_sendmsg_locked+0xb ([kernel.kallsyms])
 	ffffffff8100000c entry_SYSCALL_64+0xc ([kernel.kallsyms])
 `
-	p, err := ParseHopProfile(strings.NewReader(script))
+	p, err := ParseHopProfile(strings.NewReader(script), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,9 +47,40 @@ skein-probe 6000000:
 		}
 	}
 	md := p.Markdown(0.001)
-	for _, s := range []string{"| IP fragmentation and reassembly | 0.00 | 0.00 | 3.00 | 0.00 | 3.00 |", "| **total** | 3.00 | 6.00 | 3.00 | 4.00 | 16.00 |"} {
+	for _, s := range []string{"| IP fragmentation and reassembly | 0.00 | 0.00 | 3.00 | 0.00 | 3.00 | 0.00 |", "| **total** | 3.00 | 6.00 | 3.00 | 4.00 | 16.00 | 0.00 |"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("markdown lacks %q:\n%s", s, md)
 		}
+	}
+}
+
+// TestHopProfileOutsideTheLab: with pids, a process outside the lab is counted apart (and not
+// in the lab's total), except for the network softirq it happened to run.
+func TestHopProfileOutsideTheLab(t *testing.T) {
+	script := `kube-apiserver 100 1000000:
+	ffffffff81000001 memcpy_orig+0x1 ([kernel.kallsyms])
+	ffffffff81000002 entry_SYSCALL_64+0x2 ([kernel.kallsyms])
+
+kube-apiserver 200 2000000:
+	ffffffff81000001 memcpy_orig+0x1 ([kernel.kallsyms])
+	ffffffff81000002 entry_SYSCALL_64+0x2 ([kernel.kallsyms])
+
+compile 300 3000000:
+	ffffffff81000003 vxlan_rcv+0x3 ([kernel.kallsyms])
+	ffffffff81000004 net_rx_action+0x4 ([kernel.kallsyms])
+	ffffffff81000005 __do_softirq+0x5 ([kernel.kallsyms])
+`
+	p, err := ParseHopProfile(strings.NewReader(script), func(pid int) bool { return pid == 100 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"lab/syscall": 0.001, "outside/syscall": 0.002, "lab/vxlan": 0.003}
+	for k, v := range want {
+		if p.Seconds[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, p.Seconds[k], v, p.Seconds)
+		}
+	}
+	if md := p.Markdown(0.001); !strings.Contains(md, "| **total** | 0.00 | 0.00 | 0.00 | 4.00 | 4.00 | 2.00 |") {
+		t.Errorf("the lab's total counts what ran outside it:\n%s", md)
 	}
 }
