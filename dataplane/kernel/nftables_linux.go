@@ -69,6 +69,11 @@ type HostSNAT struct {
 	// table exists, holding the filter alone when no IPv6 remote CIDR is SNATed (the node
 	// has no IPv6 external address, yet IPv6 is routed through the device).
 	Overlay string
+	// Relay, when set, names the overlay device (liqo.vxlan) for the SNAT rule: what arrives
+	// on it is another node's traffic that this node forwards to a gateway pod (the relay of
+	// status.internalEndpoint.nodeVTEP), already SNATed by its own node where it was host
+	// traffic, and keeps its source: "iifname != DEVICE" comes first in the rule.
+	Relay string
 }
 
 // Each table always counts, in the named counter "masqueraded", the pod connections to Remote
@@ -86,7 +91,7 @@ var snatFamilies = [2]nftables.TableFamily{nftables.TableFamilyIPv4, nftables.Ta
 //		set pods { type ipv4_addr; flags interval; elements = { s.PodCIDRs (IPv4) } }
 //		chain postrouting {
 //			type nat hook postrouting priority srcnat; policy accept;
-//			ip daddr @remote ip saddr != @pods snat to s.ExternalIP comment "skein: ..."
+//			[iifname != s.Relay] ip daddr @remote ip saddr != @pods snat to s.ExternalIP comment "skein: ..."
 //		}
 //	}
 //
@@ -210,6 +215,7 @@ type hostSNATRuleset struct {
 	remote, pods []nftables.SetElement // interval set elements, sorted (see intervalElements)
 	bypass       bool
 	rpfilter     string // the overlay device to filter IPv6 arriving on ("": none)
+	relay        string // the overlay device whose arrivals the SNAT rule leaves alone ("": none)
 }
 
 // rulesets validates s and splits it by family: [0] IPv4, [1] IPv6, nil for a family
@@ -264,7 +270,10 @@ func (s HostSNAT) rulesets() ([2]*hostSNATRuleset, error) {
 				return out, fmt.Errorf("host SNAT: remote CIDR %s is an IPv4-mapped IPv6 CIDR", p)
 			}
 		}
-		rs.snat, rs.external, rs.bypass = true, ip, s.MasqueradeBypass
+		if len(s.Relay) >= unix.IFNAMSIZ || strings.ContainsRune(s.Relay, 0) {
+			return out, fmt.Errorf("host SNAT: overlay device name %q is not a network interface name", s.Relay)
+		}
+		rs.snat, rs.external, rs.bypass, rs.relay = true, ip, s.MasqueradeBypass, s.Relay
 		rs.remote = intervalElements(remote)
 		rs.pods = intervalElements(of(s.PodCIDRs))
 	}
@@ -471,17 +480,23 @@ func (want hostSNATRuleset) natFamily() uint32 {
 	return unix.NFPROTO_IPV4
 }
 
-// exprs is the rule "ip daddr @remote ip saddr != @pods snat to external"; it refers to the
+// exprs is the rule "[iifname != RELAY] ip daddr @remote ip saddr != @pods snat to external"; it refers to the
 // sets by name and by the IDs they have in the batch that creates them.
 func (want hostSNATRuleset) exprs(remoteID, podsID uint32) []expr.Any {
-	return []expr.Any{
+	var relay []expr.Any
+	if want.relay != "" {
+		name := make([]byte, unix.IFNAMSIZ)
+		copy(name, want.relay)
+		relay = []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: name}}
+	}
+	return append(relay,
 		want.loadDaddr(),
 		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: remoteID},
 		want.loadSaddr(),
 		&expr.Lookup{SourceRegister: 1, SetName: nftSetPods, SetID: podsID, Invert: true},
 		&expr.Immediate{Register: 1, Data: want.external.AsSlice()},
 		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: want.natFamily(), RegAddrMin: 1, RegAddrMax: 1},
-	}
+	)
 }
 
 // bypassExprs is "ip daddr @remote ip saddr @pods snat to ip saddr": a NAT binding that

@@ -844,3 +844,53 @@ func requireNFTNAT(t *testing.T) {
 		t.Skipf("the kernel lacks nftables NAT (nf_tables with the nat chain type and the nat expression, CONFIG_NFT_NAT): %v", natProbe.err)
 	}
 }
+
+// TestHostSNATRelay: a node that relays other nodes' frames to a gateway pod
+// (status.internalEndpoint.nodeVTEP) forwards traffic that arrives on the overlay device; with
+// Relay set to that device the SNAT rule leaves it alone (another node's host traffic keeps
+// that node's external address), while this node's own host traffic is still SNATed. Without
+// Relay the relayed traffic would leave with this node's external address. (A veth named like
+// the device stands for it: the rule matches the input interface by name.)
+func TestHostSNATRelay(t *testing.T) {
+	requireNFTNAT(t)
+	node, peer := snatNetwork(t)
+	other := netnstest.New(t, "other")
+	netnstest.Veth(t, node, other, "ovl0", "192.168.60.1/24", "192.168.60.2/24")
+	node.Run(t, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	other.Run(t, "ip", "addr", "add", "10.250.0.21/32", "dev", "lo")
+	other.Run(t, "ip", "route", "add", "10.0.0.0/8", "via", "192.168.60.1")
+	node.Run(t, "ip", "route", "add", "10.250.0.21/32", "via", "192.168.60.2")
+	peer.Run(t, "ip", "route", "add", "192.168.60.0/24", "via", "192.168.50.1")
+	fd := nsFd(t, node)
+	fromNode := sourceCheck(t, node, peer)
+	fromOther := sourceCheck(t, other, peer)
+
+	s := kernel.HostSNAT{ExternalIP: extIP, PodCIDRs: []netip.Prefix{podCIDR}, Remote: []netip.Prefix{remote1}}
+	if err := kernel.EnsureHostSNAT(fd, s); err != nil {
+		t.Fatal(err)
+	}
+	fromOther("without Relay, another node's host traffic", "10.250.0.21", "10.71.2.7", "10.250.0.11")
+
+	s.Relay = "ovl0"
+	if err := kernel.EnsureHostSNAT(fd, s); err != nil {
+		t.Fatal(err)
+	}
+	fromOther("relayed host traffic of another node", "10.250.0.21", "10.71.2.7", "10.250.0.21")
+	fromNode("this node's host traffic", "", "10.71.2.7", "10.250.0.11")
+	fromNode("this node's pod", "10.244.1.5", "10.71.2.7", "10.244.1.5")
+	// Idempotent: the rule with its interface match reads back as written.
+	if err := kernel.EnsureHostSNAT(fd, s); err != nil {
+		t.Fatal(err)
+	}
+	before := node.Run(t, "nft", "list", "table", "ip", "skein-agent")
+	if err := kernel.EnsureHostSNAT(fd, s); err != nil {
+		t.Fatal(err)
+	}
+	if after := node.Run(t, "nft", "list", "table", "ip", "skein-agent"); after != before || !strings.Contains(after, `iifname != "ovl0"`) {
+		t.Errorf("the table changed on a second apply, or lacks the relay's match:\n%s\n%s", before, after)
+	}
+	s.Relay = "a-name-too-long-for-linux"
+	if err := kernel.EnsureHostSNAT(fd, s); err == nil {
+		t.Error("an interface name longer than 15 bytes was accepted")
+	}
+}

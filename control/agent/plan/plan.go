@@ -15,6 +15,7 @@ import (
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/dataplane/packet"
 )
 
 // Node is what the agent knows of its node from flags and the environment.
@@ -227,6 +228,9 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 			continue
 		}
 		peer := kernel.Peer{OverlayIP: oip, MAC: mac, VTEP: vtep, Routes: routes}
+		if relay, ok := n.relay(g.ie); ok {
+			peer.MAC, peer.VTEP = relay.MAC, relay.Dst
+		}
 		// IPv6 routes go via the gateway's IPv6 overlay address, its IPv4 one inside
 		// Internal6Prefix, on the device's IPv6 network.
 		if slices.ContainsFunc(routes, func(r netip.Prefix) bool { return r.Addr().Is6() }) {
@@ -254,7 +258,7 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 	}
 	if len(snatRemote) > 0 || filter != "" {
 		slices.SortFunc(snatRemote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-		s := &kernel.HostSNAT{PodCIDRs: slices.Clone(n.PodCIDRs), Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass, Overlay: filter}
+		s := &kernel.HostSNAT{PodCIDRs: slices.Clone(n.PodCIDRs), Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass, Overlay: filter, Relay: p.Kernel.Overlay.Name}
 		if ext4.Is4() {
 			s.ExternalIP = ext4
 		}
@@ -268,6 +272,31 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 	sort.Strings(p.Waiting)
 	sort.Strings(p.Refused)
 	return p, nil
+}
+
+// relay is where this node sends a gateway's frames instead of the gateway pod: the
+// liqo.vxlan of the node that runs the gateway (status.internalEndpoint.nodeVTEP), which
+// forwards them to the pod over its own veth, so that the node-to-gateway leg is VXLAN over
+// the underlay rather than VXLAN inside the pod network's tunnel (where the kernel segments
+// every GSO packet). Not on the gateway's own node (its veth is the short way), and not when
+// the published endpoint is unusable: not of this node's underlay family, not unicast, this
+// node's own address, or the pod's (then nothing would change). ok false: send to the pod.
+func (n Node) relay(ie *netv1alpha1.InternalEndpoint) (kernel.FDBEntry, bool) {
+	if ie == nil || ie.NodeVTEP == nil || ie.VTEP == nil || (ie.Node != nil && *ie.Node == n.Name) {
+		return kernel.FDBEntry{}, false
+	}
+	ip, err := netip.ParseAddr(string(ie.NodeVTEP.IP))
+	if err != nil || ip.Zone() != "" || !ip.IsGlobalUnicast() || ip.Is4In6() || ip.Is4() != n.IP.Is4() || ip == n.IP {
+		return kernel.FDBEntry{}, false
+	}
+	if pod, err := netip.ParseAddr(string(ie.VTEP.IP)); err == nil && pod == ip {
+		return kernel.FDBEntry{}, false
+	}
+	mac, err := overlay.ParseMAC(string(ie.NodeVTEP.MAC))
+	if err != nil || mac[0]&1 != 0 || mac == (packet.MAC{}) {
+		return kernel.FDBEntry{}, false
+	}
+	return kernel.FDBEntry{MAC: mac, Dst: ip}, true
 }
 
 // parseIP is an optional unicast address of the API (an external address), the zero Addr

@@ -12,6 +12,7 @@ import (
 
 	"github.com/skein-net/skein/control/agent/plan"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/dataplane/overlay"
 )
 
 func ipp(s string) *netv1alpha1.IP { v := netv1alpha1.IP(s); return &v }
@@ -279,5 +280,51 @@ func TestFromObjectsDualStack(t *testing.T) {
 	// Without IPv6 routes, no IPv6 at all.
 	if p, _ := plan.FromObjects(node, objects()); p.Kernel.Overlay.Address6.IsValid() || p.Kernel.Peers[0].OverlayIP6.IsValid() {
 		t.Errorf("an IPv4-only plan has IPv6 addresses: %+v", p.Kernel)
+	}
+}
+
+// TestFromObjectsRelay: a node that does not run the gateway sends the gateway's frames to the
+// liqo.vxlan of the node that does (status.internalEndpoint.nodeVTEP), the neighbour entry of
+// the gateway's overlay address at that node's MAC; the gateway's own node, and any endpoint
+// that cannot be a node's, keep the gateway pod's VTEP.
+func TestFromObjectsRelay(t *testing.T) {
+	withRelay := func(nodeName, ip, mac string) plan.Objects {
+		o := objects()
+		ie := o.Servers[0].Status.InternalEndpoint
+		ie.Node = &nodeName
+		ie.NodeVTEP = &netv1alpha1.VTEP{IP: netv1alpha1.IP(ip), MAC: netv1alpha1.MAC(mac)}
+		return o
+	}
+	cases := []struct {
+		name              string
+		o                 plan.Objects
+		wantVTEP, wantMAC string
+	}{
+		{"another node runs the gateway", withRelay("n2", "192.168.77.2", "02:5a:00:00:00:02"), "192.168.77.2", "02:5a:00:00:00:02"},
+		{"this node runs the gateway", withRelay("n1", "192.168.77.1", "02:5a:00:00:00:01"), "10.244.1.20", "02:5b:00:00:00:01"},
+		{"no node endpoint published", objects(), "10.244.1.20", "02:5b:00:00:00:01"},
+		{"this node's own address under another name", withRelay("n2", "192.168.77.1", "02:5a:00:00:00:02"), "10.244.1.20", "02:5b:00:00:00:01"},
+		{"IPv6 on an IPv4 underlay", withRelay("n2", "2001:db8::2", "02:5a:00:00:00:02"), "10.244.1.20", "02:5b:00:00:00:01"},
+		{"loopback", withRelay("n2", "127.0.0.1", "02:5a:00:00:00:02"), "10.244.1.20", "02:5b:00:00:00:01"},
+		{"multicast", withRelay("n2", "239.1.1.1", "02:5a:00:00:00:02"), "10.244.1.20", "02:5b:00:00:00:01"},
+		{"the pod's own address", withRelay("n2", "10.244.1.20", "02:5a:00:00:00:02"), "10.244.1.20", "02:5b:00:00:00:01"},
+		{"a broadcast MAC", withRelay("n2", "192.168.77.2", "ff:ff:ff:ff:ff:ff"), "10.244.1.20", "02:5b:00:00:00:01"},
+		{"a zero MAC", withRelay("n2", "192.168.77.2", "00:00:00:00:00:00"), "10.244.1.20", "02:5b:00:00:00:01"},
+		{"not an address", withRelay("n2", "node-2", "02:5a:00:00:00:02"), "10.244.1.20", "02:5b:00:00:00:01"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := plan.FromObjects(node, c.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Kernel.Peers) != 1 {
+				t.Fatalf("peers %+v", p.Kernel.Peers)
+			}
+			peer := p.Kernel.Peers[0]
+			if peer.VTEP.String() != c.wantVTEP || overlay.MACString(peer.MAC) != c.wantMAC || peer.OverlayIP.String() != "10.80.0.1" || len(peer.Routes) != 2 {
+				t.Errorf("peer %+v, want VTEP %s MAC %s via 10.80.0.1", peer, c.wantVTEP, c.wantMAC)
+			}
+		})
 	}
 }

@@ -100,4 +100,12 @@ type InternalEndpoint struct {
 	// point their FDB and neighbour entries at it.
 	// +optional
 	VTEP *VTEP `json:"vtep,omitempty"`
+	// NodeVTEP is the overlay endpoint of the node that runs the active replica (its
+	// InternalNode's status.vtep: underlay address and liqo.vxlan MAC), published by the
+	// gateway. Agents of the other nodes send the gateway's frames there, and that node
+	// forwards them to the gateway pod over its own veth: the node-to-gateway leg then crosses
+	// the underlay as plain VXLAN, not VXLAN inside the pod network's own tunnel (which makes
+	// the kernel cut every GSO packet into MTU-sized ones). Unset: agents send to VTEP.
+	// +optional
+	NodeVTEP *VTEP `json:"nodeVTEP,omitempty"`
 }
