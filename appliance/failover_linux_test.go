@@ -4,6 +4,7 @@ package appliance_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -271,3 +272,36 @@ func TestAPIOutage(t *testing.T) {
 
 // apiOutage is how long TestAPIOutage keeps the API server unreachable.
 const apiOutage = 60 * time.Second
+
+// TestPublishesNodeVTEP: the active replica publishes its node's overlay endpoint (the node's
+// InternalNode status.vtep) in status.internalEndpoint.nodeVTEP, for the other nodes' agents
+// to relay through that node; it publishes it when the node's agent writes it after the
+// replica became active, and again when it changes.
+func TestPublishesNodeVTEP(t *testing.T) {
+	r := newRig(t)
+	c, ns := r.c, r.ns
+	inode := &netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: "node-rep-a"}}
+	apitest.Must(t, c.Create(r.ctx, inode))
+	t.Cleanup(func() { c.Delete(context.Background(), inode) })
+	r.start("rep-a", r.env.KubeconfigFile(t))
+	if got := waitActive(t, c, ns, "", map[string]string{"rep-a": r.replicas["rep-a"]}); got != "rep-a" {
+		t.Fatalf("active: %s", got)
+	}
+	nodeVTEP := func() *netv1alpha1.VTEP {
+		gc := &netv1alpha1.GatewayClient{}
+		apitest.Must(t, c.Get(r.ctx, client.ObjectKey{Namespace: ns, Name: "gw"}, gc))
+		return gc.Status.InternalEndpoint.NodeVTEP
+	}
+	if v := nodeVTEP(); v != nil {
+		t.Errorf("nodeVTEP %+v published before the node's agent wrote one", *v)
+	}
+	for _, want := range []netv1alpha1.VTEP{{IP: "127.0.0.7", MAC: "02:00:00:00:00:a1"}, {IP: "127.0.0.6", MAC: "02:00:00:00:00:a1"}} {
+		apitest.Must(t, c.Get(r.ctx, client.ObjectKey{Name: inode.Name}, inode))
+		inode.Status.VTEP = &want
+		apitest.Must(t, c.Status().Update(r.ctx, inode))
+		apitest.Eventually(t, fmt.Sprintf("nodeVTEP %s published", want.IP), 15*time.Second, func() bool {
+			v := nodeVTEP()
+			return v != nil && *v == want
+		})
+	}
+}

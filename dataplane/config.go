@@ -59,6 +59,13 @@ type Config struct {
 
 	// Nodes are this cluster's node VTEPs and what they host.
 	Nodes []Node
+	// RelayNode names the node (of Nodes) the gateway runs on. Agents of the other nodes may
+	// send their frames through it (status.internalEndpoint.nodeVTEP: the node decapsulates
+	// and re-encapsulates them to the gateway pod over its own veth), so frames from its VTEP
+	// may carry the sources of any node's pods; every other node still speaks only for its
+	// own. Empty: no node relays. (The node hosting the gateway can write into the gateway's
+	// pod anyway; what the relay adds to its powers is written in docs/security.md.)
+	RelayNode string
 	// Local are the gateway's own addresses (overlay IP, tunnel IP); packets to them go to the
 	// local handler (the netstack), not through NAT.
 	Local []netip.Addr
@@ -129,6 +136,7 @@ type tables struct {
 	own, ownBack *nat.PrefixMap
 	routes       *route.Table
 	nodes        []nodeHop
+	relay        uint32 // the RelayNode's hop (hopNode + its index); 0: none
 	tunnelMTU    int
 	overlayMTU   int
 	mss          uint16 // MSS that fits both MTUs
@@ -195,6 +203,9 @@ func compile(cfg Config, check bool) (*tables, error) {
 		}
 		ov.Peers = append(ov.Peers, n.VTEP)
 		t.nodes = append(t.nodes, nodeHop{addr: netip.AddrPortFrom(n.VTEP, c.OverlayPort), mac: n.MAC})
+		if c.RelayNode != "" && n.Name == c.RelayNode {
+			t.relay = uint32(hopNode + i)
+		}
 		hop := uint32(hopNode + i)
 		for _, p := range n.PodCIDRs {
 			if err := b.Add(p, hop); err != nil {

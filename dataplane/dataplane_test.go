@@ -3,6 +3,7 @@ package dataplane_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"strings"
@@ -630,5 +631,52 @@ func TestConfigErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New: %v, want an error containing %q", err, tc.want)
 		}
+	}
+}
+
+// TestRelayNode: with RelayNode set, frames from that node's VTEP may carry any node's pods
+// (it forwards the other nodes' frames to the gateway), and nothing that is no node's; every
+// other node still speaks only for its own pods. Without RelayNode the same frames are spoofed.
+func TestRelayNode(t *testing.T) {
+	from2 := netip.AddrPortFrom(node2, 40002)
+	frame := func(src string) []byte {
+		return vxlanFrame(gwMAC, packet.EtherTypeIPv4, pt.IPv4{Src: src, Dst: "10.71.2.7", Proto: 17, Payload: pt.UDP(src, "10.71.2.7", 1, 2, nil, false)}.Build())
+	}
+	cases := []struct {
+		relay   string
+		src     string
+		from    netip.AddrPort
+		forward bool
+	}{
+		{"node1", "10.244.2.9", from1, true},  // node 2's pod, relayed by node 1
+		{"node1", "10.244.1.77", from1, true}, // node 2's pod /32 inside node 1's CIDR
+		{"node1", "10.244.1.5", from1, true},  // node 1's own pod
+		{"node1", "10.9.9.9", from1, false},   // no node's address
+		{"node1", "10.244.1.5", from2, false}, // node 2 is no relay: node 1's pod
+		{"node1", "10.244.2.9", from2, true},  // node 2's own pod
+		{"", "10.244.2.9", from1, false},      // no relay node
+		{"node9", "10.244.2.9", from1, false}, // a relay node that is not one of Nodes
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("relay %q, %s from %v", tc.relay, tc.src, tc.from), func(t *testing.T) {
+			cfg := baseConfig()
+			cfg.RelayNode = tc.relay
+			dp, c := newDP(t, cfg)
+			c.Push(frame(tc.src), tc.from)
+			c.Push(frame("10.244.1.5"), from1) // a good one behind it, so that the read returns
+			got := readPackets(t, dp)
+			want := 1
+			if tc.forward {
+				want = 2
+			}
+			for len(got) < want {
+				got = append(got, readPackets(t, dp)...)
+			}
+			cn := dp.Counters()
+			spoofed := cn.Get(dataplane.ToTunnel, dataplane.DropSpoofedSource)
+			if tc.forward && (len(got) != 2 || spoofed != 0) || !tc.forward && (len(got) != 1 || spoofed != 1) {
+				t.Errorf("%d packets forwarded, %d dropped as spoofed; want forwarded %v", len(got), spoofed, tc.forward)
+			}
+		})
 	}
 }

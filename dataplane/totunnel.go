@@ -204,6 +204,12 @@ func (d *Dataplane) toTunnel(b *batch, m *Message, slot int) (int, split) {
 	return d.forwardToTunnel(b, inner, slot, uint32(hopNode+peer))
 }
 
+// relays reports whether a packet from the node at hop sender may carry a source of the node
+// at hop owner: the relay node forwards the other nodes' frames (Config.RelayNode).
+func (t *tables) relays(sender, owner uint32) bool {
+	return t.relay != 0 && sender == t.relay && owner >= hopNode
+}
+
 // isLinkLocal6 reports whether a is in fe80::/10.
 func isLinkLocal6(a [16]byte) bool { return a[0] == 0xfe && a[1]&0xc0 == 0x80 }
 
@@ -243,7 +249,7 @@ func (d *Dataplane) forwardToTunnel6(b *batch, inner []byte, slot int, sender ui
 		b.tl[DropLoop]++
 		return 0, split{}
 	}
-	if owner, ok := t.routes.Lookup6(ip.Src()); !ok || owner != sender {
+	if owner, ok := t.routes.Lookup6(ip.Src()); !ok || owner != sender && !t.relays(sender, owner) {
 		b.tl[DropSpoofedSource]++
 		return 0, split{}
 	}
@@ -310,8 +316,9 @@ func (d *Dataplane) forwardToTunnel(b *batch, inner []byte, slot int, sender uin
 		return 0, split{}
 	}
 	// Into the peer cluster only from the sender's own addresses: a node cannot speak for
-	// another node's pods, nor for anything outside its own.
-	if owner, ok := t.routes.Lookup4(ip.Src()); !ok || owner != sender {
+	// another node's pods, nor for anything outside its own; the relay node (the gateway's
+	// own) speaks for every node's.
+	if owner, ok := t.routes.Lookup4(ip.Src()); !ok || owner != sender && !t.relays(sender, owner) {
 		b.tl[DropSpoofedSource]++
 		return 0, split{}
 	}

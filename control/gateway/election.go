@@ -14,6 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/connrotation"
+
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/kube/restapi"
 )
 
 // ActiveLabel marks the active replica's pod; the gateway Service selects it.
@@ -307,11 +310,23 @@ func (w *Watcher) PublishActive(ctx context.Context, e Election, active bool, po
 		return fmt.Errorf("label pod %s/%s: %w", w.opts.Namespace, e.PodName, err)
 	}
 	if !active || podIP == "" {
+		if !active {
+			w.mu.Lock()
+			w.published = nil
+			w.mu.Unlock()
+		}
 		return nil
 	}
 	ie := map[string]any{"vtep": map[string]any{"ip": podIP, "mac": mac}}
+	var node *netv1alpha1.VTEP
 	if e.NodeName != "" {
 		ie["node"] = e.NodeName
+		// The node's own overlay endpoint, for the other nodes to relay through (null
+		// removes one published before, when the node has none now).
+		ie["nodeVTEP"] = nil
+		if node = w.nodeVTEP(e.NodeName); node != nil {
+			ie["nodeVTEP"] = map[string]any{"ip": node.IP, "mac": node.MAC}
+		}
 	}
 	statusPatch, _ := json.Marshal(map[string]any{"status": map[string]any{"internalEndpoint": ie}})
 	resource := "gatewayclients"
@@ -321,5 +336,48 @@ func (w *Watcher) PublishActive(ctx context.Context, e Election, active bool, po
 	if err := mergePatch(ctx, w.api.net, w.opts.Namespace, resource, w.opts.Name, "status", statusPatch); err != nil {
 		return fmt.Errorf("publish the active VTEP in %s/%s: %w", w.opts.Namespace, w.opts.Name, err)
 	}
+	w.mu.Lock()
+	w.published = &published{e: e, podIP: podIP, mac: mac, node: node}
+	w.mu.Unlock()
 	return nil
+}
+
+// published is what PublishActive last wrote of an active replica.
+type published struct {
+	e          Election
+	podIP, mac string
+	node       *netv1alpha1.VTEP
+}
+
+// nodeVTEP is the overlay endpoint the agent of node name published (its InternalNode's
+// status.vtep), nil when there is none yet.
+func (w *Watcher) nodeVTEP(name string) *netv1alpha1.VTEP {
+	if w.inodes == nil {
+		return nil
+	}
+	n := restapi.Get[netv1alpha1.InternalNode](w.inodes, name)
+	if n == nil || n.Status.VTEP == nil {
+		return nil
+	}
+	v := *n.Status.VTEP
+	return &v
+}
+
+// republish writes the active replica's status again when its node's overlay endpoint
+// changed since it was published (the node's agent published it after the gateway became
+// active, or the node's address changed).
+func (w *Watcher) republish(ctx context.Context) {
+	w.mu.Lock()
+	p := w.published
+	w.mu.Unlock()
+	if p == nil {
+		return
+	}
+	now := w.nodeVTEP(p.e.NodeName)
+	if now == nil && p.node == nil || now != nil && p.node != nil && *now == *p.node {
+		return
+	}
+	if err := w.PublishActive(ctx, p.e, true, p.podIP, p.mac); err != nil {
+		w.opts.Log.Error("publishing the node's overlay endpoint", "err", err)
+	}
 }

@@ -68,9 +68,10 @@ type Watcher struct {
 
 	endpoint atomic.Int64 // Local.EndpointIndex
 
-	mu      sync.Mutex
-	lastErr string
-	conn    *netv1alpha1.ConnectionStatus // last reported, to skip no-op updates
+	mu        sync.Mutex
+	lastErr   string
+	conn      *netv1alpha1.ConnectionStatus // last reported, to skip no-op updates
+	published *published                    // the active replica's status, as last written
 }
 
 // New prepares a watcher; Run starts it.
@@ -205,6 +206,7 @@ func (w *Watcher) reconcile(ctx context.Context) {
 	if err == nil {
 		err = w.ensureConnection(ctx, gatewayMeta(o))
 	}
+	w.republish(ctx)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	msg := ""

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -448,6 +449,27 @@ func (b *builder) overlay() {
 		}
 	}
 	b.dp.Nodes = b.s.Nodes
+	b.dp.RelayNode = hostOf(b.s.Nodes, o.Listen)
+}
+
+// hostOf is the node that hosts address a (a pod /32 of a node wins over a node's pod CIDR),
+// "" when none does: the node the gateway runs on, which relays the other nodes' frames to
+// it (dataplane.Config.RelayNode).
+func hostOf(nodes []dataplane.Node, a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	for _, n := range nodes {
+		if slices.Contains(n.Pods, a) {
+			return n.Name
+		}
+	}
+	for _, n := range nodes {
+		if slices.ContainsFunc(n.PodCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			return n.Name
+		}
+	}
+	return ""
 }
 
 // local: this site's networks, and the prefixes they are presented under to the peer
