@@ -248,8 +248,15 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 				"--allow-privileged-gateways allows it)", g.ref.Kind, g.ref.Name, bad))
 	}
 	if bad := r.Policy.constrainGateway(rendered, obj.GetName(), obj.GetNamespace(), r.Server, g.server); len(bad) > 0 {
+		// What an earlier template (or an earlier controller, without the policy) rendered
+		// does not stay behind: the gateway's Deployment, Service, disruption budget and Pods
+		// binding go until the template is fixed. Its key, ServiceAccount and overlay address stay.
+		if err := r.removeRendered(ctx, obj); err != nil {
+			return ctrl.Result{}, err
+		}
 		return ctrl.Result{}, r.fail(ctx, g, before, "ForbiddenTemplate", fmt.Sprintf(
-			"the template %s %s asks for what skein-controller does not render for a template (the install's settings decide it): %s",
+			"the template %s %s asks for what skein-controller does not render for a template (the install's settings decide it; "+
+				"the gateway's Deployment and Service are removed until the template is fixed): %s",
 			g.ref.Kind, g.ref.Name, strings.Join(bad, "; ")))
 	}
 	if err := r.observePods(ctx, obj); err != nil {
@@ -753,6 +760,27 @@ func GatewayClusterBindingName(ns, name string) string {
 // legacyClusterBindingName is the name clusterBindingName gave before it hashed: removed on
 // upgrade once it is the gateway's own (bound to its ServiceAccount, isOwned).
 func legacyClusterBindingName(ns, name string) string { return "skein-gateway-" + ns + "-" + name }
+
+// removeRendered deletes what the gateway's template rendered and the gateway's Pods binding,
+// when they are the gateway's.
+func (r *GatewayReconciler) removeRendered(ctx context.Context, owner client.Object) error {
+	name, ns := owner.GetName(), owner.GetNamespace()
+	meta := metav1.ObjectMeta{Name: name, Namespace: ns}
+	var errs []error
+	for _, obj := range []client.Object{
+		&appsv1.Deployment{ObjectMeta: meta}, &corev1.Service{ObjectMeta: meta}, &policyv1.PodDisruptionBudget{ObjectMeta: meta},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name) + "-pods"}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: legacyClusterBindingName(ns, name) + "-pods"}},
+	} {
+		if err := r.deleteIfOwned(ctx, owner, obj); err != nil {
+			errs = append(errs, fmt.Errorf("delete %T %s/%s: %w", obj, ns, obj.GetName(), err))
+		}
+		if key, err := r.appliedKeyOf(obj); err == nil {
+			r.applied.Delete(key)
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // removeAll deletes what the gateway owns (the API server's garbage collector would too, but
 // it may not run, and users expect a deleted gateway to be gone at once) and its Connection.

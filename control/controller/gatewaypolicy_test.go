@@ -108,6 +108,7 @@ func TestTemplateAuthorCannotBorrowTheController(t *testing.T) {
 		c := gatewayContainer(m)
 		c["args"] = append(c["args"].([]any), "--watch-pods")
 	})
+	serverTemplateVariant(t, c, ns, "later", func(map[string]any) {})
 	stop := startGateways(t, env)
 	defer stop()
 
@@ -121,6 +122,7 @@ func TestTemplateAuthorCannotBorrowTheController(t *testing.T) {
 		server(a.name, a.name)
 	}
 	def := server("default", "wireguard-server")
+	later := server("later", "later")
 	ha := server("ha", "ha")
 	watcher := server("watcher", "watcher")
 
@@ -177,6 +179,32 @@ func TestTemplateAuthorCannotBorrowTheController(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Name: controller.GatewayClusterBindingName(ns, "watcher") + "-pods"}, &rbacv1.ClusterRoleBinding{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a template's --watch-pods bound %s: %v", controller.GatewayPodsClusterRole, err)
 	}
+
+	// A template that turns bad later (or was rendered by a controller without the policy):
+	// what it rendered before goes, and comes back once the template is fixed.
+	apitest.Eventually(t, "the later gateway deployed", 30*time.Second, func() bool {
+		return c.Get(ctx, client.ObjectKeyFromObject(later), svc) == nil
+	})
+	editTemplate := func(edit func(map[string]any)) {
+		tmpl := &netv1alpha1.WgGatewayServerTemplate{}
+		apitest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "later"}, tmpl))
+		var tree map[string]any
+		apitest.Must(t, json.Unmarshal(tmpl.Spec.Template.Raw, &tree))
+		edit(tree)
+		raw, err := json.Marshal(tree)
+		apitest.Must(t, err)
+		tmpl.Spec.Template.Raw = raw
+		apitest.Must(t, c.Update(ctx, tmpl))
+	}
+	editTemplate(func(m map[string]any) { service(m)["externalIPs"] = []any{"8.8.8.8"} })
+	apitest.Eventually(t, "the later gateway's Deployment and Service removed", 30*time.Second, func() bool {
+		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(later), &corev1.Service{})) &&
+			apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(later), &appsv1.Deployment{}))
+	})
+	editTemplate(func(m map[string]any) { delete(service(m), "externalIPs") })
+	apitest.Eventually(t, "the later gateway back", 30*time.Second, func() bool {
+		return c.Get(ctx, client.ObjectKeyFromObject(later), svc) == nil && len(svc.Spec.ExternalIPs) == 0
+	})
 }
 
 // TestGatewayClusterBindingsDoNotCollide: gateways a-b/c and a/b-c, whose bindings had one
