@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -119,15 +117,7 @@ func main() {
 	nodeCIDRs := fs.String("node-cidrs", "", "the networks of the nodes' addresses, comma-separated: never inside a peer's CIDR as seen here (the nodes' own addresses, from the Node objects, never are either)")
 	allowPrivileged := fs.Bool("allow-privileged-gateways", false, "render gateway pods whose template asks for privileged containers, added capabilities, the host's network, PID or IPC namespace, or hostPath volumes (refused by default: the gateway runs unprivileged)")
 	watchPods := fs.String("gateway-watch-pods", controller.PodRoutesAuto, "how gateways find a local pod's node: true (from the Pod objects: every gateway gets --watch-pods and may read every Pod), false (from Node.spec.podCIDRs; no gateway watches Pods, whatever its template says) or auto (false until a gateway pod is seen outside its node's pod CIDRs, then true; an event on that gateway says so)")
-	var gw gatewayPolicyFlags
-	fs.StringVar(&gw.image, "gateway-image", "", "the gateway image (the chart's gateway.image): what a template whose gateway container names no image gets; its repository is allowed")
-	fs.StringVar(&gw.repositories, "gateway-image-repositories", controller.DefaultGatewayImageRepository, "more repositories a gateway template may take the gateway image from, comma-separated (a registry host and path, no tag: compared as written); empty: "+controller.DefaultGatewayImageRepository)
-	fs.IntVar(&gw.maxReplicas, "gateway-max-replicas", controller.DefaultGatewayMaxReplicas, "most replicas a gateway template may ask for (one active, the rest standby)")
-	fs.StringVar(&gw.priorityClasses, "gateway-priority-classes", "", "priority classes a gateway template may give its pods, comma-separated (none by default)")
-	fs.StringVar(&gw.tolerations, "gateway-tolerations", "", "tolerations a gateway template may give its pods, a JSON list of core/v1 tolerations; each toleration of a template must equal one of them (none by default)")
-	fs.StringVar(&gw.maxCPU, "gateway-max-cpu", controller.DefaultGatewayMaxCPU, "largest CPU request or limit of a gateway pod's template")
-	fs.StringVar(&gw.maxMemory, "gateway-max-memory", controller.DefaultGatewayMaxMemory, "largest memory request or limit of a gateway pod's template")
-	fs.StringVar(&gw.serviceAnnotations, "gateway-service-annotations", "", "annotations a gateway server's Service may carry (from its template's metadata), comma-separated: a key, or a prefix ending in / for every key under it (service.beta.kubernetes.io/); none by default")
+	gatewayPolicy := controller.GatewayPolicyFlags(fs)
 	minPrefix := fs.Int("min-remote-prefix-length", netv1alpha1.DefaultMinRemotePrefixLength, "refuse peers' IPv4 CIDRs larger than this prefix length (a Configuration whose pod or external CIDR is, say, a /4 is not routed: Ready=False, ForbiddenCIDR)")
 	minPrefix6 := fs.Int("min-remote-prefix-length6", netv1alpha1.DefaultMinRemotePrefixLength6, "the same for peers' IPv6 CIDRs")
 	ipv6 := fs.Bool("ipv6", true, "map peers' IPv6 CIDRs (dual-stack and IPv6-only peers; a clashing one is remapped from the IPv6 --pools); false refuses a Configuration with an IPv6 CIDR (Ready=False, InvalidCIDR), for clusters whose nodes have no IPv6")
@@ -177,7 +167,7 @@ func main() {
 	case !slices.Contains([]string{"NodePort", "LoadBalancer", "ClusterIP"}, *gwServiceType):
 		fail(fmt.Errorf("--gateway-server-service-type %q: want NodePort, LoadBalancer or ClusterIP", *gwServiceType))
 	}
-	policy, err := gw.policy()
+	policy, err := gatewayPolicy()
 	if err != nil {
 		fail(err)
 	}
@@ -318,50 +308,3 @@ func checkPools(pools []netip.Prefix) error {
 	return nil
 }
 
-// gatewayPolicyFlags are the --gateway-* flags of what gateway templates may choose.
-type gatewayPolicyFlags struct {
-	image, repositories, priorityClasses, tolerations, maxCPU, maxMemory, serviceAnnotations string
-	maxReplicas                                                                              int
-}
-
-// policy checks the flags and turns them into the controller's policy.
-func (f gatewayPolicyFlags) policy() (controller.GatewayPolicy, error) {
-	p := controller.GatewayPolicy{Image: strings.TrimSpace(f.image), ImageRepositories: commaList(f.repositories),
-		PriorityClasses: commaList(f.priorityClasses), ServiceAnnotations: commaList(f.serviceAnnotations)}
-	if p.Image != "" && (strings.ContainsAny(p.Image, " \t") || controller.ImageRepository(p.Image) == "") {
-		return p, fmt.Errorf("--gateway-image %q: want an image reference such as ghcr.io/skein-net/skein-gateway:v1.2.3", f.image)
-	}
-	if f.maxReplicas < 1 || f.maxReplicas > 100 {
-		return p, fmt.Errorf("--gateway-max-replicas %d: want 1-100", f.maxReplicas)
-	}
-	p.MaxReplicas = int32(f.maxReplicas)
-	if t := strings.TrimSpace(f.tolerations); t != "" {
-		dec := json.NewDecoder(strings.NewReader(t))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&p.Tolerations); err != nil {
-			return p, fmt.Errorf("--gateway-tolerations: want a JSON list of tolerations ([{\"key\":\"edge\",\"operator\":\"Exists\",\"effect\":\"NoSchedule\"}]): %w", err)
-		}
-	}
-	for _, q := range []struct {
-		flag, value string
-		to          *resource.Quantity
-	}{{"gateway-max-cpu", f.maxCPU, &p.MaxCPU}, {"gateway-max-memory", f.maxMemory, &p.MaxMemory}} {
-		v, err := resource.ParseQuantity(q.value)
-		if err != nil || v.Sign() <= 0 {
-			return p, fmt.Errorf("--%s %q: want a positive quantity such as 2 or 1Gi", q.flag, q.value)
-		}
-		*q.to = v
-	}
-	return p, nil
-}
-
-// commaList splits a comma-separated flag, dropping empty entries (nil when none).
-func commaList(s string) []string {
-	var out []string
-	for _, e := range strings.Split(s, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			out = append(out, e)
-		}
-	}
-	return out
-}

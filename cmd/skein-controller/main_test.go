@@ -49,34 +49,3 @@ func mustPrefixes(t *testing.T, s string) []netip.Prefix {
 	return ps
 }
 
-// TestGatewayPolicyFlags: the --gateway-* flags as the chart passes them, and what is refused.
-func TestGatewayPolicyFlags(t *testing.T) {
-	defaults := gatewayPolicyFlags{repositories: "ghcr.io/skein-net/skein-gateway", maxReplicas: 3, maxCPU: "2", maxMemory: "1Gi"}
-	chart := defaults
-	chart.image, chart.priorityClasses, chart.serviceAnnotations = "registry.lab:5000/skein-gateway:dev", "gateways,", "service.beta.kubernetes.io/"
-	chart.tolerations = `[{"key":"edge","operator":"Exists","effect":"NoSchedule"}]`
-	p, err := chart.policy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Image != chart.image || len(p.PriorityClasses) != 1 || len(p.Tolerations) != 1 || p.Tolerations[0].Key != "edge" ||
-		p.MaxCPU.String() != "2" || p.MaxMemory.String() != "1Gi" || p.MaxReplicas != 3 || len(p.ServiceAnnotations) != 1 {
-		t.Errorf("policy %+v", p)
-	}
-	for _, tc := range []struct {
-		edit func(*gatewayPolicyFlags)
-		want string
-	}{
-		{func(f *gatewayPolicyFlags) { f.maxReplicas = 0 }, "--gateway-max-replicas 0"},
-		{func(f *gatewayPolicyFlags) { f.maxCPU = "lots" }, "--gateway-max-cpu"},
-		{func(f *gatewayPolicyFlags) { f.maxMemory = "-1Gi" }, "--gateway-max-memory"},
-		{func(f *gatewayPolicyFlags) { f.tolerations = `[{"operater":"Exists"}]` }, "--gateway-tolerations"},
-		{func(f *gatewayPolicyFlags) { f.image = "a b" }, "--gateway-image"},
-	} {
-		f := defaults
-		tc.edit(&f)
-		if _, err := f.policy(); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: %v, want %q", f, err, tc.want)
-		}
-	}
-}

@@ -26,6 +26,8 @@
 package controller
 
 import (
+	"encoding/json"
+	"flag"
 	"fmt"
 	"maps"
 	"slices"
@@ -433,4 +435,66 @@ func listOrNone(l []string) string {
 		return "none"
 	}
 	return strings.Join(l, ", ")
+}
+
+// GatewayPolicyFlags registers the policy's flags (skein-controller's --gateway-image,
+// --gateway-image-repositories, --gateway-max-replicas, --gateway-priority-classes,
+// --gateway-tolerations, --gateway-max-cpu, --gateway-max-memory,
+// --gateway-service-annotations) on fs. The function it returns checks them once fs is parsed.
+func GatewayPolicyFlags(fs *flag.FlagSet) func() (GatewayPolicy, error) {
+	image := fs.String("gateway-image", "", "the gateway image (the chart's gateway.image): what a template whose gateway container names no image gets; its repository is allowed")
+	repositories := fs.String("gateway-image-repositories", DefaultGatewayImageRepository, "more repositories a gateway template may take the gateway image from, comma-separated (a registry host and path, no tag: compared as written); empty: "+DefaultGatewayImageRepository)
+	maxReplicas := fs.Int("gateway-max-replicas", DefaultGatewayMaxReplicas, "most replicas a gateway template may ask for (one active, the rest standby)")
+	priorityClasses := fs.String("gateway-priority-classes", "", "priority classes a gateway template may give its pods, comma-separated (none by default)")
+	tolerations := fs.String("gateway-tolerations", "", "tolerations a gateway template may give its pods, a JSON list of core/v1 tolerations; each toleration of a template must equal one of them (none by default)")
+	maxCPU := fs.String("gateway-max-cpu", DefaultGatewayMaxCPU, "largest CPU request or limit of a gateway pod's template")
+	maxMemory := fs.String("gateway-max-memory", DefaultGatewayMaxMemory, "largest memory request or limit of a gateway pod's template")
+	serviceAnnotations := fs.String("gateway-service-annotations", "", "annotations a gateway server's Service may carry (from its template's metadata), comma-separated: a key, or a prefix ending in / for every key under it (service.beta.kubernetes.io/); none by default")
+	return func() (GatewayPolicy, error) {
+		p := GatewayPolicy{Image: strings.TrimSpace(*image), ImageRepositories: commaList(*repositories),
+			PriorityClasses: commaList(*priorityClasses), ServiceAnnotations: commaList(*serviceAnnotations)}
+		if p.Image != "" && (strings.ContainsAny(p.Image, " \t") || ImageRepository(p.Image) == "") {
+			return p, fmt.Errorf("--gateway-image %q: want an image reference such as ghcr.io/skein-net/skein-gateway:v1.2.3", *image)
+		}
+		if *maxReplicas < 1 || *maxReplicas > 100 {
+			return p, fmt.Errorf("--gateway-max-replicas %d: want 1-100", *maxReplicas)
+		}
+		p.MaxReplicas = int32(*maxReplicas)
+		if t := strings.TrimSpace(*tolerations); t != "" {
+			dec := json.NewDecoder(strings.NewReader(t))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&p.Tolerations); err != nil {
+				return p, fmt.Errorf(`--gateway-tolerations: want a JSON list of tolerations ([{"key":"edge","operator":"Exists","effect":"NoSchedule"}]): %w`, err)
+			}
+		}
+		for _, q := range []struct {
+			flag, value string
+			to          *resource.Quantity
+		}{{"gateway-max-cpu", *maxCPU, &p.MaxCPU}, {"gateway-max-memory", *maxMemory, &p.MaxMemory}} {
+			v, err := resource.ParseQuantity(q.value)
+			if err != nil || v.Sign() <= 0 {
+				return p, fmt.Errorf("--%s %q: want a positive quantity such as 2 or 1Gi", q.flag, q.value)
+			}
+			*q.to = v
+		}
+		return p, nil
+	}
+}
+
+// Constrain applies the policy to what a template rendered for gateway namespace/name (gs is
+// the GatewayServer when it is one, nil for a GatewayClient), as the gateway reconciler does
+// before applying it, and returns what the policy refuses (nil when nothing).
+func (p GatewayPolicy) Constrain(rd *render.Rendered, name, namespace string, gs *netv1alpha1.GatewayServer) []string {
+	return p.constrainGateway(rd, name, namespace, gs != nil, gs)
+}
+
+// commaList splits a comma-separated flag, dropping empty entries (nil when none).
+func commaList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }

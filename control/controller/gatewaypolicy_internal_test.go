@@ -2,6 +2,7 @@ package controller
 
 import (
 	"encoding/json"
+	"flag"
 	"os"
 	"slices"
 	"strings"
@@ -231,5 +232,56 @@ func TestGatewayClusterBindingName(t *testing.T) {
 	long := strings.Repeat("n", 253)
 	if n := GatewayClusterBindingName(strings.Repeat("s", 63), long) + "-pods"; len(n) > 253 {
 		t.Errorf("%d characters", len(n))
+	}
+}
+
+// TestGatewayPolicyFlags: the --gateway-* flags as the chart passes them, and what is refused.
+func TestGatewayPolicyFlags(t *testing.T) {
+	parse := func(args ...string) (GatewayPolicy, error) {
+		fs := flag.NewFlagSet("skein-controller", flag.ContinueOnError)
+		policy := GatewayPolicyFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return policy()
+	}
+	p, err := parse("--gateway-image=registry.lab:5000/skein-gateway:dev", "--gateway-image-repositories=", "--gateway-priority-classes=gateways,",
+		`--gateway-tolerations=[{"key":"edge","operator":"Exists","effect":"NoSchedule"}]`, "--gateway-service-annotations=service.beta.kubernetes.io/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Image != "registry.lab:5000/skein-gateway:dev" || len(p.PriorityClasses) != 1 || len(p.Tolerations) != 1 || p.Tolerations[0].Key != "edge" ||
+		p.MaxCPU.String() != "2" || p.MaxMemory.String() != "1Gi" || p.MaxReplicas != 3 || len(p.ServiceAnnotations) != 1 || p.ImageRepositories != nil {
+		t.Errorf("policy %+v", p)
+	}
+	if got := p.withDefaults().allowedRepositories(); !slices.Equal(got, []string{DefaultGatewayImageRepository, "registry.lab:5000/skein-gateway"}) {
+		t.Errorf("allowed repositories %q", got)
+	}
+	for arg, want := range map[string]string{
+		"--gateway-max-replicas=0":                 "--gateway-max-replicas 0",
+		"--gateway-max-cpu=lots":                   "--gateway-max-cpu",
+		"--gateway-max-memory=-1Gi":                "--gateway-max-memory",
+		`--gateway-tolerations=[{"operater":"x"}]`: "--gateway-tolerations",
+		"--gateway-image=a b":                      "--gateway-image",
+	} {
+		if _, err := parse(arg); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", arg, err, want)
+		}
+	}
+}
+
+// TestImageRepository: tags and digests come off; a registry's port stays.
+func TestImageRepository(t *testing.T) {
+	for in, want := range map[string]string{
+		"ghcr.io/skein-net/skein-gateway:v1":              "ghcr.io/skein-net/skein-gateway",
+		"registry.lab:5000/skein-gateway":                 "registry.lab:5000/skein-gateway",
+		"registry.lab:5000/skein-gateway:dev@sha256:0123": "registry.lab:5000/skein-gateway",
+		"[2001:db8::1]:5000/skein/skein-gateway:v1":       "[2001:db8::1]:5000/skein/skein-gateway",
+		"ghcr.io/skein-net/skein-gateway@sha256:abcdef":   "ghcr.io/skein-net/skein-gateway",
+		"skein-gateway": "skein-gateway",
+	} {
+		if got := ImageRepository(in); got != want {
+			t.Errorf("ImageRepository(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
