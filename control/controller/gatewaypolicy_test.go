@@ -127,22 +127,24 @@ func TestTemplateAuthorCannotBorrowTheController(t *testing.T) {
 	watcher := server("watcher", "watcher")
 
 	for _, a := range attacks {
-		gs := &netv1alpha1.GatewayServer{}
-		key := client.ObjectKey{Namespace: ns, Name: a.name}
-		var cond *metav1.Condition
-		apitest.Eventually(t, a.name+": refused", 30*time.Second, func() bool {
-			c.Get(ctx, key, gs)
-			cond = meta.FindStatusCondition(gs.Status.Conditions, netv1alpha1.ConditionReady)
-			return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "ForbiddenTemplate"
-		})
-		if !strings.Contains(cond.Message, a.want) {
-			t.Errorf("%s: the condition says %q, want it to name %q", a.name, cond.Message, a.want)
-		}
-		for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{}} {
-			if err := c.Get(ctx, key, obj); !apierrors.IsNotFound(err) {
-				t.Errorf("%s: %T applied from a refused template: %v", a.name, obj, err)
+		t.Run(a.name, func(t *testing.T) {
+			gs := &netv1alpha1.GatewayServer{}
+			key := client.ObjectKey{Namespace: ns, Name: a.name}
+			var cond *metav1.Condition
+			apitest.Eventually(t, "refused", 30*time.Second, func() bool {
+				c.Get(ctx, key, gs)
+				cond = meta.FindStatusCondition(gs.Status.Conditions, netv1alpha1.ConditionReady)
+				return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "ForbiddenTemplate"
+			})
+			if !strings.Contains(cond.Message, a.want) {
+				t.Errorf("the condition says %q, want it to name %q", cond.Message, a.want)
 			}
-		}
+			for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{}} {
+				if err := c.Get(ctx, key, obj); !apierrors.IsNotFound(err) {
+					t.Errorf("%T applied from a refused template: %v", obj, err)
+				}
+			}
+		})
 	}
 
 	// The default template renders: its Service is the spec's (ClusterIP, port 51820) over the
