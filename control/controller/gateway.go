@@ -449,13 +449,6 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 	} else if err := r.deleteObsolete(ctx, owner, pods); err != nil {
 		return err
 	}
-	// The names before they were made unambiguous (legacyClusterBindingName), left by an
-	// older controller: removed when they are this gateway's.
-	for _, legacy := range []string{legacyClusterBindingName(ns, name), legacyClusterBindingName(ns, name) + "-pods"} {
-		if err := r.deleteObsolete(ctx, owner, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: legacy}}); err != nil {
-			return err
-		}
-	}
 	// Nothing is written while anything of the gateway's names belongs to someone else.
 	claims := slices.Clone(objs)
 	for _, crb := range crbs {
@@ -476,6 +469,13 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 	}
 	for _, crb := range crbs {
 		if err := r.applyChanged(ctx, owner, crb); err != nil {
+			return err
+		}
+	}
+	// The names before they were made unambiguous (legacyClusterBindingName), left by an
+	// older controller: removed, once the new ones are in place, when they are this gateway's.
+	for _, legacy := range []string{legacyClusterBindingName(ns, name), legacyClusterBindingName(ns, name) + "-pods"} {
+		if err := r.deleteObsolete(ctx, owner, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: legacy}}); err != nil {
 			return err
 		}
 	}
