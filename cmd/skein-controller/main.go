@@ -307,4 +307,3 @@ func checkPools(pools []netip.Prefix) error {
 	}
 	return nil
 }
-

@@ -48,4 +48,3 @@ func mustPrefixes(t *testing.T, s string) []netip.Prefix {
 	}
 	return ps
 }
-

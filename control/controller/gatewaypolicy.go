@@ -55,6 +55,9 @@ const (
 	// gateway pod (the chart asks 100m and 64Mi, limits 256Mi).
 	DefaultGatewayMaxCPU    = "2"
 	DefaultGatewayMaxMemory = "1Gi"
+	// DefaultGatewayPodAnnotations are the pod annotations a template may set: Prometheus's
+	// scrape settings.
+	DefaultGatewayPodAnnotations = "prometheus.io/"
 )
 
 // GatewayPolicy is what the install lets gateway templates choose (skein-controller's
@@ -78,12 +81,20 @@ type GatewayPolicy struct {
 	// ServiceAnnotations are the annotation keys a server's Service may carry: a key, or a
 	// prefix ending in "/" that allows every key under it (service.beta.kubernetes.io/).
 	ServiceAnnotations []string
+	// PodAnnotations are the annotation keys a gateway pod's template may carry, as
+	// ServiceAnnotations (nil: DefaultGatewayPodAnnotations). Annotations steer what runs the
+	// pod: a CNI's extra networks (k8s.v1.cni.cncf.io/networks), AppArmor's profile in its
+	// annotation form, a service mesh's sidecar.
+	PodAnnotations []string
 }
 
 // withDefaults fills what p leaves unset.
 func (p GatewayPolicy) withDefaults() GatewayPolicy {
 	if p.ImageRepositories == nil {
 		p.ImageRepositories = []string{DefaultGatewayImageRepository}
+	}
+	if p.PodAnnotations == nil {
+		p.PodAnnotations = []string{DefaultGatewayPodAnnotations}
 	}
 	if p.MaxReplicas == 0 {
 		p.MaxReplicas = DefaultGatewayMaxReplicas
@@ -150,6 +161,11 @@ func (p GatewayPolicy) constrainGateway(rd *render.Rendered, name, namespace str
 	}
 	if d.Replicas != nil && *d.Replicas > p.MaxReplicas {
 		refuse("%s.replicas %d (at most %d: --gateway-max-replicas)", dep, *d.Replicas, p.MaxReplicas)
+	}
+	for k := range d.Template.Annotations {
+		if !annotationAllowed(p.PodAnnotations, k) {
+			refuse("%s.template.metadata.annotations %s (allowed: %s; --gateway-pod-annotations)", dep, k, listOrNone(p.PodAnnotations))
+		}
 	}
 	pod := &d.Template.Spec
 	const at = dep + ".template.spec"
@@ -410,16 +426,16 @@ func (p GatewayPolicy) service(tmpl *corev1.ServiceSpec, annotations map[string]
 		}
 	}
 	for k := range annotations {
-		if !p.serviceAnnotationAllowed(k) {
+		if !annotationAllowed(p.ServiceAnnotations, k) {
 			refuse("metadata.annotations %s (on the Service; allowed: %s; --gateway-service-annotations)", k, listOrNone(p.ServiceAnnotations))
 		}
 	}
 	return svc, bad
 }
 
-// serviceAnnotationAllowed reports whether a server's Service may carry annotation key.
-func (p GatewayPolicy) serviceAnnotationAllowed(key string) bool {
-	return slices.ContainsFunc(p.ServiceAnnotations, func(a string) bool {
+// annotationAllowed reports whether allowed (keys, and prefixes ending in "/") allows key.
+func annotationAllowed(allowed []string, key string) bool {
+	return slices.ContainsFunc(allowed, func(a string) bool {
 		return a == key || (strings.HasSuffix(a, "/") && strings.HasPrefix(key, a))
 	})
 }
@@ -439,7 +455,7 @@ func listOrNone(l []string) string {
 
 // GatewayPolicyFlags registers the policy's flags (skein-controller's --gateway-image,
 // --gateway-image-repositories, --gateway-max-replicas, --gateway-priority-classes,
-// --gateway-tolerations, --gateway-max-cpu, --gateway-max-memory,
+// --gateway-tolerations, --gateway-max-cpu, --gateway-max-memory, --gateway-pod-annotations,
 // --gateway-service-annotations) on fs. The function it returns checks them once fs is parsed.
 func GatewayPolicyFlags(fs *flag.FlagSet) func() (GatewayPolicy, error) {
 	image := fs.String("gateway-image", "", "the gateway image (the chart's gateway.image): what a template whose gateway container names no image gets; its repository is allowed")
@@ -449,10 +465,11 @@ func GatewayPolicyFlags(fs *flag.FlagSet) func() (GatewayPolicy, error) {
 	tolerations := fs.String("gateway-tolerations", "", "tolerations a gateway template may give its pods, a JSON list of core/v1 tolerations; each toleration of a template must equal one of them (none by default)")
 	maxCPU := fs.String("gateway-max-cpu", DefaultGatewayMaxCPU, "largest CPU request or limit of a gateway pod's template")
 	maxMemory := fs.String("gateway-max-memory", DefaultGatewayMaxMemory, "largest memory request or limit of a gateway pod's template")
+	podAnnotations := fs.String("gateway-pod-annotations", DefaultGatewayPodAnnotations, "annotations a gateway template may give its pods, comma-separated: a key, or a prefix ending in / for every key under it; empty: "+DefaultGatewayPodAnnotations)
 	serviceAnnotations := fs.String("gateway-service-annotations", "", "annotations a gateway server's Service may carry (from its template's metadata), comma-separated: a key, or a prefix ending in / for every key under it (service.beta.kubernetes.io/); none by default")
 	return func() (GatewayPolicy, error) {
 		p := GatewayPolicy{Image: strings.TrimSpace(*image), ImageRepositories: commaList(*repositories),
-			PriorityClasses: commaList(*priorityClasses), ServiceAnnotations: commaList(*serviceAnnotations)}
+			PriorityClasses: commaList(*priorityClasses), ServiceAnnotations: commaList(*serviceAnnotations), PodAnnotations: commaList(*podAnnotations)}
 		if p.Image != "" && (strings.ContainsAny(p.Image, " \t") || ImageRepository(p.Image) == "") {
 			return p, fmt.Errorf("--gateway-image %q: want an image reference such as ghcr.io/skein-net/skein-gateway:v1.2.3", *image)
 		}

@@ -98,6 +98,8 @@ func TestGatewayPolicyDefaults(t *testing.T) {
 		podOf(tmpl)["priorityClassName"] = "gateways"
 		podOf(tmpl)["tolerations"] = []any{map[string]any{"key": "edge", "operator": "Exists", "effect": "NoSchedule"}}
 		tmpl["metadata"].(map[string]any)["annotations"] = map[string]any{"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"}
+		tmpl["spec"].(map[string]any)["deployment"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["annotations"] = map[string]any{
+			"prometheus.io/scrape": "true", "prometheus.io/port": "9471"}
 	})
 	if bad := p.constrainGateway(rd, "gw", "tenant", true, gs); len(bad) > 0 {
 		t.Fatalf("what the chart's settings allow refused: %q", bad)
@@ -179,6 +181,10 @@ func TestGatewayPolicyRefuses(t *testing.T) {
 		{"cluster IP", func(m map[string]any) {
 			m["spec"].(map[string]any)["service"].(map[string]any)["clusterIP"] = "10.96.0.10"
 		}, "spec.service.clusterIP"},
+		{"pod annotations", func(m map[string]any) {
+			m["spec"].(map[string]any)["deployment"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["annotations"] = map[string]any{
+				"k8s.v1.cni.cncf.io/networks": "kube-system/host-macvlan", "container.apparmor.security.beta.kubernetes.io/gateway": "unconfined", "prometheus.io/scrape": "true"}
+		}, "spec.deployment.template.metadata.annotations container.apparmor.security.beta.kubernetes.io/gateway"},
 		{"annotations", func(m map[string]any) {
 			m["metadata"].(map[string]any)["annotations"] = map[string]any{"external-dns.alpha.kubernetes.io/hostname": "bank.example"}
 		}, "metadata.annotations external-dns.alpha.kubernetes.io/hostname"},

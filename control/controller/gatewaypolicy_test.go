@@ -85,6 +85,9 @@ func TestTemplateAuthorCannotBorrowTheController(t *testing.T) {
 		{"annotations", func(m map[string]any) {
 			m["metadata"].(map[string]any)["annotations"] = map[string]any{"metallb.universe.tf/loadBalancerIPs": "203.0.113.7"}
 		}, "metadata.annotations metallb.universe.tf/loadBalancerIPs"},
+		{"pod-annotations", func(m map[string]any) {
+			dig(m, "spec", "deployment", "template", "metadata")["annotations"] = map[string]any{"k8s.v1.cni.cncf.io/networks": "kube-system/host-macvlan"}
+		}, "template.metadata.annotations k8s.v1.cni.cncf.io/networks"},
 		{"replicas", func(m map[string]any) { dig(m, "spec", "deployment")["replicas"] = 200 }, "spec.deployment.replicas 200"},
 		{"priority", func(m map[string]any) { pod(m)["priorityClassName"] = "system-node-critical" }, "priorityClassName system-node-critical"},
 		{"tolerations", func(m map[string]any) { pod(m)["tolerations"] = []any{map[string]any{"operator": "Exists"}} }, "tolerations[0]"},
