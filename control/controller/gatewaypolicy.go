@@ -156,8 +156,9 @@ func (p GatewayPolicy) constrainGateway(rd *render.Rendered, name, namespace str
 	d := rd.Deployment
 	if d.Selector == nil {
 		d.Selector = &metav1.LabelSelector{MatchLabels: own}
-	} else if len(d.Selector.MatchExpressions) > 0 || !maps.Equal(d.Selector.MatchLabels, own) {
-		refuse("%s.selector (must select the gateway's own pods, %s: %s)", dep, GatewayPodLabel, name)
+	} else if len(d.Selector.MatchExpressions) > 0 || d.Selector.MatchLabels[GatewayPodLabel] != name {
+		// Labels beside the gateway's own only narrow what it selects.
+		refuse("%s.selector (must select the gateway's own pods by matchLabels %s: %s)", dep, GatewayPodLabel, name)
 	}
 	if d.Replicas != nil && *d.Replicas > p.MaxReplicas {
 		refuse("%s.replicas %d (at most %d: --gateway-max-replicas)", dep, *d.Replicas, p.MaxReplicas)

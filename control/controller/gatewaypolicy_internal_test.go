@@ -107,6 +107,14 @@ func TestGatewayPolicyDefaults(t *testing.T) {
 	if c := rd.Deployment.Template.Spec.Containers[0]; c.Image != p.Image {
 		t.Errorf("a template without an image got %q, want --gateway-image %s", c.Image, p.Image)
 	}
+	// A selector narrower than the gateway's own (its label and more) selects its pods only.
+	rd = renderDefault(t, "wireguard-client.yaml", nil, func(tmpl map[string]any) {
+		dep := tmpl["spec"].(map[string]any)["deployment"].(map[string]any)
+		dep["selector"].(map[string]any)["matchLabels"].(map[string]any)["networking.liqo.io/component"] = "gateway"
+	})
+	if bad := (GatewayPolicy{}).constrainGateway(rd, "gw", "tenant", false, nil); len(bad) > 0 {
+		t.Errorf("a narrower Deployment selector refused: %q", bad)
+	}
 }
 
 // TestGatewayPolicyRefuses: each way a template could borrow skein-controller's authority is
