@@ -309,6 +309,12 @@ var valueCases = []struct {
 			"tolerations":       []any{map[string]any{"key": "edge", "operator": "Exists", "effect": "NoSchedule"}},
 			"priorityClassName": "gateway-critical", "annotations": map[string]any{"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"},
 			"imagePullSecrets": []any{map[string]any{"name": "registry-b"}}}}},
+	// What gateway templates of the users' own may choose beyond the chart's defaults.
+	{name: "template-policy", values: map[string]any{"gateway": map[string]any{"replicas": 4, "maxReplicas": 2,
+		"allowedImageRepositories": []any{"registry.example.com:5000/skein/skein-gateway"},
+		"allowedPriorityClasses":   []any{"gateway-critical"}, "allowedTolerations": []any{map[string]any{"key": "edge", "operator": "Exists"}},
+		"maxResources":              map[string]any{"cpu": "500m", "memory": "512Mi"},
+		"allowedServiceAnnotations": []any{"service.beta.kubernetes.io/", "metallb.universe.tf/address-pool"}}}},
 }
 
 // TestChartLint runs `helm lint --strict` with every case's values.
@@ -346,6 +352,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"replicas without election", map[string]any{"controller": map[string]any{"replicas": 2, "leaderElection": false}}, "leaderElection"},
 		{"scrape interval not a duration", map[string]any{"monitoring": map[string]any{"podMonitor": map[string]any{"interval": "thirty seconds"}}}, "/monitoring/podMonitor/interval"},
 		{"digest in the tag", map[string]any{"agent": map[string]any{"image": map[string]any{"tag": "v0.2.0@sha256:0123"}}}, "/agent/image/tag"},
+		{"gateway max replicas zero", map[string]any{"gateway": map[string]any{"maxReplicas": 0}}, "/gateway/maxReplicas"},
+		{"gateway image repository with a tag", map[string]any{"gateway": map[string]any{"allowedImageRepositories": []any{"registry.example.com/skein-gateway:v1"}}}, "/gateway/allowedImageRepositories"},
 		{"dashboard label not a string", map[string]any{"monitoring": map[string]any{"dashboard": map[string]any{"labels": map[string]any{"grafana_dashboard": 1}}}}, "/monitoring/dashboard/labels"},
 	}
 	helmBinary(t)

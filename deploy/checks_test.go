@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -621,8 +622,50 @@ func checkGatewayTemplates(v chartValues, ns string, objs []*unstructured.Unstru
 				bad("a server with service type %s and port %d gets the Service %+v", g.Type, g.Port, svc)
 			}
 		}
+		// skein-controller, run with the flags the chart gives it, renders the default templates
+		// the chart wrote: its gateway policy allows every setting of .Values.gateway.
+		policy, err := controllerGatewayPolicy(objs)
+		if err != nil {
+			bad("%v", err)
+			continue
+		}
+		var gs *netv1alpha1.GatewayServer
+		if t.kind == "WgGatewayServerTemplate" {
+			g := v.Peering.Networking.Gateway
+			gs = &netv1alpha1.GatewayServer{Spec: netv1alpha1.GatewayServerSpec{MTU: g.MTU,
+				Endpoint: netv1alpha1.ServerEndpoint{Port: g.Server.Service.Port, ServiceType: netv1alpha1.ServiceType(g.Server.Service.Type)}}}
+		}
+		if refused := policy.Constrain(r, "gw", "tenant", gs); len(refused) > 0 {
+			bad("skein-controller, with the chart's --gateway-* flags, refuses the template: %q", refused)
+		}
 	}
 	return problems
+}
+
+// controllerGatewayPolicy is the gateway policy of skein-controller as the chart runs it: its
+// --gateway-* flags of the policy, parsed as the controller parses them.
+func controllerGatewayPolicy(objs []*unstructured.Unstructured) (controller.GatewayPolicy, error) {
+	u := find(objs, "Deployment", fullname+"-controller")
+	if u == nil {
+		return controller.GatewayPolicy{}, fmt.Errorf("no controller Deployment")
+	}
+	d, err := as[appsv1.Deployment](u)
+	if err != nil {
+		return controller.GatewayPolicy{}, err
+	}
+	fs := flag.NewFlagSet("skein-controller", flag.ContinueOnError)
+	policy := controller.GatewayPolicyFlags(fs)
+	var args []string
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if fs.Lookup(name) != nil {
+			args = append(args, a)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return controller.GatewayPolicy{}, fmt.Errorf("the controller's args %q: %w", args, err)
+	}
+	return policy()
 }
 
 // checkRBAC: the gateway roles are deploy/rbac's, under the names skein-controller binds; the
@@ -850,6 +893,9 @@ func TestChecksCatch(t *testing.T) {
 		{"gateway ignores the image value", "WgGatewayServerTemplate", "wireguard-server", gwPath, nil, func(v *chartValues) {
 			v.Gateway.Image.Tag = "v9"
 		}, "skein-gateway:v9"},
+		{"controller refuses the chart's gateway template", "WgGatewayServerTemplate", "wireguard-server", gwPath, func(_, c map[string]any) {
+			c["image"] = "registry.example/other/skein-gateway:v1"
+		}, nil, "refuses the template"},
 		{"server ignores the service type", "WgGatewayServerTemplate", "wireguard-server", gwPath, func(o, _ map[string]any) {
 			_ = unstructured.SetNestedField(o, "LoadBalancer", "spec", "template", "spec", "service", "type")
 		}, func(v *chartValues) { v.Peering.Networking.Gateway.Server.Service.Type = "NodePort" }, "service type NodePort"},

@@ -277,7 +277,7 @@ func TestChartInstall(t *testing.T) {
 	rb := &rbacv1.RoleBinding{}
 	must(c.Get(ctx, client.ObjectKey{Namespace: gwNS, Name: "server"}, rb))
 	crb := &rbacv1.ClusterRoleBinding{}
-	must(c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + gwNS + "-server"}, crb))
+	must(c.Get(ctx, client.ObjectKey{Name: controller.GatewayClusterBindingName(gwNS, "server")}, crb))
 	if rb.RoleRef.Name != controller.GatewayClusterRole || crb.RoleRef.Name != controller.GatewayNodesClusterRole {
 		t.Errorf("gateway bindings to %s and %s", rb.RoleRef.Name, crb.RoleRef.Name)
 	}

@@ -116,7 +116,8 @@ func main() {
 	pools := fs.String("pools", joinPrefixes(slices.Concat(ipam.DefaultPools, ipam.DefaultPools6)), "remap pools, comma-separated: a peer's CIDR that clashes with one here is seen as a free prefix of the same length from the pools of its family (IPv4 or IPv6)")
 	nodeCIDRs := fs.String("node-cidrs", "", "the networks of the nodes' addresses, comma-separated: never inside a peer's CIDR as seen here (the nodes' own addresses, from the Node objects, never are either)")
 	allowPrivileged := fs.Bool("allow-privileged-gateways", false, "render gateway pods whose template asks for privileged containers, added capabilities, the host's network, PID or IPC namespace, or hostPath volumes (refused by default: the gateway runs unprivileged)")
-	watchPods := fs.String("gateway-watch-pods", controller.PodRoutesAuto, "how gateways find a local pod's node: true (from the Pod objects: every gateway gets --watch-pods and may read every Pod), false (from Node.spec.podCIDRs; templates may still pass --watch-pods) or auto (false until a gateway pod is seen outside its node's pod CIDRs, then true; an event on that gateway says so)")
+	watchPods := fs.String("gateway-watch-pods", controller.PodRoutesAuto, "how gateways find a local pod's node: true (from the Pod objects: every gateway gets --watch-pods and may read every Pod), false (from Node.spec.podCIDRs; no gateway watches Pods, whatever its template says) or auto (false until a gateway pod is seen outside its node's pod CIDRs, then true; an event on that gateway says so)")
+	gatewayPolicy := controller.GatewayPolicyFlags(fs)
 	minPrefix := fs.Int("min-remote-prefix-length", netv1alpha1.DefaultMinRemotePrefixLength, "refuse peers' IPv4 CIDRs larger than this prefix length (a Configuration whose pod or external CIDR is, say, a /4 is not routed: Ready=False, ForbiddenCIDR)")
 	minPrefix6 := fs.Int("min-remote-prefix-length6", netv1alpha1.DefaultMinRemotePrefixLength6, "the same for peers' IPv6 CIDRs")
 	ipv6 := fs.Bool("ipv6", true, "map peers' IPv6 CIDRs (dual-stack and IPv6-only peers; a clashing one is remapped from the IPv6 --pools); false refuses a Configuration with an IPv6 CIDR (Ready=False, InvalidCIDR), for clusters whose nodes have no IPv6")
@@ -161,10 +162,14 @@ func main() {
 		fail(fmt.Errorf("--gateway-mtu %d: want 576-9000", *gwMTU))
 	case *gwPort < 1 || *gwPort > 65535:
 		fail(fmt.Errorf("--gateway-server-port %d: want 1-65535", *gwPort))
-	case !slices.Contains([]string{controller.PodRoutesAuto, controller.PodRoutesAlways, controller.PodRoutesTemplate}, *watchPods):
+	case !slices.Contains([]string{controller.PodRoutesAuto, controller.PodRoutesAlways, controller.PodRoutesNever}, *watchPods):
 		fail(fmt.Errorf("--gateway-watch-pods %q: want auto, true or false", *watchPods))
 	case !slices.Contains([]string{"NodePort", "LoadBalancer", "ClusterIP"}, *gwServiceType):
 		fail(fmt.Errorf("--gateway-server-service-type %q: want NodePort, LoadBalancer or ClusterIP", *gwServiceType))
+	}
+	policy, err := gatewayPolicy()
+	if err != nil {
+		fail(err)
 	}
 	poolList := prefixes("pools", *pools)
 	if err := checkPools(poolList); err != nil {
@@ -173,7 +178,7 @@ func main() {
 	opts := controller.Options{
 		PodCIDRs: podList, ServiceCIDRs: prefixes("service-cidr", *serviceCIDR),
 		Reserved: prefixes("reserved", *reserved), Pools: poolList, NodeCIDRs: prefixes("node-cidrs", *nodeCIDRs),
-		MinRemotePrefixLength: *minPrefix, MinRemotePrefixLength6: *minPrefix6, IPv6: *ipv6, AllowPrivilegedGateways: *allowPrivileged, GatewayWatchPods: *watchPods,
+		MinRemotePrefixLength: *minPrefix, MinRemotePrefixLength6: *minPrefix6, IPv6: *ipv6, AllowPrivilegedGateways: *allowPrivileged, GatewayWatchPods: *watchPods, GatewayPolicy: policy,
 		ExternalCIDR: ext4, ExternalCIDR6: ext6, InternalCIDR: internal[0], Metrics: ctrlmetrics.Registry,
 	}
 	ctrlmetrics.Registry.MustRegister(buildmetric.Collector("controller"))

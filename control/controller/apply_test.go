@@ -110,14 +110,14 @@ func TestNoFightWithKubeControllerManager(t *testing.T) {
 	var tree map[string]any
 	apitest.Must(t, json.Unmarshal(tmpl.Spec.Template.Raw, &tree))
 	containers := dig(tree, "spec", "deployment", "template", "spec")["containers"].([]any)
-	containers[0].(map[string]any)["image"] = "skein-gateway:next"
+	containers[0].(map[string]any)["image"] = "ghcr.io/skein-net/skein-gateway:next"
 	raw, err := json.Marshal(tree)
 	apitest.Must(t, err)
 	tmpl.Spec.Template.Raw = raw
 	apitest.Must(t, c.Update(ctx, tmpl))
 	apitest.Eventually(t, "the template's new image in the gateway's Deployment and a second ReplicaSet", 30*time.Second, func() bool {
 		var sets appsv1.ReplicaSetList
-		return c.Get(ctx, key, dep) == nil && dep.Spec.Template.Spec.Containers[0].Image == "skein-gateway:next" &&
+		return c.Get(ctx, key, dep) == nil && dep.Spec.Template.Spec.Containers[0].Image == "ghcr.io/skein-net/skein-gateway:next" &&
 			c.List(ctx, &sets, client.InNamespace(ns)) == nil && len(sets.Items) == 2
 	})
 }

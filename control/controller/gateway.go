@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -68,8 +69,10 @@ type GatewayReconciler struct {
 	Events events.EventRecorder
 	// AllowPrivileged lets templates render privileged gateway pods (podpolicy.go).
 	AllowPrivileged bool
-	// PodRoutes decides whether gateways watch Pods (podroutes.go); nil: as the templates say.
+	// PodRoutes decides whether gateways watch Pods (podroutes.go); nil: they do not.
 	PodRoutes *PodRoutes
+	// Policy is what templates may choose (gatewaypolicy.go); the zero value is the default.
+	Policy GatewayPolicy
 
 	// applied remembers, per object, what was last applied and what the API server answered
 	// (see applyChanged).
@@ -244,6 +247,18 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			"the template %s %s asks for %s in the gateway pod, which skein-controller does not render (the gateway runs unprivileged; "+
 				"--allow-privileged-gateways allows it)", g.ref.Kind, g.ref.Name, bad))
 	}
+	if bad := r.Policy.constrainGateway(rendered, obj.GetName(), obj.GetNamespace(), r.Server, g.server); len(bad) > 0 {
+		// What an earlier template (or an earlier controller, without the policy) rendered
+		// does not stay behind: the gateway's Deployment, Service, disruption budget and Pods
+		// binding go until the template is fixed. Its key, ServiceAccount and overlay address stay.
+		if err := r.removeRendered(ctx, obj); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.fail(ctx, g, before, "ForbiddenTemplate", fmt.Sprintf(
+			"the template %s %s asks for what skein-controller does not render for a template (the install's settings decide it; "+
+				"the gateway's Deployment and Service are removed until the template is fixed): %s",
+			g.ref.Kind, g.ref.Name, strings.Join(bad, "; ")))
+	}
 	if err := r.observePods(ctx, obj); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -408,29 +423,16 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: rd.Annotations}, Spec: *rd.Deployment},
 	}
 	if rd.Service != nil {
-		gs := owner.(*netv1alpha1.GatewayServer)
-		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: rd.Annotations}, Spec: *rd.Service}
-		if np := gs.Spec.Endpoint.NodePort; np != nil && *np != 0 && len(svc.Spec.Ports) > 0 && svc.Spec.Type != corev1.ServiceTypeClusterIP {
-			svc.Spec.Ports[0].NodePort = *np
-		}
-		if lb := gs.Spec.Endpoint.LoadBalancerIP; lb != nil && *lb != "" && svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
-			svc.Spec.LoadBalancerIP = *lb
-		}
-		if svc.Spec.Selector[activePodLabel] == "true" {
-			// The active label alone decides which replica gets the traffic. Readiness would
-			// only add an outage: after an API server outage longer than the nodes' grace
-			// period kube-controller-manager marks every pod of the cluster NotReady until its
-			// kubelet reports again, and the Service would then send the peer nowhere.
-			svc.Spec.PublishNotReadyAddresses = true
-		}
-		objs = append(objs, svc)
+		// Built from the GatewayServer's spec (GatewayPolicy.service).
+		objs = append(objs, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: rd.Annotations}, Spec: *rd.Service})
 	}
-	// With more than one replica, a voluntary disruption (a node drain) keeps one running.
+	// With more than one replica, a voluntary disruption (a node drain) keeps one running. It
+	// covers the gateway's own pods, whatever the template says.
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	if rd.Deployment.Replicas != nil && *rd.Deployment.Replicas > 1 && rd.Deployment.Selector != nil {
+	if rd.Deployment.Replicas != nil && *rd.Deployment.Replicas > 1 {
 		one := intstr.FromInt32(1)
 		pdb.Labels = labels
-		pdb.Spec = policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: rd.Deployment.Selector}
+		pdb.Spec = policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: gatewaySelector(name)}
 		objs = append(objs, pdb)
 	} else if err := r.deleteObsolete(ctx, owner, pdb); err != nil {
 		return err
@@ -467,6 +469,13 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 	}
 	for _, crb := range crbs {
 		if err := r.applyChanged(ctx, owner, crb); err != nil {
+			return err
+		}
+	}
+	// The names before they were made unambiguous (legacyClusterBindingName), left by an
+	// older controller: removed, once the new ones are in place, when they are this gateway's.
+	for _, legacy := range []string{legacyClusterBindingName(ns, name), legacyClusterBindingName(ns, name) + "-pods"} {
+		if err := r.deleteObsolete(ctx, owner, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: legacy}}); err != nil {
 			return err
 		}
 	}
@@ -733,8 +742,45 @@ func (r *GatewayReconciler) activeNodeAddress(ctx context.Context, g *netv1alpha
 	return "", "no active gateway pod yet", nil
 }
 
-// clusterBindingName names a gateway's ClusterRoleBinding.
-func clusterBindingName(ns, name string) string { return "skein-gateway-" + ns + "-" + name }
+// clusterBindingName names a gateway's ClusterRoleBinding (GatewayClusterBindingName).
+func clusterBindingName(ns, name string) string { return GatewayClusterBindingName(ns, name) }
+
+// GatewayClusterBindingName names the ClusterRoleBinding of gateway ns/name (its Pods binding
+// adds "-pods"): readable, and unambiguous thanks to a hash of the namespace and name, which
+// "skein-gateway-<ns>-<name>" alone was not (a-b/c and a/b-c).
+func GatewayClusterBindingName(ns, name string) string {
+	sum := sha256.Sum256([]byte(ns + "/" + name))
+	readable := ns + "-" + name
+	if len(readable) > 200 {
+		readable = readable[:200]
+	}
+	return fmt.Sprintf("skein-gateway-%s-%x", readable, sum[:5])
+}
+
+// legacyClusterBindingName is the name clusterBindingName gave before it hashed: removed on
+// upgrade once it is the gateway's own (bound to its ServiceAccount, isOwned).
+func legacyClusterBindingName(ns, name string) string { return "skein-gateway-" + ns + "-" + name }
+
+// removeRendered deletes what the gateway's template rendered and the gateway's Pods binding,
+// when they are the gateway's.
+func (r *GatewayReconciler) removeRendered(ctx context.Context, owner client.Object) error {
+	name, ns := owner.GetName(), owner.GetNamespace()
+	meta := metav1.ObjectMeta{Name: name, Namespace: ns}
+	var errs []error
+	for _, obj := range []client.Object{
+		&appsv1.Deployment{ObjectMeta: meta}, &corev1.Service{ObjectMeta: meta}, &policyv1.PodDisruptionBudget{ObjectMeta: meta},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name) + "-pods"}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: legacyClusterBindingName(ns, name) + "-pods"}},
+	} {
+		if err := r.deleteIfOwned(ctx, owner, obj); err != nil {
+			errs = append(errs, fmt.Errorf("delete %T %s/%s: %w", obj, ns, obj.GetName(), err))
+		}
+		if key, err := r.appliedKeyOf(obj); err == nil {
+			r.applied.Delete(key)
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // removeAll deletes what the gateway owns (the API server's garbage collector would too, but
 // it may not run, and users expect a deleted gateway to be gone at once) and its Connection.
@@ -750,6 +796,8 @@ func (r *GatewayReconciler) removeAll(ctx context.Context, owner client.Object) 
 		&netv1alpha1.Connection{ObjectMeta: meta},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name)}},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name) + "-pods"}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: legacyClusterBindingName(ns, name)}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: legacyClusterBindingName(ns, name) + "-pods"}},
 	} {
 		if err := r.deleteIfOwned(ctx, owner, obj); err != nil {
 			errs = append(errs, fmt.Errorf("delete %T %s/%s: %w", obj, ns, obj.GetName(), err))

@@ -139,7 +139,7 @@ func TestGatewayServer(t *testing.T) {
 	apitest.Must(t, c.Get(ctx, key, svc))
 	apitest.Must(t, c.Get(ctx, key, &corev1.ServiceAccount{}))
 	apitest.Must(t, c.Get(ctx, key, &rbacv1.RoleBinding{}))
-	apitest.Must(t, c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + ns + "-server"}, &rbacv1.ClusterRoleBinding{}))
+	apitest.Must(t, c.Get(ctx, client.ObjectKey{Name: controller.GatewayClusterBindingName(ns, "server")}, &rbacv1.ClusterRoleBinding{}))
 	if args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--gateway-name=server") || !strings.Contains(args, "--listen-port=51820") {
 		t.Errorf("deployment args %q", args)
 	}
@@ -196,7 +196,7 @@ func TestGatewayServer(t *testing.T) {
 		gone := func(o client.Object, k client.ObjectKey) bool { return apierrors.IsNotFound(c.Get(ctx, k, o)) }
 		return gone(&netv1alpha1.GatewayServer{}, key) && gone(&appsv1.Deployment{}, key) && gone(&corev1.Service{}, key) &&
 			gone(&corev1.ServiceAccount{}, key) && gone(&rbacv1.RoleBinding{}, key) && gone(&corev1.Secret{}, client.ObjectKeyFromObject(secret)) &&
-			gone(&rbacv1.ClusterRoleBinding{}, client.ObjectKey{Name: "skein-gateway-" + ns + "-server"})
+			gone(&rbacv1.ClusterRoleBinding{}, client.ObjectKey{Name: controller.GatewayClusterBindingName(ns, "server")})
 	})
 }
 
@@ -328,7 +328,7 @@ func TestPodPolicy(t *testing.T) {
 		ctr["securityContext"] = map[string]any{"privileged": true, "capabilities": map[string]any{"add": []any{"SYS_ADMIN"}}}
 	})
 	variant("other-sa", func(pod map[string]any) { pod["serviceAccountName"] = "cluster-admin-sa" })
-	variant("invalid", func(pod map[string]any) { pod["containers"].([]any)[0].(map[string]any)["name"] = "Not_A_DNS_Label" })
+	variant("invalid", func(pod map[string]any) { pod["hostname"] = "Not_A_DNS_Label" })
 	variant("watcher", func(pod map[string]any) {
 		ctr := pod["containers"].([]any)[0].(map[string]any)
 		ctr["args"] = append(ctr["args"].([]any), "--watch-pods")
@@ -372,16 +372,24 @@ func TestPodPolicy(t *testing.T) {
 	}
 	// Every Pod of the cluster only for a gateway that watches them.
 	podsBinding := func(gw string) error {
-		return c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + ns + "-" + gw + "-pods"}, &rbacv1.ClusterRoleBinding{})
+		return c.Get(ctx, client.ObjectKey{Name: controller.GatewayClusterBindingName(ns, gw) + "-pods"}, &rbacv1.ClusterRoleBinding{})
 	}
 	if err := podsBinding("other"); !apierrors.IsNotFound(err) {
 		t.Errorf("a gateway without --watch-pods may read every Pod: %v", err)
 	}
-	gw("watcher", "watcher")
-	apitest.Eventually(t, "the pods binding of the --watch-pods gateway", 30*time.Second, func() bool {
-		crb := &rbacv1.ClusterRoleBinding{}
-		return c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + ns + "-watcher-pods"}, crb) == nil && crb.RoleRef.Name == controller.GatewayPodsClusterRole
+	// A template's own --watch-pods neither reaches the gateway nor binds the Pods role: the
+	// controller's setting decides (here none: no gateway watches Pods).
+	watcher := gw("watcher", "watcher")
+	apitest.Eventually(t, "the --watch-pods template's gateway deployed", 30*time.Second, func() bool {
+		return c.Get(ctx, client.ObjectKeyFromObject(watcher), dep) == nil
 	})
+	if args := dep.Spec.Template.Spec.Containers[0].Args; slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, "watch-pods") }) {
+		t.Errorf("the template's --watch-pods reached the gateway: %q", args)
+	}
+	time.Sleep(time.Second)
+	if err := podsBinding("watcher"); !apierrors.IsNotFound(err) {
+		t.Errorf("a template's --watch-pods made the controller bind %s: %v", controller.GatewayPodsClusterRole, err)
+	}
 }
 
 // TestPodRoutesAuto: gateways route pods by their nodes' pod CIDRs until a gateway pod turns
@@ -437,7 +445,7 @@ func TestPodRoutesAuto(t *testing.T) {
 		return false
 	}
 	podsBinding := func(gw string) error {
-		return c.Get(ctx, client.ObjectKey{Name: "skein-gateway-" + ns + "-" + gw + "-pods"}, &rbacv1.ClusterRoleBinding{})
+		return c.Get(ctx, client.ObjectKey{Name: controller.GatewayClusterBindingName(ns, gw) + "-pods"}, &rbacv1.ClusterRoleBinding{})
 	}
 
 	gw("a")

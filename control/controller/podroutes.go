@@ -2,7 +2,8 @@
 // node whose Node.spec.podCIDRs hold the pod's address; CNIs with their own IPAM (Calico's
 // blocks, Cilium's cluster pool, the clouds' VPC CNIs) give pods addresses outside those CIDRs,
 // and the gateway must then learn each pod's node from the Pod objects (--watch-pods), which
-// needs read access to every Pod. PodRoutes decides, cluster-wide, whether gateways do so.
+// needs read access to every Pod. PodRoutes decides, cluster-wide, whether gateways do so: the
+// controller's setting alone, never a template (GatewayPolicy strips a template's --watch-pods).
 
 package controller
 
@@ -25,13 +26,13 @@ import (
 // Pod route modes (skein-controller --gateway-watch-pods, the chart's gateway.watchPods).
 const (
 	// PodRoutesAuto turns --watch-pods on for every gateway once a gateway pod is seen with an
-	// address outside its node's pod CIDRs (or on a node without any); templates that pass
-	// --watch-pods themselves keep it.
+	// address outside its node's pod CIDRs (or on a node without any).
 	PodRoutesAuto = "auto"
 	// PodRoutesAlways gives every gateway --watch-pods.
 	PodRoutesAlways = "true"
-	// PodRoutesTemplate leaves it to the templates.
-	PodRoutesTemplate = "false"
+	// PodRoutesNever routes by the nodes' pod CIDRs only: no gateway watches Pods, whatever
+	// its template says.
+	PodRoutesNever = "false"
 )
 
 // PodRoutes holds the mode and, in auto mode, the first evidence that pods live outside their
@@ -110,7 +111,7 @@ func gatewayPod(pod *corev1.Pod, gw string) bool {
 // ParsePodRoutes checks a mode.
 func ParsePodRoutes(mode string) (*PodRoutes, error) {
 	switch mode {
-	case PodRoutesAuto, PodRoutesAlways, PodRoutesTemplate:
+	case PodRoutesAuto, PodRoutesAlways, PodRoutesNever:
 		return &PodRoutes{Mode: mode}, nil
 	}
 	return nil, fmt.Errorf("%q: want auto, true or false", mode)
@@ -159,7 +160,8 @@ func (p *PodRoutes) Evidence() string {
 	return p.evidence
 }
 
-// Apply adds --watch-pods to the gateway container when the mode or the evidence asks for it.
+// Apply adds --watch-pods to the gateway container when the mode or the evidence asks for it
+// (nil p: never). The template's own --watch-pods is gone by then (GatewayPolicy).
 func (p *PodRoutes) Apply(spec *corev1.PodSpec) {
 	if p == nil || watchesPods(spec) {
 		return

@@ -35,8 +35,10 @@ type Options struct {
 	// hostPath, privileged containers, added capabilities).
 	AllowPrivilegedGateways bool
 	// GatewayWatchPods is when gateways watch Pods: PodRoutesAuto (""), PodRoutesAlways or
-	// PodRoutesTemplate (podroutes.go).
+	// PodRoutesNever (podroutes.go).
 	GatewayWatchPods string
+	// GatewayPolicy is what gateway templates may choose (gatewaypolicy.go; zero: the default).
+	GatewayPolicy GatewayPolicy
 	// ClusterID is this cluster's id; with ServicesFrom set, exported services (the MCS API)
 	// are imported from the peers and this cluster's own exports.
 	ClusterID string
@@ -113,8 +115,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		&ConfigurationReconciler{Client: c, Reader: reader, IPAM: alloc, Events: ev, MinPrefixLength: o.MinRemotePrefixLength, MinPrefixLength6: o.MinRemotePrefixLength6, IPv6: o.IPv6},
 		&InternalNodeReconciler{Client: c, Reader: reader, Overlay: overlay, External: externalHosts, External6: externalHosts6},
 		&PublicKeyReconciler{Client: c},
-		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: true, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways, PodRoutes: podRoutes},
-		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: false, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways, PodRoutes: podRoutes},
+		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: true, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways, PodRoutes: podRoutes, Policy: o.GatewayPolicy},
+		&GatewayReconciler{Client: c, Reader: reader, Overlay: overlay, Server: false, Events: ev, AllowPrivileged: o.AllowPrivilegedGateways, PodRoutes: podRoutes, Policy: o.GatewayPolicy},
 	} {
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
