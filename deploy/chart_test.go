@@ -1,7 +1,8 @@
 // Package deploy holds the tests of what deploy/ ships: the Helm chart in deploy/chart (lint,
 // rendering with default and varied values, every rendered object checked by a real
-// kube-apiserver, and an install whose RBAC runs the real components), and its copies of the
-// CRDs, gateway templates and gateway roles kept equal to their sources.
+// kube-apiserver, and an install whose RBAC runs the real components), its copies of the
+// CRDs, gateway templates and gateway roles kept equal to their sources, and the gateway
+// templates of examples/networking against the gateway policy the chart installs.
 //
 // helm comes from skein's cache (internal/k8sbin.EnsureHelm, built by `make k8s-binaries`); the
 // tests that need it skip, saying so, when it is not built yet.

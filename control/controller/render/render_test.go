@@ -165,7 +165,7 @@ func TestExamples(t *testing.T) {
 					t.Errorf("ports %+v", r.Service.Ports)
 				}
 			case "wireguard-server-metrics.yaml":
-				if len(r.Service.Ports) != 2 || r.Deployment.Template.Annotations["prometheus.io/scrape"] != "true" {
+				if a := r.Deployment.Template.Annotations; len(r.Service.Ports) != 1 || a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != "9471" {
 					t.Errorf("service ports %+v, pod annotations %v", r.Service.Ports, r.Deployment.Template.Annotations)
 				}
 			case "wireguard-server-service-annotations.yaml":
