@@ -35,8 +35,9 @@ type Gateway struct {
 	log    *slog.Logger
 	dp     *dataplane.Dataplane
 	wg     *device.Device
-	out    *dataplane.Window // packets inside wireguard-go towards the tunnel
-	in     *dataplane.Window // and out of it
+	path   *dataplane.PathBind // the WAN socket's narrow-path handling and send errors
+	out    *dataplane.Window   // packets inside wireguard-go towards the tunnel
+	in     *dataplane.Window   // and out of it
 	ns     *netstack.Stack
 	prober *netstack.Prober
 	http   *http.Server
@@ -132,7 +133,9 @@ func New(plan *config.Gateway, opts Options) (_ *Gateway, err error) {
 
 	g.out, g.in = dataplane.NewWindow(plan.Window, 0), dataplane.NewWindow(plan.Window, 0)
 	g.dp.SetWindows(g.out, g.in)
-	g.wg = device.NewDevice(g.dp, dataplane.NewPacedBind(bind, g.out, g.in), wgLogger(log, &g.wgDrops))
+	// A narrow WAN slows the tunnel down, never stops it (dataplane/pathbind.go).
+	g.path = dataplane.NewPathBind(bind)
+	g.wg = device.NewDevice(g.dp, dataplane.NewPacedBind(g.path, g.out, g.in), wgLogger(log, &g.wgDrops))
 	if err := g.wg.IpcSet(plan.UAPI()); err != nil {
 		return nil, fmt.Errorf("wireguard: %w", err)
 	}
@@ -141,6 +144,7 @@ func New(plan *config.Gateway, opts Options) (_ *Gateway, err error) {
 			return nil, fmt.Errorf("wireguard: listen on UDP port %d: %w", plan.ListenPort, err)
 		}
 		g.active.Store(true)
+		g.logPathPolicy()
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -201,6 +205,15 @@ func (g *Gateway) rehandshake(lost int) {
 	}
 }
 
+// logPathPolicy says how the WireGuard socket sends (after it opened).
+func (g *Gateway) logPathPolicy() {
+	if p := g.path.Policy(); p.Err != "" {
+		g.log.Warn("the WireGuard socket sends IPv4 with DF: on a path narrower than the tunnel's packets whose ICMP is dropped, full-size packets are lost", "err", p.Err)
+	} else if p.Sockets > 0 {
+		g.log.Debug("WireGuard socket", "sockets", p.Sockets, "ipv4DF", p.IPv4DF)
+	}
+}
+
 // ObserveConnection has fn called after every probe whose outcome changed the connection's
 // state or RTT.
 func (g *Gateway) ObserveConnection(fn func(netstack.ProbeStatus)) { g.observer.Store(&fn) }
@@ -212,6 +225,7 @@ func (g *Gateway) SetActive(active bool) error {
 			return fmt.Errorf("wireguard: listen on UDP port %d: %w", g.plan.ListenPort, err)
 		}
 		g.active.Store(true)
+		g.logPathPolicy()
 		g.prober.Resume()
 		return nil
 	}

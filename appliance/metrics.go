@@ -86,6 +86,9 @@ var (
 	famBytes      = family{"skein_gateway_bytes_total", "Bytes of forwarded inner packets by direction.", promtext.Counter}
 	famNAT        = family{"skein_gateway_nat_translated_total", "Packets whose addresses were translated (a remapped peer network, or this site's pods presented under another prefix), by direction; a TCP superpacket cut to the tunnel MTU counts as its segments, as in skein_gateway_packets_handled_total.", promtext.Counter}
 	famWGDrops    = family{"skein_gateway_wireguard_drops_total", "Packets wireguard-go dropped, by reason: disallowed_source (from the peer, with a source outside its allowed IPs), invalid_ip_version, invalid_mac1, invalid_handshake, invalid_cookie. (Packets that fail to decrypt are dropped without a report.)", promtext.Counter}
+	famSendErrs   = family{"skein_gateway_wireguard_send_errors_total", "Errors of the WireGuard socket's sends to the peer, by kind: message_too_long (a batch or datagram larger than the path allows; a refused batch is sent again one datagram at a time), no_buffer_space, connection_refused, unreachable, not_permitted (a firewall on the host), gso_unsupported (the device cannot offload UDP segmentation; sent again without it), other.", promtext.Counter}
+	famResent     = family{"skein_gateway_wireguard_datagrams_resent_total", "WireGuard datagrams whose batch the socket refused as too big (a path MTU below the tunnel's packets) and that were sent again one at a time.", promtext.Counter}
+	famUnbatched  = family{"skein_gateway_wireguard_datagrams_unbatched_total", "WireGuard datagrams sent one at a time without UDP GSO because a batch of datagrams that large was refused as too big in the last 10 s.", promtext.Counter}
 	famWGBytes    = family{"skein_gateway_wireguard_bytes_total", "Bytes of WireGuard datagrams (encrypted, with WireGuard's overhead) by direction: to-tunnel sent to the peer, from-tunnel received from it.", promtext.Counter}
 	famRTTHist    = family{"skein_gateway_probe_round_trip_seconds", "Round-trip times of answered probes to the peer gateway through the tunnel.", promtext.Histogram}
 	famLost       = family{"skein_gateway_probes_lost_total", "Probes to the peer gateway that got no answer within the probe interval.", promtext.Counter}
@@ -241,6 +244,13 @@ func (c *collector) writeWireGuard(w *promtext.Writer) {
 	for i := range c.g.wgDrops {
 		w.Sample(famWGDrops.name, float64(c.g.wgDrops[i].Load()), "reason", wgDropNames[i])
 	}
+	ps := c.g.path.Stats()
+	famSendErrs.start(w)
+	for k := range dataplane.NumSendErrors {
+		w.Sample(famSendErrs.name, float64(ps.Errors[k]), "kind", k.String())
+	}
+	famResent.one(w, float64(ps.Resent))
+	famUnbatched.one(w, float64(ps.Singly))
 	famWGBytes.start(w)
 	w.Sample(famWGBytes.name, float64(bytes[0]), "direction", dataplane.ToTunnel.String())
 	w.Sample(famWGBytes.name, float64(bytes[1]), "direction", dataplane.FromTunnel.String())

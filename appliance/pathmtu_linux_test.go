@@ -223,8 +223,15 @@ func TestNarrowWAN(t *testing.T) {
 					}
 				}
 				tooLong := strings.Count(a.logs.String()+b.logs.String(), "message too long")
-				t.Logf("path MTU %d, %s: bulk TCP A->B %.0f Mbit/s, B->A %.0f Mbit/s; %d fragmentation-needed dropped by the routers; %d 'message too long' log lines",
-					mtu, mode, rates[0], rates[1], blackholed(t, r1)+blackholed(t, r2), tooLong)
+				refused := a.metric(t, `skein_gateway_wireguard_send_errors_total{kind="message_too_long"}`)
+				resent := a.metric(t, "skein_gateway_wireguard_datagrams_resent_total")
+				t.Logf("path MTU %d, %s: bulk TCP A->B %.0f Mbit/s, B->A %.0f Mbit/s; %d fragmentation-needed dropped by the routers; %d 'message too long' log lines; A: %v batches refused, %v datagrams resent",
+					mtu, mode, rates[0], rates[1], blackholed(t, r1)+blackholed(t, r2), tooLong, refused, resent)
+				if !drop && mtu < 1400 && (refused < 1 || resent < 1) {
+					// A's kernel learned the path MTU from the DF ping above: its GSO batches
+					// are refused, and must have been sent again.
+					t.Errorf("A counted %v batches refused as too big and %v datagrams resent, want some of both", refused, resent)
+				}
 				if drop && mtu < 1400 && blackholed(t, r1)+blackholed(t, r2) == 0 {
 					t.Log("note: the routers dropped no fragmentation needed (nothing was sent with DF above the path MTU)")
 				}
