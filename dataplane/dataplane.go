@@ -83,6 +83,10 @@ type Dataplane struct {
 	imu  sync.Mutex
 	ibuf []byte
 
+	// probe is the path MTU probe waiting for Read (probe.go); path sends it.
+	probe atomic.Pointer[Probe]
+	path  *PathBind
+
 	// cmu orders Reconfig and SetPathMTU; pathMTU is the limit SetPathMTU set (0: none).
 	cmu     sync.Mutex
 	pathMTU int

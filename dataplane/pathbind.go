@@ -121,6 +121,7 @@ type PathBind struct {
 	socks     []wireSocket               // the wrapped Bind's sockets (Linux), duplicated
 	policy    atomic.Pointer[PathPolicy] // what Open set on them
 	now       func() time.Time
+	armed     atomic.Pointer[Probe] // the probe the next data datagram is (probe.go)
 }
 
 // gsoLimit: datagrams of at least size bytes to to are sent one at a time until until.
@@ -204,6 +205,18 @@ func (p *PathBind) Policy() PathPolicy {
 // sent again one datagram at a time, and later batches holding datagrams that large to the
 // same destination are sent one at a time for GSOHold. Every error is counted by kind.
 func (p *PathBind) Send(bufs [][]byte, ep conn.Endpoint) error {
+	if p.armed.Load() != nil {
+		if i, pr := p.probeIndex(bufs); pr != nil {
+			return p.sendAround(bufs, i, pr, ep)
+		}
+	}
+	return p.send(bufs, ep)
+}
+
+func (p *PathBind) send(bufs [][]byte, ep conn.Endpoint) error {
+	if len(bufs) == 0 {
+		return nil
+	}
 	if len(bufs) > 1 && p.limited(bufs, ep) {
 		p.singly.Add(uint64(len(bufs)))
 		return p.sendEach(bufs, ep)
@@ -231,6 +244,70 @@ func (p *PathBind) Send(bufs [][]byte, ep conn.Endpoint) error {
 	// drops the duplicates (its replay window), which costs less than losing the rest.
 	return p.sendEach(bufs, ep)
 }
+
+// arm makes the next data datagram the probe pr.
+func (p *PathBind) arm(pr *Probe) { p.armed.Store(pr) }
+
+// probeIndex finds the armed probe in bufs: the first data datagram, if its length is the
+// probe's (else the probe is void and disarmed). It returns -1 and nil if bufs holds none.
+func (p *PathBind) probeIndex(bufs [][]byte) (int, *Probe) {
+	for i, b := range bufs {
+		if !isData(b, len(b)) {
+			continue
+		}
+		pr := p.armed.Swap(nil)
+		if pr == nil || len(b) != pr.wireLen {
+			return -1, nil
+		}
+		return i, pr
+	}
+	return -1, nil
+}
+
+// sendAround sends bufs[i], the probe, alone with DF, and the rest as usual around it.
+func (p *PathBind) sendAround(bufs [][]byte, i int, pr *Probe, ep conn.Endpoint) error {
+	err := p.send(bufs[:i], ep)
+	if dfErr := p.sendDF(bufs[i], ep); dfErr == nil {
+		pr.sentDF.Store(true)
+	} else if err == nil && !errors.Is(dfErr, errNoDF) {
+		// A probe too large for the gateway's own link is refused (EMSGSIZE): that is an
+		// answer (it does not pass), counted as a send error but not returned.
+		p.errs[ClassifySendError(dfErr)].Add(1)
+		if ClassifySendError(dfErr) == SendTooBig {
+			pr.sentDF.Store(true)
+		}
+	}
+	if err2 := p.send(bufs[i+1:], ep); err == nil {
+		err = err2
+	}
+	return err
+}
+
+// sendDF sends b alone with DF: the socket of its family is switched to IP_PMTUDISC_PROBE
+// (IPV6_PMTUDISC_PROBE: DF, the interface MTU rather than a learned path MTU, no fragments)
+// for the one send and back. Only the goroutine sending data sends meanwhile (this one);
+// a handshake or keepalive sent by another in these microseconds leaves with DF, which
+// their size never minds.
+func (p *PathBind) sendDF(b []byte, ep conn.Endpoint) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	is6 := ep.DstIP().Is6() && !ep.DstIP().Is4In6()
+	for _, s := range p.socks {
+		if s.v6 != is6 {
+			continue
+		}
+		if err := s.setDF(true); err != nil {
+			return errNoDF
+		}
+		one := [1][]byte{b}
+		err := p.Bind.Send(one[:], ep)
+		s.setDF(false)
+		return err
+	}
+	return errNoDF
+}
+
+var errNoDF = errors.New("no socket to send with DF")
 
 // limited reports whether a GSO limit for ep covers the largest datagram of bufs.
 func (p *PathBind) limited(bufs [][]byte, ep conn.Endpoint) bool {

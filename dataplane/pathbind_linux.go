@@ -84,4 +84,21 @@ func (s wireSocket) sendWithoutDF() error {
 	return nil
 }
 
+// setDF switches the socket to send with DF whatever the path MTU it knows
+// (IP_PMTUDISC_PROBE, IPV6_PMTUDISC_PROBE), for a path MTU probe, or back.
+func (s wireSocket) setDF(on bool) error {
+	if s.v6 {
+		v := unix.IPV6_PMTUDISC_WANT // the default
+		if on {
+			v = unix.IPV6_PMTUDISC_PROBE
+		}
+		return unix.SetsockoptInt(s.fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, v)
+	}
+	v := unix.IP_PMTUDISC_DONT
+	if on {
+		v = unix.IP_PMTUDISC_PROBE
+	}
+	return unix.SetsockoptInt(s.fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, v)
+}
+
 func (s wireSocket) close() { unix.Close(s.fd) }

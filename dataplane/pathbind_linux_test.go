@@ -126,4 +126,71 @@ func TestPathBindNarrowPath(t *testing.T) {
 			t.Errorf("policy %+v, want both sockets found and IPv4 without DF", pol)
 		}
 	})
+	t.Run("probe with DF", func(t *testing.T) {
+		s, d := narrowPath(t, true)
+		p := dataplane.NewPathBind(conn.NewStdNetBind())
+		var rx *net.UDPConn
+		if err := d.Do(func() (err error) {
+			rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.9.2.1")})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer rx.Close()
+		if err := s.Do(func() error { _, _, err := p.Open(0); return err }); err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		ep, err := p.ParseEndpoint(rx.LocalAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// transport is a WireGuard transport message of n bytes (UDP payload).
+		transport := func(n int, mark byte) []byte {
+			b := make([]byte, n)
+			b[0], b[16] = 4, mark
+			return b
+		}
+		received := func() map[int]bool {
+			got := map[int]bool{}
+			buf := make([]byte, 2048)
+			rx.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			for {
+				k, err := rx.Read(buf)
+				if err != nil {
+					return got
+				}
+				got[k] = true
+			}
+		}
+		// A 1372-byte probe (1400 on the wire) does not pass the 1380-byte link with DF; the
+		// data datagram of the same size after it, without DF, does (fragmented by R).
+		big := p.Arm(1372)
+		if err := p.Send([][]byte{{1, 0, 0, 0}, transport(1372, 1), transport(1372, 2)}, ep); err != nil {
+			t.Fatal(err)
+		}
+		if !big.SentDF() {
+			t.Fatal("the probe was not sent with DF")
+		}
+		if got := received(); len(got) != 2 || !got[1372] || !got[4] {
+			t.Errorf("received sizes %v, want the handshake-like 4 bytes and one 1372-byte datagram (the data, not the probe)", got)
+		}
+		// A 1352-byte probe (1380 on the wire) passes.
+		small := p.Arm(1352)
+		if err := p.Send([][]byte{transport(1352, 3)}, ep); err != nil {
+			t.Fatal(err)
+		}
+		if got := received(); !small.SentDF() || !got[1352] {
+			t.Errorf("1352-byte probe: sent with DF %v, received %v; want it through", small.SentDF(), got)
+		}
+		// A probe whose datagram is not the next data datagram's length is void: not sent
+		// with DF, and the datagram leaves as usual.
+		void := p.Arm(1352)
+		if err := p.Send([][]byte{transport(1000, 4), transport(1352, 5)}, ep); err != nil {
+			t.Fatal(err)
+		}
+		if got := received(); void.SentDF() || !got[1000] || !got[1352] {
+			t.Errorf("void probe: sent with DF %v, received %v; want neither with DF, both through", void.SentDF(), got)
+		}
+	})
 }

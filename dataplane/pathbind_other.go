@@ -9,4 +9,6 @@ func findWireSockets(port uint16) []wireSocket { return nil }
 
 func (wireSocket) sendWithoutDF() error { return nil }
 
+func (wireSocket) setDF(bool) error { return errNoDF }
+
 func (wireSocket) close() {}
