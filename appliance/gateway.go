@@ -58,6 +58,8 @@ type Gateway struct {
 	lastGoodbye  atomic.Int64                      // unix nanoseconds of the last goodbye accepted
 	resets       resetBucket                       // rations the peer resets of reconnects
 	wgDrops      [numWGDrops]atomic.Uint64         // drops wireguard-go reports, by reason
+	pmtuProbe    atomic.Pointer[pathMTUProbe]      // the path MTU probe the netstack sends next
+	pmtu         pathMTUStats
 	applyMu      sync.Mutex
 }
 
@@ -126,7 +128,7 @@ func New(plan *config.Gateway, opts Options) (_ *Gateway, err error) {
 		return nil, err
 	}
 	mtu, _ := g.dp.MTU()
-	if g.ns, err = netstack.New(plan.Dataplane.Local, mtu, g.dp.Inject); err != nil {
+	if g.ns, err = netstack.New(plan.Dataplane.Local, mtu, g.fromStack); err != nil {
 		return nil, err
 	}
 	g.dp.SetLocalHandler(localTap{g})
@@ -135,6 +137,7 @@ func New(plan *config.Gateway, opts Options) (_ *Gateway, err error) {
 	g.dp.SetWindows(g.out, g.in)
 	// A narrow WAN slows the tunnel down, never stops it (dataplane/pathbind.go).
 	g.path = dataplane.NewPathBind(bind)
+	g.dp.SetPathBind(g.path)
 	g.wg = device.NewDevice(g.dp, dataplane.NewPacedBind(g.path, g.out, g.in), wgLogger(log, &g.wgDrops))
 	if err := g.wg.IpcSet(plan.UAPI()); err != nil {
 		return nil, fmt.Errorf("wireguard: %w", err)
@@ -157,7 +160,11 @@ func New(plan *config.Gateway, opts Options) (_ *Gateway, err error) {
 	// connected is closed when the prober first says Connected (trimMemory waits for it).
 	connected := make(chan struct{})
 	var connectedOnce sync.Once
-	g.wgDone.Add(2)
+	g.wgDone.Add(3)
+	go func() {
+		defer g.wgDone.Done()
+		g.runPathMTU(ctx)
+	}()
 	go func(connected <-chan struct{}) {
 		defer g.wgDone.Done()
 		g.trimMemory(ctx, connected)

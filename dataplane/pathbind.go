@@ -122,6 +122,7 @@ type PathBind struct {
 	policy    atomic.Pointer[PathPolicy] // what Open set on them
 	now       func() time.Time
 	armed     atomic.Pointer[Probe] // the probe the next data datagram is (probe.go)
+	sends     atomic.Uint64         // Send calls, for Read to see wireguard-go empty
 }
 
 // gsoLimit: datagrams of at least size bytes to to are sent one at a time until until.
@@ -205,6 +206,7 @@ func (p *PathBind) Policy() PathPolicy {
 // sent again one datagram at a time, and later batches holding datagrams that large to the
 // same destination are sent one at a time for GSOHold. Every error is counted by kind.
 func (p *PathBind) Send(bufs [][]byte, ep conn.Endpoint) error {
+	p.sends.Add(1)
 	if p.armed.Load() != nil {
 		if i, pr := p.probeIndex(bufs); pr != nil {
 			return p.sendAround(bufs, i, pr, ep)

@@ -12,8 +12,8 @@ import (
 // works through black holes). The datagram is encrypted by the time the socket sees it, so
 // the socket cannot tell the probe from a data packet of the same length, and under load
 // full-size data packets of every probe's length are about. So Read hands a probe to
-// wireguard-go only once nothing else is inside it (the out Window is empty: everything read
-// before has been sent), alone in its batch, and arms the PathBind then: wireguard-go sends
+// wireguard-go only once nothing else is inside it (the out Window is empty, or the PathBind
+// sent nothing for a while: everything read before has been sent), alone in its batch, and arms the PathBind then: wireguard-go sends
 // one peer's packets in the order it read them, so the next data datagram the PathBind sends
 // is the probe. The PathBind sends it with DF if its length is the one expected, and says so;
 // a probe that could not be sent that way is void and the prober tries again, so that a probe
@@ -25,6 +25,9 @@ type Probe struct {
 	wireLen int
 	pkt     []byte
 	queued  time.Time
+	// Read's view while it waits: the PathBind's count of sends, and since when it is still.
+	sends      uint64
+	stillSince time.Time
 	// sentDF: the PathBind sent the probe's datagram with DF.
 	sentDF atomic.Bool
 }
@@ -35,7 +38,12 @@ func (p *Probe) SentDF() bool { return p.sentDF.Load() }
 
 // probeQuiet is how long Read waits for wireguard-go to empty before it gives a probe up:
 // 512 packets leave in 5 ms at 1 Gbit/s.
-const probeQuiet = 20 * time.Millisecond
+const probeQuiet = 50 * time.Millisecond
+
+// probeStill: wireguard-go counts as empty once the PathBind sent nothing for this long while
+// Read handed it nothing. (The out window's count alone may stay above zero: it counts
+// packets wireguard-go drops until it forgets them.)
+const probeStill = 2 * time.Millisecond
 
 var errProbePending = errors.New("a path MTU probe is already on its way")
 
@@ -68,8 +76,15 @@ func (d *Dataplane) takeProbe(bufs [][]byte, sizes []int, offset int) int {
 	if p == nil {
 		return -1
 	}
+	now := time.Now()
 	quiet := d.out.Stats().Inside == 0
-	if !quiet && time.Since(p.queued) < probeQuiet {
+	if d.path != nil && !quiet {
+		if sends := d.path.sends.Load(); sends != p.sends || p.stillSince.IsZero() {
+			p.sends, p.stillSince = sends, now
+		}
+		quiet = now.Sub(p.stillSince) >= probeStill
+	}
+	if !quiet && now.Sub(p.queued) < probeQuiet {
 		time.Sleep(100 * time.Microsecond)
 		return 0
 	}
