@@ -235,7 +235,10 @@ func (g *Gateway) discoverPathMTU(ctx context.Context) bool {
 // runPathMTU searches whenever the gateway is active and Connected: at once, again every
 // pathMTURaise, and at once when a confirmation finds the path narrower, until ctx ends.
 func (g *Gateway) runPathMTU(ctx context.Context) {
-	up := func() bool { return g.active.Load() && g.prober.Status().State == netstack.Connected }
+	// Without kernel sockets (an in-memory Bind in tests) no probe can be sent with DF.
+	up := func() bool {
+		return g.active.Load() && g.prober.Status().State == netstack.Connected && g.path.Policy().Sockets > 0
+	}
 	sleep := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()

@@ -29,7 +29,7 @@ const narrowServer = "10.0.2.1"
 // narrowWAN builds clusters A (client) and B (server) as twoClusters does, joined by the
 // narrow WAN, and starts their gateways (the real binary, unprivileged). It returns once both
 // are Connected.
-func narrowWAN(t *testing.T, bin, dir string, mtu int, dropICMP bool) (a, b *cluster, r1, r2 *netnstest.NS) {
+func narrowWAN(t testing.TB, bin, dir string, mtu int, dropICMP bool) (a, b *cluster, r1, r2 *netnstest.NS) {
 	t.Helper()
 	privA, pubA := keyPair(t)
 	privB, pubB := keyPair(t)
@@ -249,7 +249,7 @@ func TestNarrowWAN(t *testing.T) {
 
 // waitTunnelMTU waits until every gateway's effective tunnel MTU is want, at most limit, and
 // returns how long that took.
-func waitTunnelMTU(t *testing.T, want int, limit time.Duration, gws ...*cluster) time.Duration {
+func waitTunnelMTU(t testing.TB, want int, limit time.Duration, gws ...*cluster) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for _, c := range gws {
@@ -304,4 +304,43 @@ func TestNarrowWANLater(t *testing.T) {
 		}
 	}
 	t.Logf("1500 -> 1380 (ICMP dropped): tunnel MTU 1340 -> 1312 on both gateways %v after the change; bulk TCP after it %.0f Mbit/s", took.Round(10*time.Millisecond), rate)
+}
+
+// BenchmarkNarrowWAN measures one TCP stream pod -> pod (A to B) over the narrowed WAN of
+// TestNarrowWAN once the gateways have found its path MTU, at 1500 (the reference), 1420,
+// 1380 and 1280, ICMP delivered and dropped, and reports each against 1500. Run with
+//
+//	go test -run XXX -bench NarrowWAN -benchtime 3x ./appliance
+func BenchmarkNarrowWAN(b *testing.B) {
+	netnstest.RequireRoot(b)
+	dir, bin := workdir(b)
+	var ref float64
+	for _, mtu := range []int{1500, 1420, 1380, 1280} {
+		for _, drop := range []bool{false, true} {
+			if mtu == 1500 && drop {
+				continue
+			}
+			mode := "icmp-delivered"
+			if drop {
+				mode = "icmp-dropped"
+			}
+			b.Run(fmt.Sprintf("mtu-%d-%s", mtu, mode), func(b *testing.B) {
+				a, c, _, _ := narrowWAN(b, bin, dir, mtu, drop)
+				took := waitTunnelMTU(b, min(1340, (mtu-60)&^15), 30*time.Second, a, c)
+				var sum float64
+				for i := range b.N {
+					sum += stream(b, a.node, "10.244.1.5", c.node, fmt.Sprintf("10.244.2.7:%d", 5300+i), fmt.Sprintf("10.71.2.7:%d", 5300+i), 1, streamSeconds*time.Second)
+				}
+				rate := sum / float64(b.N) * 8 / 1e6
+				if mtu == 1500 {
+					ref = rate
+				}
+				b.ReportMetric(rate, "Mbit/s")
+				if ref > 0 {
+					b.ReportMetric(rate/ref, "ratio-to-1500")
+				}
+				b.ReportMetric(took.Seconds(), "discovery-s")
+			})
+		}
+	}
 }
