@@ -30,6 +30,16 @@ const narrowServer = "10.0.2.1"
 // narrow WAN, and starts their gateways (the real binary, unprivileged). It returns once both
 // are Connected.
 func narrowWAN(t testing.TB, bin, dir string, mtu int, dropICMP bool) (a, b *cluster, r1, r2 *netnstest.NS) {
+	return narrowWANOver(t, bin, dir, mtu, dropICMP, false)
+}
+
+// narrowServer6 is the server gateway's WAN address over IPv6 (narrowWANOver with v6).
+const narrowServer6 = "fd00:2::1"
+
+// narrowWANOver is narrowWAN, over IPv6 with v6: the WAN carries IPv6 too (fd00:1::/64,
+// fd00:3::/64, fd00:2::/64 in place of 10.0.1-3.0/24) and the client dials the server's IPv6
+// address; the routers drop ICMPv6 Packet Too Big with dropICMP.
+func narrowWANOver(t testing.TB, bin, dir string, mtu int, dropICMP, v6 bool) (a, b *cluster, r1, r2 *netnstest.NS) {
 	t.Helper()
 	privA, pubA := keyPair(t)
 	privB, pubB := keyPair(t)
@@ -52,8 +62,31 @@ func narrowWAN(t testing.TB, bin, dir string, mtu int, dropICMP bool) (a, b *clu
 	r2.Run(t, "ip", "route", "add", "10.0.1.0/24", "via", "10.0.3.1")
 	a.gw.Run(t, "ip", "route", "add", "10.0.2.0/24", "via", "10.0.1.254")
 	b.gw.Run(t, "ip", "route", "add", "10.0.1.0/24", "via", "10.0.2.254")
+	endpoint := narrowServer + ":51820"
+	if v6 {
+		for _, x := range []struct {
+			ns        *netnstest.NS
+			dev, addr string
+		}{{a.gw, "wan", "fd00:1::1/64"}, {r1, "wan", "fd00:1::254/64"}, {r1, "narrow", "fd00:3::1/64"},
+			{r2, "narrow", "fd00:3::2/64"}, {r2, "wan", "fd00:2::254/64"}, {b.gw, "wan", narrowServer6 + "/64"}} {
+			x.ns.Run(t, "ip", "addr", "add", x.addr, "dev", x.dev, "nodad")
+		}
+		for _, r := range []*netnstest.NS{r1, r2} {
+			r.Run(t, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+			if dropICMP {
+				r.Run(t, "nft", "add", "table", "ip6", "blackhole")
+				r.Run(t, "nft", "add", "chain", "ip6", "blackhole", "out", "{ type filter hook output priority 0 ; }")
+				r.Run(t, "nft", "add", "rule", "ip6", "blackhole", "out", "icmpv6", "type", "packet-too-big", "counter", "drop")
+			}
+		}
+		r1.Run(t, "ip", "-6", "route", "add", "fd00:2::/64", "via", "fd00:3::2")
+		r2.Run(t, "ip", "-6", "route", "add", "fd00:1::/64", "via", "fd00:3::1")
+		a.gw.Run(t, "ip", "-6", "route", "add", "fd00:2::/64", "via", "fd00:1::254")
+		b.gw.Run(t, "ip", "-6", "route", "add", "fd00:1::/64", "via", "fd00:2::254")
+		endpoint = "'[" + narrowServer6 + "]:51820'"
+	}
 
-	cfgA := a.config("role: client\nendpoint: "+narrowServer+":51820", writeFile(t, dir, "a.key", privA), pubB, "10.71.0.0/16")
+	cfgA := a.config("role: client\nendpoint: "+endpoint, writeFile(t, dir, "a.key", privA), pubB, "10.71.0.0/16")
 	cfgB := b.config("role: server\nlistenPort: 51820", writeFile(t, dir, "b.key", privB), pubA, "10.72.0.0/16")
 	b.start(t, bin, writeFile(t, dir, "b.yaml", cfgB))
 	a.start(t, bin, writeFile(t, dir, "a.yaml", cfgA))
@@ -69,17 +102,22 @@ func narrowWAN(t testing.TB, bin, dir string, mtu int, dropICMP bool) (a, b *clu
 	return a, b, r1, r2
 }
 
-// blackholed is how many fragmentation-needed errors the router's nftables rule dropped.
+// blackholed is how many fragmentation-needed (and Packet Too Big) errors the router's
+// nftables rules dropped.
 func blackholed(t *testing.T, r *netnstest.NS) int {
-	out, err := r.Try("nft", "list", "chain", "ip", "blackhole", "out")
-	if err != nil {
-		return 0
+	total := 0
+	for _, family := range []string{"ip", "ip6"} {
+		out, err := r.Try("nft", "list", "chain", family, "blackhole", "out")
+		if err != nil {
+			continue
+		}
+		var n, bytes int
+		if i := strings.Index(out, "counter packets "); i >= 0 {
+			fmt.Sscanf(out[i:], "counter packets %d bytes %d", &n, &bytes)
+		}
+		total += n
 	}
-	var n, bytes int
-	if i := strings.Index(out, "counter packets "); i >= 0 {
-		fmt.Sscanf(out[i:], "counter packets %d bytes %d", &n, &bytes)
-	}
-	return n
+	return total
 }
 
 // bulk sends size bytes from the pod of src to the pod of dst (listening on port) through the
@@ -340,6 +378,47 @@ func BenchmarkNarrowWAN(b *testing.B) {
 					b.ReportMetric(rate/ref, "ratio-to-1500")
 				}
 				b.ReportMetric(took.Seconds(), "discovery-s")
+			})
+		}
+	}
+}
+
+// TestNarrowWAN6 is TestNarrowWAN over an IPv6 WAN (the tunnel inside still carries the pods'
+// IPv4): IPv6 routers never fragment, so with Packet Too Big dropped only the gateways' own
+// discovery keeps full-size packets flowing. A tunnel MTU of 1340 needs 1420 bytes over IPv6;
+// at 1380 the gateways must find 1296 (1380 - 80, down to a multiple of 16), at 1280 1200.
+func TestNarrowWAN6(t *testing.T) {
+	netnstest.RequireRoot(t)
+	dir, bin := workdir(t)
+	for _, mtu := range []int{1380, 1280} {
+		for _, drop := range []bool{false, true} {
+			mode := "icmp-delivered"
+			if drop {
+				mode = "icmp-dropped"
+			}
+			t.Run(fmt.Sprintf("mtu-%d-%s", mtu, mode), func(t *testing.T) {
+				a, b, r1, r2 := narrowWANOver(t, bin, dir, mtu, drop, true)
+				if out, err := a.gw.Try("ping", "-6", "-c", "1", "-W", "1", "-M", "do", "-s", fmt.Sprint(mtu-48+1), narrowServer6); err == nil {
+					t.Fatalf("a %d-byte IPv6 ping crossed the narrow WAN:\n%s", mtu+1, out)
+				}
+				want := (mtu - 80) &^ 15
+				took := waitTunnelMTU(t, want, 30*time.Second, a, b)
+				var rates [2]float64
+				for i, dir := range []struct {
+					src, dst             *cluster
+					srcIP, dstIP, dialIP string
+				}{{a, b, "10.244.1.5", "10.244.2.7", "10.71.2.7"}, {b, a, "10.244.2.7", "10.244.1.5", "10.72.1.5"}} {
+					rate, err := bulk(t, dir.src, dir.dst, dir.srcIP, dir.dstIP, dir.dialIP, 8080+i, 8<<20, 20*time.Second)
+					if err != nil {
+						t.Errorf("bulk TCP %s -> %s: %v", dir.src.gw.Name, dir.dst.gw.Name, err)
+					}
+					rates[i] = rate
+					if ok := requestResponse(t, dir.src, dir.dst, dir.srcIP, dir.dstIP, dir.dialIP, 7000+i, 6); ok < 3 {
+						t.Errorf("full-size request/response %s -> %s: the last %d of 6 round trips completed, want at least 3", dir.src.gw.Name, dir.dst.gw.Name, ok)
+					}
+				}
+				t.Logf("IPv6 path MTU %d, %s: tunnel MTU %d discovered in %v; bulk TCP A->B %.0f Mbit/s, B->A %.0f Mbit/s; %d Packet Too Big dropped by the routers",
+					mtu, mode, want, took.Round(10*time.Millisecond), rates[0], rates[1], blackholed(t, r1)+blackholed(t, r2))
 			})
 		}
 	}
