@@ -235,10 +235,26 @@ func (g *Gateway) discoverPathMTU(ctx context.Context) bool {
 // runPathMTU searches whenever the gateway is active and Connected: at once, again every
 // pathMTURaise, and at once when a confirmation finds the path narrower, until ctx ends.
 func (g *Gateway) runPathMTU(ctx context.Context) {
-	// Without kernel sockets (an in-memory Bind in tests) no probe can be sent with DF.
-	up := func() bool {
-		return g.active.Load() && g.prober.Status().State == netstack.Connected && g.path.Policy().Sockets > 0
-	}
+	pathMTUSchedule{
+		// Without kernel sockets (an in-memory Bind in tests) no probe can be sent with DF.
+		up: func() bool {
+			return g.active.Load() && g.prober.Status().State == netstack.Connected && g.path.Policy().Sockets > 0
+		},
+		search:  func() bool { return g.discoverPathMTU(ctx) },
+		confirm: func() bool { return g.confirmPathMTU(ctx) },
+		wait:    200 * time.Millisecond, retry: pathMTURetry, every: pathMTUConfirm, raise: pathMTURaise,
+	}.run(ctx)
+}
+
+// pathMTUSchedule says when a gateway searches and confirms: search once up, confirm every
+// every, search again when a confirmation fails, after raise, and retry after a search
+// that found nothing; while not up, look again every wait.
+type pathMTUSchedule struct {
+	up, search, confirm       func() bool
+	wait, retry, every, raise time.Duration
+}
+
+func (s pathMTUSchedule) run(ctx context.Context) {
 	sleep := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -249,23 +265,23 @@ func (g *Gateway) runPathMTU(ctx context.Context) {
 			return true
 		}
 	}
-	for {
-		for !up() {
-			if !sleep(200 * time.Millisecond) {
+	for ctx.Err() == nil {
+		for !s.up() {
+			if !sleep(s.wait) {
 				return
 			}
 		}
-		if !g.discoverPathMTU(ctx) {
-			if !sleep(pathMTURetry) {
+		if !s.search() {
+			if !sleep(s.retry) {
 				return
 			}
 			continue
 		}
-		for raise := time.Now().Add(pathMTURaise); time.Now().Before(raise); {
-			if !sleep(pathMTUConfirm) {
+		for raise := time.Now().Add(s.raise); time.Now().Before(raise); {
+			if !sleep(s.every) {
 				return
 			}
-			if !up() || !g.confirmPathMTU(ctx) {
+			if !s.up() || !s.confirm() {
 				break
 			}
 		}

@@ -3,7 +3,9 @@ package appliance
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestPathMTUCandidates(t *testing.T) {
@@ -48,5 +50,91 @@ func TestSearchPathMTU(t *testing.T) {
 	}
 	if _, ok := searchPathMTU(context.Background(), cands, func(int) (bool, bool) { return false, false }); ok {
 		t.Error("found a size though no probe was decided")
+	}
+}
+
+// TestPathMTUSchedule runs the schedule with short intervals and answers each search and
+// confirmation: a search once up, a retry after a search that found nothing, confirmations,
+// a search at once when one fails (the path narrowed), and nothing while down.
+func TestPathMTUSchedule(t *testing.T) {
+	var up atomic.Bool
+	up.Store(true)
+	calls := make(chan string)
+	answers := make(chan bool)
+	call := func(name string) bool { calls <- name; return <-answers }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s := pathMTUSchedule{
+		up:      up.Load,
+		search:  func() bool { return call("search") },
+		confirm: func() bool { return call("confirm") },
+		wait:    time.Millisecond, retry: time.Millisecond, every: time.Millisecond, raise: time.Hour,
+	}
+	go func() { s.run(ctx); close(done) }()
+	var seen []string
+	next := func(want string, answer bool) {
+		t.Helper()
+		select {
+		case got := <-calls:
+			seen = append(seen, got)
+			if got != want {
+				t.Fatalf("did %s, want %s (so far %v)", got, want, seen)
+			}
+			answers <- answer
+		case <-time.After(10 * time.Second):
+			t.Fatalf("nothing happened; want %s (so far %v)", want, seen)
+		}
+	}
+	next("search", false) // found nothing: retried
+	next("search", true)
+	next("confirm", true)
+	next("confirm", false) // the path narrowed: searched at once
+	next("search", true)
+	up.Store(false)
+	select {
+	case got := <-calls:
+		// A confirmation already under way when it went down is fine; then nothing.
+		answers <- true
+		if got != "confirm" {
+			t.Fatalf("did %s while down", got)
+		}
+	case <-time.After(20 * time.Millisecond):
+	}
+	select {
+	case got := <-calls:
+		t.Fatalf("did %s while down", got)
+	case <-time.After(50 * time.Millisecond):
+	}
+	up.Store(true)
+	next("search", true) // up again: a new search
+	cancel()
+	go func() {
+		for range calls {
+			answers <- true
+		}
+	}()
+	<-done
+}
+
+// TestPathMTURaise: with a zero raise interval every round after a search is a new search
+// (the path may have widened).
+func TestPathMTURaise(t *testing.T) {
+	searches, confirms := 0, 0
+	ctx, cancel := context.WithCancel(context.Background())
+	s := pathMTUSchedule{
+		up: func() bool { return true },
+		search: func() bool {
+			searches++
+			if searches == 3 {
+				cancel()
+			}
+			return true
+		},
+		confirm: func() bool { confirms++; return true },
+		wait:    time.Millisecond, retry: time.Millisecond, every: time.Millisecond, raise: 0,
+	}
+	s.run(ctx)
+	if searches != 3 || confirms != 0 {
+		t.Errorf("%d searches, %d confirmations; want searches only", searches, confirms)
 	}
 }
