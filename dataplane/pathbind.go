@@ -271,11 +271,17 @@ func (p *PathBind) sendAround(bufs [][]byte, i int, pr *Probe, ep conn.Endpoint)
 	err := p.send(bufs[:i], ep)
 	if dfErr := p.sendDF(bufs[i], ep); dfErr == nil {
 		pr.sentDF.Store(true)
-	} else if err == nil && !errors.Is(dfErr, errNoDF) {
-		// A probe too large for the gateway's own link is refused (EMSGSIZE): that is an
-		// answer (it does not pass), counted as a send error but not returned.
-		p.errs[ClassifySendError(dfErr)].Add(1)
-		if ClassifySendError(dfErr) == SendTooBig {
+	} else if errors.Is(dfErr, errNoDF) {
+		// No socket to set DF on: the probe is void, its datagram leaves as usual.
+		if err2 := p.send(bufs[i:i+1], ep); err == nil {
+			err = err2
+		}
+	} else {
+		// Counted, not returned. A probe too large for the gateway's own link is refused
+		// (EMSGSIZE): that is an answer (it does not pass); any other error makes it void.
+		kind := ClassifySendError(dfErr)
+		p.errs[kind].Add(1)
+		if kind == SendTooBig {
 			pr.sentDF.Store(true)
 		}
 	}

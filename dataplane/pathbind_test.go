@@ -168,3 +168,38 @@ type countingBind struct {
 }
 
 func (b *countingBind) Send(bufs [][]byte, _ conn.Endpoint) error { b.n += len(bufs); return nil }
+
+// TestSendProbe: a probe waits for Read; a second one is refused while the first is fresh;
+// Read hands it alone to wireguard-go and arms the PathBind, whose next data datagram of the
+// probe's length is the probe (here without a socket to set DF on: void, sent as usual).
+func TestSendProbe(t *testing.T) {
+	dp, _ := newDP(t, baseConfig())
+	inner := &narrowBind{mtu: 1500}
+	p := dataplane.NewPathBind(inner)
+	dp.SetPathBind(p)
+	probe := make([]byte, 1312)
+	probe[0] = 0x45
+	pr, err := dp.SendProbe(probe, 1312+32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dp.SendProbe(probe, 1312+32); err == nil {
+		t.Error("a second probe was queued while the first waits")
+	}
+	pkts := readPackets(t, dp)
+	if len(pkts) != 1 || len(pkts[0]) != 1312 {
+		t.Fatalf("Read returned %d packets, want the probe alone", len(pkts))
+	}
+	msg := make([]byte, 1312+32)
+	msg[0] = 4
+	ep := &conn.StdNetEndpoint{AddrPort: netip.MustParseAddrPort("10.0.2.1:51820")}
+	if err := p.Send([][]byte{msg}, ep); err != nil {
+		t.Fatal(err)
+	}
+	if pr.SentDF() || len(inner.delivered) != 1 {
+		t.Errorf("without a socket: sent with DF %v, delivered %d; want void and delivered", pr.SentDF(), len(inner.delivered))
+	}
+	if _, err := dp.SendProbe(probe, 1312+32); err != nil {
+		t.Errorf("the next probe: %v", err)
+	}
+}

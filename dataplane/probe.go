@@ -57,7 +57,8 @@ func (d *Dataplane) SendProbe(pkt []byte, wireLen int) (*Probe, error) {
 		return nil, errors.New("probe: bad size")
 	}
 	p := &Probe{wireLen: wireLen, pkt: append([]byte(nil), pkt...), queued: time.Now()}
-	if !d.probe.CompareAndSwap(nil, p) {
+	// One at a time; one Read never took (wireguard-go was down) is stale after a second.
+	if old := d.probe.Load(); old != nil && time.Since(old.queued) < time.Second || !d.probe.CompareAndSwap(old, p) {
 		return nil, errProbePending
 	}
 	d.conn.Wake()
