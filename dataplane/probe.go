@@ -12,8 +12,8 @@ import (
 // works through black holes). The datagram is encrypted by the time the socket sees it, so
 // the socket cannot tell the probe from a data packet of the same length, and under load
 // full-size data packets of every probe's length are about. So Read hands a probe to
-// wireguard-go only once nothing else is inside it (the out Window is empty, or the PathBind
-// sent nothing for a while: everything read before has been sent), alone in its batch, and arms the PathBind then: wireguard-go sends
+// wireguard-go only once nothing else is inside it (Read handed nothing and the PathBind sent
+// nothing for probeStill: everything read before has been sent), alone in its batch, and arms the PathBind then: wireguard-go sends
 // one peer's packets in the order it read them, so the next data datagram the PathBind sends
 // is the probe. The PathBind sends it with DF if its length is the one expected, and says so;
 // a probe that could not be sent that way is void and the prober tries again, so that a probe
@@ -38,12 +38,12 @@ func (p *Probe) SentDF() bool { return p.sentDF.Load() }
 
 // probeQuiet is how long Read waits for wireguard-go to empty before it gives a probe up:
 // 512 packets leave in 5 ms at 1 Gbit/s.
-const probeQuiet = 50 * time.Millisecond
+const probeQuiet = 100 * time.Millisecond
 
 // probeStill: wireguard-go counts as empty once the PathBind sent nothing for this long while
-// Read handed it nothing. (The out window's count alone may stay above zero: it counts
-// packets wireguard-go drops until it forgets them.)
-const probeStill = 2 * time.Millisecond
+// Read handed it nothing. (The out window's count cannot say it: it keeps packets
+// wireguard-go dropped until a wait forgets them, and forgets packets still inside.)
+const probeStill = 5 * time.Millisecond
 
 var errProbePending = errors.New("a path MTU probe is already on its way")
 
@@ -77,20 +77,21 @@ func (d *Dataplane) takeProbe(bufs [][]byte, sizes []int, offset int) int {
 	if p == nil {
 		return -1
 	}
-	now := time.Now()
-	quiet := d.out.Stats().Inside == 0
-	if d.path != nil && !quiet {
-		if sends := d.path.sends.Load(); sends != p.sends || p.stillSince.IsZero() {
-			p.sends, p.stillSince = sends, now
-		}
-		quiet = now.Sub(p.stillSince) >= probeStill
+	if d.path == nil {
+		d.probe.Store(nil)
+		return -1 // void: nothing could send it with DF
 	}
+	now := time.Now()
+	if sends := d.path.sends.Load(); sends != p.sends || p.stillSince.IsZero() {
+		p.sends, p.stillSince = sends, now
+	}
+	quiet := now.Sub(p.stillSince) >= probeStill
 	if !quiet && now.Sub(p.queued) < probeQuiet {
 		time.Sleep(100 * time.Microsecond)
 		return 0
 	}
 	d.probe.Store(nil)
-	if !quiet || d.path == nil {
+	if !quiet {
 		return -1 // given up: void (never sent, never SentDF)
 	}
 	sizes[0] = copy(bufs[0][offset:], p.pkt)
