@@ -35,8 +35,9 @@ type Gateway struct {
 	log    *slog.Logger
 	dp     *dataplane.Dataplane
 	wg     *device.Device
-	out    *dataplane.Window // packets inside wireguard-go towards the tunnel
-	in     *dataplane.Window // and out of it
+	path   *dataplane.PathBind // the WAN socket's narrow-path handling and send errors
+	out    *dataplane.Window   // packets inside wireguard-go towards the tunnel
+	in     *dataplane.Window   // and out of it
 	ns     *netstack.Stack
 	prober *netstack.Prober
 	http   *http.Server
@@ -57,6 +58,8 @@ type Gateway struct {
 	lastGoodbye  atomic.Int64                      // unix nanoseconds of the last goodbye accepted
 	resets       resetBucket                       // rations the peer resets of reconnects
 	wgDrops      [numWGDrops]atomic.Uint64         // drops wireguard-go reports, by reason
+	pmtuProbe    atomic.Pointer[pathMTUProbe]      // the path MTU probe the netstack sends next
+	pmtu         pathMTUStats
 	applyMu      sync.Mutex
 }
 
@@ -125,14 +128,17 @@ func New(plan *config.Gateway, opts Options) (_ *Gateway, err error) {
 		return nil, err
 	}
 	mtu, _ := g.dp.MTU()
-	if g.ns, err = netstack.New(plan.Dataplane.Local, mtu, g.dp.Inject); err != nil {
+	if g.ns, err = netstack.New(plan.Dataplane.Local, mtu, g.fromStack); err != nil {
 		return nil, err
 	}
 	g.dp.SetLocalHandler(localTap{g})
 
 	g.out, g.in = dataplane.NewWindow(plan.Window, 0), dataplane.NewWindow(plan.Window, 0)
 	g.dp.SetWindows(g.out, g.in)
-	g.wg = device.NewDevice(g.dp, dataplane.NewPacedBind(bind, g.out, g.in), wgLogger(log, &g.wgDrops))
+	// A narrow WAN slows the tunnel down, never stops it (dataplane/pathbind.go).
+	g.path = dataplane.NewPathBind(bind)
+	g.dp.SetPathBind(g.path)
+	g.wg = device.NewDevice(g.dp, dataplane.NewPacedBind(g.path, g.out, g.in), wgLogger(log, &g.wgDrops))
 	if err := g.wg.IpcSet(plan.UAPI()); err != nil {
 		return nil, fmt.Errorf("wireguard: %w", err)
 	}
@@ -141,6 +147,7 @@ func New(plan *config.Gateway, opts Options) (_ *Gateway, err error) {
 			return nil, fmt.Errorf("wireguard: listen on UDP port %d: %w", plan.ListenPort, err)
 		}
 		g.active.Store(true)
+		g.logPathPolicy()
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -153,7 +160,11 @@ func New(plan *config.Gateway, opts Options) (_ *Gateway, err error) {
 	// connected is closed when the prober first says Connected (trimMemory waits for it).
 	connected := make(chan struct{})
 	var connectedOnce sync.Once
-	g.wgDone.Add(2)
+	g.wgDone.Add(3)
+	go func() {
+		defer g.wgDone.Done()
+		g.runPathMTU(ctx)
+	}()
 	go func(connected <-chan struct{}) {
 		defer g.wgDone.Done()
 		g.trimMemory(ctx, connected)
@@ -201,6 +212,15 @@ func (g *Gateway) rehandshake(lost int) {
 	}
 }
 
+// logPathPolicy says how the WireGuard socket sends (after it opened).
+func (g *Gateway) logPathPolicy() {
+	if p := g.path.Policy(); p.Err != "" {
+		g.log.Warn("the WireGuard socket sends IPv4 with DF: on a path narrower than the tunnel's packets whose ICMP is dropped, full-size packets are lost", "err", p.Err)
+	} else if p.Sockets > 0 {
+		g.log.Debug("WireGuard socket", "sockets", p.Sockets, "ipv4DF", p.IPv4DF)
+	}
+}
+
 // ObserveConnection has fn called after every probe whose outcome changed the connection's
 // state or RTT.
 func (g *Gateway) ObserveConnection(fn func(netstack.ProbeStatus)) { g.observer.Store(&fn) }
@@ -212,6 +232,7 @@ func (g *Gateway) SetActive(active bool) error {
 			return fmt.Errorf("wireguard: listen on UDP port %d: %w", g.plan.ListenPort, err)
 		}
 		g.active.Store(true)
+		g.logPathPolicy()
 		g.prober.Resume()
 		return nil
 	}

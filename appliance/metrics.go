@@ -86,6 +86,12 @@ var (
 	famBytes      = family{"skein_gateway_bytes_total", "Bytes of forwarded inner packets by direction.", promtext.Counter}
 	famNAT        = family{"skein_gateway_nat_translated_total", "Packets whose addresses were translated (a remapped peer network, or this site's pods presented under another prefix), by direction; a TCP superpacket cut to the tunnel MTU counts as its segments, as in skein_gateway_packets_handled_total.", promtext.Counter}
 	famWGDrops    = family{"skein_gateway_wireguard_drops_total", "Packets wireguard-go dropped, by reason: disallowed_source (from the peer, with a source outside its allowed IPs), invalid_ip_version, invalid_mac1, invalid_handshake, invalid_cookie. (Packets that fail to decrypt are dropped without a report.)", promtext.Counter}
+	famSendErrs   = family{"skein_gateway_wireguard_send_errors_total", "Errors of the WireGuard socket's sends to the peer, by kind: message_too_long (a batch or datagram larger than the path allows; a refused batch is sent again one datagram at a time), no_buffer_space, connection_refused, unreachable, not_permitted (a firewall on the host), gso_unsupported (the device cannot offload UDP segmentation; sent again without it), other.", promtext.Counter}
+	famResent     = family{"skein_gateway_wireguard_datagrams_resent_total", "WireGuard datagrams whose batch the socket refused as too big (a path MTU below the tunnel's packets) and that were sent again one at a time.", promtext.Counter}
+	famUnbatched  = family{"skein_gateway_wireguard_datagrams_unbatched_total", "WireGuard datagrams sent one at a time without UDP GSO because a batch of datagrams that large was refused as too big in the last 10 s.", promtext.Counter}
+	famTunnelMTU  = family{"skein_gateway_tunnel_mtu_bytes", "The tunnel MTU: configured, and effective (lowered to what the gateway's path MTU discovery found the WAN carries; the MSS clamp and fragmentation needed follow it).", promtext.Gauge}
+	famPMTUProbes = family{"skein_gateway_path_mtu_probes_total", "Path MTU probes by result: passed (answered), lost (a size the path does not carry, or loss), void (could not be sent alone with DF; tried again).", promtext.Counter}
+	famPMTUSearch = family{"skein_gateway_path_mtu_search_seconds", "How long the last completed path MTU search took (absent before the first).", promtext.Gauge}
 	famWGBytes    = family{"skein_gateway_wireguard_bytes_total", "Bytes of WireGuard datagrams (encrypted, with WireGuard's overhead) by direction: to-tunnel sent to the peer, from-tunnel received from it.", promtext.Counter}
 	famRTTHist    = family{"skein_gateway_probe_round_trip_seconds", "Round-trip times of answered probes to the peer gateway through the tunnel.", promtext.Histogram}
 	famLost       = family{"skein_gateway_probes_lost_total", "Probes to the peer gateway that got no answer within the probe interval.", promtext.Counter}
@@ -240,6 +246,24 @@ func (c *collector) writeWireGuard(w *promtext.Writer) {
 	famWGDrops.start(w)
 	for i := range c.g.wgDrops {
 		w.Sample(famWGDrops.name, float64(c.g.wgDrops[i].Load()), "reason", wgDropNames[i])
+	}
+	ps := c.g.path.Stats()
+	famSendErrs.start(w)
+	for k := range dataplane.NumSendErrors {
+		w.Sample(famSendErrs.name, float64(ps.Errors[k]), "kind", k.String())
+	}
+	famResent.one(w, float64(ps.Resent))
+	famUnbatched.one(w, float64(ps.Singly))
+	configured, _ := c.g.dp.MTU()
+	famTunnelMTU.start(w)
+	w.Sample(famTunnelMTU.name, float64(configured), "kind", "configured")
+	w.Sample(famTunnelMTU.name, float64(c.g.dp.EffectiveMTU()), "kind", "effective")
+	famPMTUProbes.start(w)
+	w.Sample(famPMTUProbes.name, float64(c.g.pmtu.passed.Load()), "result", "passed")
+	w.Sample(famPMTUProbes.name, float64(c.g.pmtu.lost.Load()), "result", "lost")
+	w.Sample(famPMTUProbes.name, float64(c.g.pmtu.void.Load()), "result", "void")
+	if c.g.pmtu.searches.Load() > 0 {
+		famPMTUSearch.one(w, time.Duration(c.g.pmtu.lastSearch.Load()).Seconds())
 	}
 	famWGBytes.start(w)
 	w.Sample(famWGBytes.name, float64(bytes[0]), "direction", dataplane.ToTunnel.String())

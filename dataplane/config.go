@@ -149,6 +149,24 @@ type tables struct {
 	hasOverlayIP6, hasTunnelIP6 bool
 }
 
+// withPathMTU returns t with its tunnel MTU limited to mtu (0: the configured one) and the
+// MSS clamp to match; t itself if nothing changes. The tables are shared, not copied: they
+// are immutable.
+func (t *tables) withPathMTU(mtu int) *tables {
+	eff := t.cfg.TunnelMTU
+	if mtu > 0 && mtu < eff {
+		eff = max(mtu, MinMTU)
+	}
+	if eff == t.tunnelMTU {
+		return t
+	}
+	n := *t
+	n.tunnelMTU = eff
+	n.mss = uint16(min(eff, n.overlayMTU) - 40)
+	n.mss6 = n.mss - 20
+	return &n
+}
+
 type nodeHop struct {
 	addr netip.AddrPort
 	mac  packet.MAC

@@ -82,6 +82,14 @@ type Dataplane struct {
 	// Inject towards the overlay.
 	imu  sync.Mutex
 	ibuf []byte
+
+	// probe is the path MTU probe waiting for Read (probe.go); path sends it.
+	probe atomic.Pointer[Probe]
+	path  *PathBind
+
+	// cmu orders Reconfig and SetPathMTU; pathMTU is the limit SetPathMTU set (0: none).
+	cmu     sync.Mutex
+	pathMTU int
 }
 
 var _ tun.Device = (*Dataplane)(nil)
@@ -116,6 +124,8 @@ func New(cfg Config, conn OverlayConn) (*Dataplane, error) {
 // one. Applying the configuration already in force changes nothing. On error the old
 // configuration stays.
 func (d *Dataplane) Reconfig(cfg Config) error {
+	d.cmu.Lock()
+	defer d.cmu.Unlock()
 	old := d.t.Load()
 	if reflect.DeepEqual(old.cfg, cfg) {
 		return nil
@@ -127,8 +137,8 @@ func (d *Dataplane) Reconfig(cfg Config) error {
 	if reflect.DeepEqual(old.cfg, t.cfg) {
 		return nil // the same once defaults are filled in
 	}
-	d.t.Store(t)
-	if t.tunnelMTU != old.tunnelMTU {
+	d.t.Store(t.withPathMTU(d.pathMTU))
+	if t.cfg.TunnelMTU != old.cfg.TunnelMTU {
 		select {
 		case d.events <- tun.EventMTUUpdate:
 		default:
@@ -160,8 +170,28 @@ func (d *Dataplane) SetLocalHandler(h LocalHandler) {
 // File is nil: there is no kernel device.
 func (d *Dataplane) File() *os.File { return nil }
 
-// MTU is the tunnel MTU.
-func (d *Dataplane) MTU() (int, error) { return d.t.Load().tunnelMTU, nil }
+// MTU is the configured tunnel MTU (wireguard-go pads to it; the gateway's own packets, path
+// MTU probes among them, may be that large). EffectiveMTU may be lower.
+func (d *Dataplane) MTU() (int, error) { return d.t.Load().cfg.TunnelMTU, nil }
+
+// EffectiveMTU is the largest inner packet forwarded into the tunnel as it is: the configured
+// tunnel MTU, or the path MTU SetPathMTU set if lower. A larger packet with DF is answered
+// fragmentation needed (Packet Too Big) with this MTU, a TCP superpacket is cut to it and
+// SYNs are clamped to it.
+func (d *Dataplane) EffectiveMTU() int { return d.t.Load().tunnelMTU }
+
+// SetPathMTU limits the tunnel MTU to mtu (at least MinMTU; 0 lifts the limit) at once, for
+// packets in flight and new ones alike: what the gateways' path MTU discovery found the WAN
+// carries. It survives Reconfig. A limit at or above the configured MTU changes nothing.
+func (d *Dataplane) SetPathMTU(mtu int) {
+	d.cmu.Lock()
+	defer d.cmu.Unlock()
+	if mtu < 0 {
+		mtu = 0
+	}
+	d.pathMTU = mtu
+	d.t.Store(d.t.Load().withPathMTU(mtu))
+}
 
 // Name names the device in wireguard-go's logs.
 func (d *Dataplane) Name() (string, error) { return "skein", nil }

@@ -50,8 +50,9 @@ func (d *Dataplane) Inject(pkt []byte) error {
 	case hop == hopLocal:
 		return fmt.Errorf("inject: %v is the gateway's own address", dst)
 	case hop == hopTunnel:
-		if len(pkt) > t.tunnelMTU {
-			return fmt.Errorf("inject: %d-byte packet exceeds the tunnel MTU %d", len(pkt), t.tunnelMTU)
+		// The configured MTU, not the effective one: path MTU probes are larger.
+		if len(pkt) > t.cfg.TunnelMTU {
+			return fmt.Errorf("inject: %d-byte packet exceeds the tunnel MTU %d", len(pkt), t.cfg.TunnelMTU)
 		}
 		if !d.queue.push(pkt) {
 			d.ctr.inc(ToTunnel, DropQueueFull)

@@ -29,6 +29,13 @@ func (d *Dataplane) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		if d.closed.Load() {
 			return 0, os.ErrClosed
 		}
+		switch d.takeProbe(bufs, sizes, offset) {
+		case 1:
+			d.out.Enter(1)
+			return 1, nil
+		case 0:
+			continue // waiting for wireguard-go to empty
+		}
 		d.out.Wait(d.done)
 		n := d.queue.drain(bufs, sizes, offset)
 		if n == 0 {

@@ -228,6 +228,11 @@ func TestAlertRulesFire(t *testing.T) {
 			skein_gateway_probes_lost_total{instance="a"} 0x20
 			skein_gateway_probe_round_trip_seconds_count{instance="a"} 0+30x20
 			skein_gateway_active{instance="a"} 1x20`, false},
+		{"SkeinWireGuardSendErrors", "a refused batch every 10 s", `
+			skein_gateway_wireguard_send_errors_total{instance="a",kind="message_too_long"} 0+6x20
+			skein_gateway_wireguard_send_errors_total{instance="a",kind="other"} 0x20`, true},
+		{"SkeinWireGuardSendErrors", "one error in 20 minutes", `
+			skein_gateway_wireguard_send_errors_total{instance="a",kind="message_too_long"} 0x10 1x10`, false},
 		{"SkeinAgentNotReconciling", "last success (or start) 15 minutes ago", `
 			skein_agent_last_success_timestamp_seconds{instance="n"} 0x20`, true},
 		{"SkeinAgentNotReconciling", "last success 1 minute ago", `

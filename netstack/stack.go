@@ -282,6 +282,12 @@ const echoLen = header.ICMPv4MinimumSize + 8
 // stack's addresses, to dst and waits up to timeout for the reply; it returns the round-trip
 // time. Pings may run concurrently.
 func (st *Stack) Ping(ctx context.Context, src, dst netip.Addr, seq uint16, timeout time.Duration) (time.Duration, error) {
+	return st.PingSize(ctx, src, dst, seq, 0, timeout)
+}
+
+// PingSize is Ping with an echo request padded so that its IP packet is size bytes (0, or a
+// size too small for the request: unpadded); the reply is as large. Path MTU probes use it.
+func (st *Stack) PingSize(ctx context.Context, src, dst netip.Addr, seq uint16, size int, timeout time.Duration) (time.Duration, error) {
 	if src.Is4() != dst.Is4() || !dst.IsValid() || src.Is4In6() || dst.Is4In6() || src.Zone() != "" || dst.Zone() != "" {
 		return 0, fmt.Errorf("ping %v from %v: want two addresses of one family (neither IPv4-mapped nor zoned)", dst, src)
 	}
@@ -289,7 +295,14 @@ func (st *Stack) Ping(ctx context.Context, src, dst netip.Addr, seq uint16, time
 	if err != nil {
 		return 0, fmt.Errorf("ping %v: %w", dst, err)
 	}
-	rtt, reuse, err := e.ping(ctx, dst, seq, timeout)
+	msgLen := echoLen
+	if hdr := header.IPv4MinimumSize; size > 0 {
+		if dst.Is6() {
+			hdr = header.IPv6MinimumSize
+		}
+		msgLen = max(echoLen, size-hdr)
+	}
+	rtt, reuse, err := e.ping(ctx, dst, seq, msgLen, timeout)
 	if reuse {
 		st.release(e)
 	} else {
@@ -299,8 +312,12 @@ func (st *Stack) Ping(ctx context.Context, src, dst netip.Addr, seq uint16, time
 }
 
 // ping is one echo on e; reuse says whether e is fit for the next one.
-func (e *echoEndpoint) ping(ctx context.Context, dst netip.Addr, seq uint16, timeout time.Duration) (_ time.Duration, reuse bool, _ error) {
-	var msg [echoLen]byte
+func (e *echoEndpoint) ping(ctx context.Context, dst netip.Addr, seq uint16, msgLen int, timeout time.Duration) (_ time.Duration, reuse bool, _ error) {
+	var small [echoLen]byte
+	msg := small[:]
+	if msgLen > echoLen {
+		msg = make([]byte, msgLen)
+	}
 	request, reply := uint8(header.ICMPv4Echo), uint8(header.ICMPv4EchoReply)
 	if dst.Is6() {
 		request, reply = uint8(header.ICMPv6EchoRequest), uint8(header.ICMPv6EchoReply)
@@ -313,19 +330,23 @@ func (e *echoEndpoint) ping(ctx context.Context, dst netip.Addr, seq uint16, tim
 	start := time.Now()
 	binary.BigEndian.PutUint64(msg[header.ICMPv4MinimumSize:], uint64(start.UnixNano()))
 	to := tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFromSlice(dst.AsSlice())}
-	if _, terr := e.ep.Write(bytes.NewReader(msg[:]), tcpip.WriteOptions{To: &to}); terr != nil {
+	if _, terr := e.ep.Write(bytes.NewReader(msg), tcpip.WriteOptions{To: &to}); terr != nil {
 		return 0, false, fmt.Errorf("ping %v: %v", dst, terr)
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var in [128]byte
+	var inSmall [128]byte
+	in := inSmall[:]
+	if len(msg) > len(in) {
+		in = make([]byte, len(msg))
+	}
 	for {
-		w := tcpip.SliceWriter(in[:])
+		w := tcpip.SliceWriter(in)
 		res, terr := e.ep.Read(&w, tcpip.ReadOptions{})
 		if terr == nil {
 			r := header.ICMPv4(in[:res.Count])
 			if res.Count >= len(msg) && uint8(r.Type()) == reply && r.Sequence() == seq &&
-				bytes.Equal(r[header.ICMPv4MinimumSize:len(msg)], msg[header.ICMPv4MinimumSize:]) {
+				bytes.Equal(r[header.ICMPv4MinimumSize:echoLen], msg[header.ICMPv4MinimumSize:echoLen]) {
 				return time.Since(start), true, nil
 			}
 			continue // a stale reply (of an earlier ping that timed out)
