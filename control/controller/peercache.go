@@ -117,26 +117,27 @@ func trimSlice(s *discoveryv1.EndpointSlice, n int) discoveryv1.EndpointSlice {
 type heldExport struct {
 	fingerprint string
 	allowance   int
+	svcRV       string // the informers' resourceVersion of the Service when it was read
 	svc         *corev1.Service
 	slices      []discoveryv1.EndpointSlice
 	// endpoints were kept (at most allowance); overBudget more were read and left out.
 	endpoints, overBudget int
 }
 
-// fingerprint is the informers' view of namespace/name: the Service's resourceVersion and each
-// slice's.
-func (x *exporter) fingerprint(ctx context.Context, key types.NamespacedName) (string, error) {
+// fingerprint is the informers' view of namespace/name: the Service's resourceVersion (also
+// returned alone) and each slice's.
+func (x *exporter) fingerprint(ctx context.Context, key types.NamespacedName) (string, string, error) {
 	svc := metadataOf(serviceGVK)
 	var b strings.Builder
 	if err := x.cache.Get(ctx, key, svc); err == nil {
 		b.WriteString(svc.ResourceVersion)
 	} else if !apierrors.IsNotFound(err) {
-		return "", err
+		return "", "", err
 	}
 	sls := &metav1.PartialObjectMetadataList{}
 	sls.SetGroupVersionKind(endpointSliceGVK.GroupVersion().WithKind("EndpointSliceList"))
 	if err := x.cache.List(ctx, sls, client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
-		return "", err
+		return "", "", err
 	}
 	rvs := make([]string, 0, len(sls.Items))
 	for _, s := range sls.Items {
@@ -146,29 +147,33 @@ func (x *exporter) fingerprint(ctx context.Context, key types.NamespacedName) (s
 	for _, rv := range rvs {
 		b.WriteString("|" + rv)
 	}
-	return b.String(), nil
+	return b.String(), svc.ResourceVersion, nil
 }
 
 // heldFor returns namespace/name's Service and slices with at most allowance endpoints, read
 // again from the exporter's API server when the informers saw a change or the allowance
 // changed. ceiling bounds the endpoints read to count those over the allowance.
 func (x *exporter) heldFor(ctx context.Context, key types.NamespacedName, allowance, ceiling int) (*heldExport, error) {
-	fp, err := x.fingerprint(ctx, key)
+	fp, svcRV, err := x.fingerprint(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	x.mu.Lock()
-	h := x.held[key]
+	old := x.held[key]
 	x.mu.Unlock()
-	if h != nil && h.fingerprint == fp && h.allowance == allowance {
-		return h, nil
+	if old != nil && old.fingerprint == fp && old.allowance == allowance {
+		return old, nil
 	}
-	h = &heldExport{fingerprint: fp, allowance: allowance}
-	var svc corev1.Service
-	if err := x.direct.Get(ctx, key, &svc); err == nil {
-		h.svc = trimService(&svc)
-	} else if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("exporter %s: read Service %s: %w", x.id, key, err)
+	h := &heldExport{fingerprint: fp, allowance: allowance, svcRV: svcRV}
+	if old != nil && svcRV != "" && old.svcRV == svcRV {
+		h.svc = old.svc // only slices changed (a pod became ready): one request, not two
+	} else {
+		var svc corev1.Service
+		if err := x.direct.Get(ctx, key, &svc); err == nil {
+			h.svc = trimService(&svc)
+		} else if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("exporter %s: read Service %s: %w", x.id, key, err)
+		}
 	}
 	sel := notImportedHere()
 	req, err := labels.NewRequirement(discoveryv1.LabelServiceName, selection.Equals, []string{key.Name})
