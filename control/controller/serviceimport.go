@@ -681,6 +681,9 @@ func (r *ServiceImportReconciler) source(ctx context.Context, x *exporter, key t
 		}
 	}
 	src = mcs.Source{ClusterID: x.id, Export: &exp, Service: h.svc, Slices: h.slices}
+	if x.id != r.ClusterID {
+		src.MaxEndpoints = &allowance // what was read already fits; Build holds to it too
+	}
 	if x.id == r.ClusterID {
 		m, err := mcs.Identity(r.PodCIDRs...)
 		if err != nil {
