@@ -32,6 +32,7 @@ import (
 	"github.com/skein-net/skein/control/buildinfo/buildmetric"
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/controller/ipam"
+	"github.com/skein-net/skein/control/controller/mcs"
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/control/kube"
 	"github.com/skein-net/skein/control/logging"
@@ -131,6 +132,12 @@ func main() {
 	leaderElect := fs.Bool("leader-elect", true, "elect one active replica through a Lease in --namespace")
 	services := fs.Bool("multicluster-services", true, "import the services peers export with the Multi-Cluster Services API (ServiceExport/ServiceImport, multicluster.x-k8s.io), and export this cluster's; off when the MCS CRDs are not installed (the chart installs them)")
 	importExcluded := fs.String("import-excluded-namespaces", strings.Join(controller.DefaultImportExcludedNamespaces, ","), "namespaces never imported into, comma-separated, besides --namespace (a peer's export of a name there is ignored here)")
+	// What one peer may cost this cluster through multi-cluster services.
+	importNamespaces := fs.String("import-namespace-selector", "", "import only into the namespaces this label selector selects, such as skein.io/import=true (empty: every namespace that exists and is not excluded)")
+	maxImports := fs.Int("max-imports-per-peer", controller.DefaultMaxImportsPerPeer, "names one peer may have imported here (each a Service: a ClusterIP and a unit of its namespace's ResourceQuota); its newest exports beyond are not imported, and its Configuration says so (ServicesWithinBudget=False)")
+	maxEndpoints := fs.Int("max-endpoints-per-peer", controller.DefaultMaxEndpointsPerPeer, "endpoints of one peer imported, across its imports, shared out oldest export first")
+	maxObjects := fs.Int("max-objects-per-peer", controller.DefaultMaxObjectsPerPeer, "Services, EndpointSlices and ServiceExports of one peer the controller holds (metadata only): a peer with more is not read, and what was imported from it goes")
+	maxPorts := fs.Int("max-ports-per-import", mcs.DefaultMaxPortsPerImport, "ports of one import (1-100: an EndpointSlice lists at most 100)")
 	logLevel := fs.String("log-level", "info", logging.LevelUsage)
 	logFormat := fs.String("log-format", logging.FormatText, logging.FormatUsage)
 	buildinfo.ParseFlags(fs, "skein-controller", os.Args[1:])
@@ -171,6 +178,16 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	switch {
+	case *maxImports < 1 || *maxEndpoints < 1 || *maxObjects < 1:
+		fail(fmt.Errorf("--max-imports-per-peer, --max-endpoints-per-peer and --max-objects-per-peer: want 1 or more"))
+	case *maxPorts < 1 || *maxPorts > 100:
+		fail(fmt.Errorf("--max-ports-per-import %d: want 1-100", *maxPorts))
+	}
+	importSelector, err := controller.ParseNamespaceSelector(*importNamespaces)
+	if err != nil {
+		fail(fmt.Errorf("--import-namespace-selector: %w", err))
+	}
 	poolList := prefixes("pools", *pools)
 	if err := checkPools(poolList); err != nil {
 		fail(err)
@@ -181,6 +198,8 @@ func main() {
 		MinRemotePrefixLength: *minPrefix, MinRemotePrefixLength6: *minPrefix6, IPv6: *ipv6, AllowPrivilegedGateways: *allowPrivileged, GatewayWatchPods: *watchPods, GatewayPolicy: policy,
 		ExternalCIDR: ext4, ExternalCIDR6: ext6, InternalCIDR: internal[0], Metrics: ctrlmetrics.Registry,
 	}
+	opts.ImportBudget = controller.PeerBudget{MaxImports: *maxImports, MaxEndpoints: *maxEndpoints, MaxObjects: *maxObjects}
+	opts.MaxPortsPerImport, opts.ImportNamespaces = *maxPorts, importSelector
 	ctrlmetrics.Registry.MustRegister(buildmetric.Collector("controller"))
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {

@@ -9,6 +9,10 @@
 //   - gateway.go: GatewayServers and GatewayClients rendered from their templates (render) into
 //     a Deployment, Service, ServiceAccount and RoleBinding, with a key pair in a Secret;
 //   - overlay.go: the overlay addresses (internal CIDR) nodes and gateways share;
+//   - serviceimport.go: multi-cluster services imported from every exporter (mcs computes
+//     them), within each peer's budget (importbudget.go: its one write to another kind's
+//     status, the condition ServicesWithinBudget of the peer's Configuration, under a field
+//     owner of its own), from caches that hold what an import uses (peercache.go);
 //   - setup.go: all of them registered on a manager.
 //
 // Status conditions use netv1alpha1.ConditionReady. Allocations live in the API (status and

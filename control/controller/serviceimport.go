@@ -1,16 +1,20 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -21,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -78,13 +81,23 @@ type exporter struct {
 	cancel context.CancelFunc
 	since  time.Time
 
-	// probe checks the credentials now and then: a watch that is open keeps working after
-	// the peer revoked them, or after they expired.
-	probe client.Client
+	// direct reads the exporter's API server without a cache: the Services and slices of the
+	// names imported (peercache.go), and now and then a check of the credentials (a watch
+	// that is open keeps working after the peer revoked them, or after they expired).
+	direct client.Client
+	// objects is how many objects its informers hold (peers: up to PeerBudget.MaxObjects).
+	objects atomic.Int64
 
 	mu     sync.Mutex
 	synced bool
 	err    error
+	// held: the Services and slices of the names imported from it (peercache.go); ledger:
+	// how its budget is shared out (importbudget.go; nil for this cluster, or before the
+	// first reconcile).
+	held   map[types.NamespacedName]*heldExport
+	ledger *ledger
+	// overCap: its informers grew past PeerBudget.MaxObjects.
+	overCap bool
 	// refused: the peer's API server refused the credentials (401, 403): what was imported
 	// from it goes, as after a disconnect, instead of staying as last read.
 	refused bool
@@ -102,6 +115,12 @@ func (x *exporter) isRefused() bool {
 	return x.refused
 }
 
+func (x *exporter) isOverCap() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.overCap
+}
+
 // refusedError: the API server said the credentials are not (or no longer) good.
 func refusedError(err error) bool { return apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) }
 
@@ -117,7 +136,11 @@ type ServiceImportReconciler struct {
 	Local *rest.Config
 	// Excluded namespaces are never imported into (nil: DefaultImportExcludedNamespaces).
 	Excluded []string
-	Limits   mcs.Limits
+	// Namespaces, when set, imports only into the namespaces it selects (by their labels).
+	Namespaces labels.Selector
+	Limits     mcs.Limits
+	// Budget limits what each peer causes here (importbudget.go).
+	Budget PeerBudget
 	// Retry is how long an exporter that failed waits before it starts again (0:
 	// DefaultExporterRetry).
 	Retry time.Duration
@@ -129,7 +152,11 @@ type ServiceImportReconciler struct {
 	mu      sync.Mutex
 	byKey   map[string]*exporter // exporter by Secret namespace/name ("" for this cluster)
 	started context.Context
+	tally   importTally
 }
+
+// Collector is the gauges of what the budgets and the validation leave out of the imports.
+func (r *ServiceImportReconciler) Collector() prometheus.Collector { return &r.tally }
 
 // SetupWithManager registers the import reconciler, the peer credentials watcher and this
 // cluster's exporter.
@@ -146,6 +173,7 @@ func (r *ServiceImportReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Retry <= 0 {
 		r.Retry = DefaultExporterRetry
 	}
+	r.Budget = r.Budget.withDefaults()
 	if err := mgr.Add(runnable(func(ctx context.Context) error {
 		r.mu.Lock()
 		r.started = ctx
@@ -185,6 +213,7 @@ func (r *ServiceImportReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&netv1alpha1.Configuration{}, handler.EnqueueRequestsFromMapFunc(r.importsOfPeer)).
 		Watches(&netv1alpha1.GatewayServer{}, handler.EnqueueRequestsFromMapFunc(r.importsOfPeer)).
 		Watches(&netv1alpha1.GatewayClient{}, handler.EnqueueRequestsFromMapFunc(r.importsOfPeer)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.exportsIn)).
 		WatchesRawSource(source.Channel(r.events, &handler.EnqueueRequestForObject{})).
 		Complete(r); err != nil {
 		return err
@@ -194,6 +223,27 @@ func (r *ServiceImportReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return o.GetLabels()[PeerCredentialsLabel] == PeerCredentialsServices
 		}))).
 		Complete(reconcile.Func(r.reconcileCredentials))
+}
+
+// exportsIn: a namespace came, went or changed its labels (Namespaces), so every export in it is
+// computed again.
+func (r *ServiceImportReconciler) exportsIn(ctx context.Context, o client.Object) []reconcile.Request {
+	r.mu.Lock()
+	xs := slices.Collect(maps.Values(r.byKey))
+	r.mu.Unlock()
+	var reqs []reconcile.Request
+	for _, x := range xs {
+		if ok, _ := x.state(); !ok {
+			continue
+		}
+		var exps mcsv1a1.ServiceExportList
+		if err := x.cache.List(ctx, &exps, client.InNamespace(o.GetName())); err == nil {
+			for _, e := range exps.Items {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&e)})
+			}
+		}
+	}
+	return reqs
 }
 
 // runnable adapts a function to a manager Runnable (it runs on the leader only).
@@ -260,8 +310,8 @@ func (r *ServiceImportReconciler) reconcileCredentials(ctx context.Context, req 
 		// Running on these credentials: started anew when it failed (the peer's API server
 		// was unreachable when it started, say), else checked again later.
 		if synced, err := old.state(); err == nil {
-			if synced && old.probe != nil && old.id != r.ClusterID {
-				if err := old.probe.List(ctx, &mcsv1a1.ServiceExportList{}, client.Limit(1)); refusedError(err) {
+			if synced && old.direct != nil && old.id != r.ClusterID {
+				if err := old.direct.List(ctx, &mcsv1a1.ServiceExportList{}, client.Limit(1)); refusedError(err) {
 					old.mu.Lock()
 					old.err, old.synced, old.refused = err, false, true
 					old.mu.Unlock()
@@ -322,13 +372,11 @@ func (r *ServiceImportReconciler) reconcileCredentials(ctx context.Context, req 
 const DefaultExporterRetry = 30 * time.Second
 
 // startExporter starts a cache of one cluster's ServiceExports, Services and EndpointSlices
-// (not the slices skein itself writes there) whose events enqueue the namespace/name.
+// (not the slices skein itself writes there; metadata only, peercache.go) whose events enqueue
+// the namespace/name. A peer's cache that grows past Budget.MaxObjects is stopped.
 func (r *ServiceImportReconciler) startExporter(ctx context.Context, key, id string, secret types.NamespacedName, rv string, cfg *rest.Config) {
-	notMine, err := labels.NewRequirement(discoveryv1.LabelManagedBy, selection.NotEquals, []string{mcs.ManagedBy})
-	if err != nil {
-		panic(err)
-	}
-	x := &exporter{id: id, secret: secret, rv: rv, since: time.Now()}
+	x := &exporter{id: id, secret: secret, rv: rv, since: time.Now(), held: map[types.NamespacedName]*heldExport{}}
+	parent := ctx // outlives the exporter: what it imported is computed again after it stops
 	ctx, x.cancel = context.WithCancel(ctx)
 	r.mu.Lock()
 	r.byKey[key] = x
@@ -340,34 +388,63 @@ func (r *ServiceImportReconciler) startExporter(ctx context.Context, key, id str
 		x.refused = x.refused || refusedError(err)
 		x.mu.Unlock()
 		logger.Error(err, "reading exported services")
-		r.enqueueAll(ctx, id)
+		r.enqueueAll(parent, id)
 	}
-	if p, err := client.New(cfg, client.Options{Scheme: r.scheme}); err == nil {
-		x.probe = p
+	direct, err := client.New(cfg, client.Options{Scheme: r.scheme})
+	if err != nil {
+		fail(err)
+		return
+	}
+	x.direct = direct
+	peer := id != r.ClusterID
+	count := func(d int64) {
+		if n := x.objects.Add(d); peer && n > int64(r.Budget.MaxObjects) {
+			x.mu.Lock()
+			first := !x.overCap
+			x.overCap, x.refused = true, true
+			x.mu.Unlock()
+			if first {
+				// What it holds goes with the cache; what was imported from it goes too, as
+				// when its credentials are refused, until it is read again within the cap.
+				r.tally.setPeer(id, 0, 0, true)
+				fail(fmt.Errorf("cluster %s has more than %d Services, EndpointSlices and ServiceExports (--max-objects-per-peer): not read; read again in %s", id, r.Budget.MaxObjects, r.Retry))
+				x.cancel()
+				go func() {
+					if err := r.peerCondition(parent, x, nil); err != nil {
+						logger.Error(err, "writing the peer's condition")
+					}
+				}()
+			}
+		}
 	}
 	go func() {
-		c, err := cache.New(cfg, cache.Options{Scheme: r.scheme,
-			ByObject:         map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*notMine)}},
-			DefaultTransform: cache.TransformStripManagedFields()})
+		c, err := cache.New(cfg, exporterCacheOptions(cache.Options{Scheme: r.scheme}))
 		if err != nil {
 			fail(err)
 			return
 		}
 		x.cache = c
-		for _, o := range []client.Object{&mcsv1a1.ServiceExport{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}} {
-			inf, err := c.GetInformer(ctx, o)
+		nameOf := func(o client.Object) string { return o.GetName() }
+		sliceService := func(o client.Object) string { return o.GetLabels()[discoveryv1.LabelServiceName] }
+		for _, w := range []struct {
+			o    client.Object
+			name func(client.Object) string
+		}{{&mcsv1a1.ServiceExport{}, nameOf}, {metadataOf(serviceGVK), nameOf}, {metadataOf(endpointSliceGVK), sliceService}} {
+			inf, err := c.GetInformer(ctx, w.o)
 			if err != nil {
-				fail(fmt.Errorf("%T: %w (is the MCS API installed there?)", o, err))
+				fail(fmt.Errorf("%s: %w (is the MCS API installed there?)", w.o.GetObjectKind().GroupVersionKind().Kind, err))
 				return
 			}
+			name := w.name
 			if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-				AddFunc:    func(o any) { r.enqueueObject(o) },
-				UpdateFunc: func(_, o any) { r.enqueueObject(o) },
+				AddFunc:    func(o any) { count(1); r.enqueueObject(o, name) },
+				UpdateFunc: func(_, o any) { r.enqueueObject(o, name) },
 				DeleteFunc: func(o any) {
 					if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 						o = t.Obj
 					}
-					r.enqueueObject(o)
+					count(-1)
+					r.enqueueObject(o, name)
 				},
 			}); err != nil {
 				fail(err)
@@ -386,7 +463,7 @@ func (r *ServiceImportReconciler) startExporter(ctx context.Context, key, id str
 			return
 		}
 		x.mu.Lock()
-		x.synced = true
+		x.synced = x.err == nil
 		x.mu.Unlock()
 		logger.Info("reading exported services")
 		r.enqueueAll(ctx, id)
@@ -403,6 +480,7 @@ func (r *ServiceImportReconciler) stopExporter(ctx context.Context, key string) 
 		return
 	}
 	x.cancel()
+	r.tally.forgetPeer(x.id)
 	r.enqueueAll(ctx, x.id)
 }
 
@@ -432,18 +510,15 @@ func (r *ServiceImportReconciler) enqueueAll(ctx context.Context, id string) {
 	}
 }
 
-func (r *ServiceImportReconciler) enqueueObject(o any) {
+// enqueueObject enqueues the namespace/name an exporter's object is of (nameOf it).
+func (r *ServiceImportReconciler) enqueueObject(o any, nameOf func(client.Object) string) {
 	obj, ok := o.(client.Object)
 	if !ok {
 		return
 	}
-	name := obj.GetName()
-	if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
-		if name = s.Labels[discoveryv1.LabelServiceName]; name == "" {
-			return
-		}
+	if name := nameOf(obj); name != "" {
+		r.enqueue(types.NamespacedName{Namespace: obj.GetNamespace(), Name: name})
 	}
-	r.enqueue(types.NamespacedName{Namespace: obj.GetNamespace(), Name: name})
 }
 
 func (r *ServiceImportReconciler) enqueue(k types.NamespacedName) {
@@ -461,6 +536,7 @@ func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.R
 	r.mu.Unlock()
 	var sources []mcs.Source
 	var self *mcsv1a1.ServiceExport
+	overBudget := map[string]int{}
 	// Exporters not read yet (starting) or not readable now (their API server unreachable):
 	// what was imported from them stays as it was until they are read again. Only removing
 	// their credentials (disconnect) removes it at once.
@@ -470,9 +546,14 @@ func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.R
 			if !x.isRefused() {
 				unknown[x.id] = true
 			}
+			if x.isOverCap() {
+				if err := r.peerCondition(ctx, x, nil); err != nil {
+					return reconcile.Result{}, err
+				}
+			}
 			continue
 		}
-		src, ok, err := r.source(ctx, x, ns, name)
+		src, over, ok, err := r.source(ctx, x, req.NamespacedName)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -482,6 +563,7 @@ func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.R
 		if x.id == r.ClusterID {
 			self = src.Export
 		}
+		overBudget[x.id] = over
 		sources = append(sources, src)
 	}
 	importable, err := r.importable(ctx, ns)
@@ -489,12 +571,21 @@ func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.R
 		return reconcile.Result{}, err
 	}
 	imp := mcs.Build(ns, name, sources, r.Limits)
+	for i := range imp.Sources {
+		res := &imp.Sources[i]
+		if n := overBudget[res.ClusterID]; n > 0 && res.Invalid == nil {
+			res.OverBudget += n
+			res.Dropped += n
+			res.DropReasons = append(res.DropReasons, fmt.Sprintf("%d endpoint(s) over cluster %s's endpoint budget here", n, res.ClusterID))
+		}
+	}
 	if self != nil {
 		if err := r.exportConditions(ctx, self, imp); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
 	if !importable {
+		r.tally.setImport(req.NamespacedName, nil)
 		return reconcile.Result{}, r.remove(ctx, ns, name)
 	}
 	kept, err := r.keptClusters(ctx, ns, name, unknown)
@@ -503,6 +594,7 @@ func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.R
 	}
 	switch {
 	case imp.ServiceImport == nil && len(kept) == 0:
+		r.tally.setImport(req.NamespacedName, nil)
 		return reconcile.Result{}, r.remove(ctx, ns, name)
 	case imp.ServiceImport == nil:
 		// Only exporters that cannot be read now: leave the import as it is.
@@ -514,6 +606,7 @@ func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.R
 		}
 	}
 	slices.SortFunc(imp.ServiceImport.Status.Clusters, func(a, b mcsv1a1.ClusterStatus) int { return strings.Compare(a.Cluster, b.Cluster) })
+	r.tally.setImport(req.NamespacedName, &imp)
 	return reconcile.Result{}, r.write(ctx, imp, unknown)
 }
 
@@ -550,41 +643,61 @@ func (r *ServiceImportReconciler) keptClusters(ctx context.Context, ns, name str
 	return out, nil
 }
 
-// source reads one exporter's export of namespace/name, false when it exports none.
-func (r *ServiceImportReconciler) source(ctx context.Context, x *exporter, ns, name string) (mcs.Source, bool, error) {
-	key := types.NamespacedName{Namespace: ns, Name: name}
+// source reads one exporter's export of namespace/name, false when it exports none or a peer's
+// budget leaves it out; over is how many of its endpoints the budget left out.
+func (r *ServiceImportReconciler) source(ctx context.Context, x *exporter, key types.NamespacedName) (src mcs.Source, over int, ok bool, err error) {
+	// This cluster's own exports have no budget but the per-source limit; a peer's share its
+	// budget in the order of its exports (computed again whatever changed: an export gone
+	// leaves room for the next).
+	ceiling := cmp.Or(r.Limits.MaxEndpointsPerSource, 10000)
+	allowance := ceiling
+	if x.id != r.ClusterID {
+		l, err := r.updateLedger(ctx, x, key)
+		if err != nil {
+			return mcs.Source{}, 0, false, err
+		}
+		a, admitted := l.allowance[key]
+		if !admitted {
+			return mcs.Source{}, 0, false, nil
+		}
+		allowance = min(a, ceiling)
+	}
 	var exp mcsv1a1.ServiceExport
 	if err := x.cache.Get(ctx, key, &exp); apierrors.IsNotFound(err) {
-		return mcs.Source{}, false, nil
+		x.forget(key)
+		return mcs.Source{}, 0, false, nil
 	} else if err != nil {
-		return mcs.Source{}, false, fmt.Errorf("exporter %s: %w", x.id, err)
+		return mcs.Source{}, 0, false, fmt.Errorf("exporter %s: %w", x.id, err)
 	}
-	src := mcs.Source{ClusterID: x.id, Export: &exp}
-	var svc corev1.Service
-	if err := x.cache.Get(ctx, key, &svc); err == nil {
-		src.Service = &svc
-	} else if !apierrors.IsNotFound(err) {
-		return mcs.Source{}, false, fmt.Errorf("exporter %s: %w", x.id, err)
+	before := x.heldEndpoints(key)
+	h, err := x.heldFor(ctx, key, allowance, ceiling)
+	if err != nil {
+		return mcs.Source{}, 0, false, err
 	}
-	var sls discoveryv1.EndpointSliceList
-	if err := x.cache.List(ctx, &sls, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
-		return mcs.Source{}, false, fmt.Errorf("exporter %s: %w", x.id, err)
+	if x.id != r.ClusterID && h.endpoints != before {
+		// Its share of the budget changed what is left for the exports after it.
+		if _, err := r.updateLedger(ctx, x, key); err != nil {
+			return mcs.Source{}, 0, false, err
+		}
 	}
-	src.Slices = sls.Items
+	src = mcs.Source{ClusterID: x.id, Export: &exp, Service: h.svc, Slices: h.slices}
+	if x.id != r.ClusterID {
+		src.MaxEndpoints = &allowance // what was read already fits; Build holds to it too
+	}
 	if x.id == r.ClusterID {
 		m, err := mcs.Identity(r.PodCIDRs...)
 		if err != nil {
-			return mcs.Source{}, false, err
+			return mcs.Source{}, 0, false, err
 		}
 		src.Map = m
-		return src, true, nil
+		return src, h.overBudget, true, nil
 	}
 	m, err := r.addressMap(ctx, x.id)
 	if err != nil {
-		return mcs.Source{}, false, err
+		return mcs.Source{}, 0, false, err
 	}
 	src.Map = m
-	return src, true, nil
+	return src, h.overBudget, true, nil
 }
 
 // addressMap is how this cluster reaches peer id's pods: its Configuration's pod CIDRs onto
@@ -632,7 +745,7 @@ func (r *ServiceImportReconciler) addressMap(ctx context.Context, id string) (*n
 	return m, nil
 }
 
-// importable: the namespace exists here and is not excluded.
+// importable: the namespace exists here, is not excluded, and is selected by Namespaces.
 func (r *ServiceImportReconciler) importable(ctx context.Context, ns string) (bool, error) {
 	if slices.Contains(r.Excluded, ns) {
 		return false, nil
@@ -643,7 +756,7 @@ func (r *ServiceImportReconciler) importable(ctx context.Context, ns string) (bo
 	} else if err != nil {
 		return false, err
 	}
-	return n.DeletionTimestamp == nil, nil
+	return n.DeletionTimestamp == nil && (r.Namespaces == nil || r.Namespaces.Matches(labels.Set(n.Labels))), nil
 }
 
 // write applies the ServiceImport, the derived Service and the slices, and deletes the slices
@@ -673,7 +786,7 @@ func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import, unk
 		sl := &have.Items[i]
 		if !wanted[sl.Name] && !unknown[sl.Labels[mcs.SourceClusterLabel]] {
 			if err := r.Client.Delete(ctx, sl); client.IgnoreNotFound(err) != nil {
-				return err
+				return fmt.Errorf("delete slice %s/%s: %w", sl.Namespace, sl.Name, err)
 			}
 			continue
 		}
@@ -707,10 +820,18 @@ func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import, unk
 	}
 	ready := metav1.Condition{Type: string(mcsv1a1.ServiceImportConditionReady), Status: metav1.ConditionTrue, Reason: string(mcsv1a1.ServiceImportReasonReady),
 		Message: fmt.Sprintf("%d cluster(s) export it", len(clusters)), LastTransitionTime: conditionTime(existing.Status.Conditions, string(mcsv1a1.ServiceImportConditionReady), metav1.ConditionTrue)}
-	if old := meta.FindStatusCondition(existing.Status.Conditions, ready.Type); old == nil || old.Status != ready.Status || old.Message != ready.Message ||
-		!equality.Semantic.DeepEqual(existing.Status.Clusters, clusters) {
-		if err := applyStatus(ctx, r.Client, si, map[string]any{"clusters": clusters, "conditions": []metav1.Condition{ready}}); err != nil {
+	limits := limitsCondition(imp, r.Limits)
+	limits.LastTransitionTime = conditionTime(existing.Status.Conditions, limits.Type, limits.Status)
+	changed := func(c metav1.Condition) bool {
+		old := meta.FindStatusCondition(existing.Status.Conditions, c.Type)
+		return old == nil || old.Status != c.Status || old.Reason != c.Reason || old.Message != c.Message
+	}
+	if changed(ready) || changed(limits) || !equality.Semantic.DeepEqual(existing.Status.Clusters, clusters) {
+		if err := applyStatus(ctx, r.Client, si, map[string]any{"clusters": clusters, "conditions": []metav1.Condition{ready, limits}}); err != nil {
 			return err
+		}
+		if old := meta.FindStatusCondition(existing.Status.Conditions, limits.Type); limits.Status == metav1.ConditionFalse && (old == nil || old.Status != limits.Status) {
+			r.Events.Eventf(si, nil, corev1.EventTypeWarning, limits.Reason, "Import", "%s", limits.Message)
 		}
 	}
 	owner := *metav1.NewControllerRef(si, schema.GroupVersionKind{Group: mcsv1a1.GroupName, Version: "v1alpha1", Kind: mcsv1a1.ServiceImportKindName})
@@ -731,7 +852,10 @@ func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import, unk
 		}
 		svc = *want
 	}
+	// Each slice is written whatever became of the others: one the API server refuses does not
+	// hold back the rest, nor another cluster's.
 	sliceOwner := *metav1.NewControllerRef(&svc, corev1.SchemeGroupVersion.WithKind("Service"))
+	var errs []error
 	for _, sl := range imp.Slices {
 		sl.OwnerReferences = []metav1.OwnerReference{sliceOwner}
 		sl.Labels = withManagedBy(sl.Labels)
@@ -739,10 +863,10 @@ func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import, unk
 			continue
 		}
 		if err := applyObject(ctx, r.Client, sl); err != nil {
-			return err
+			errs = append(errs, fmt.Errorf("slice %s/%s of cluster %s: %w", sl.Namespace, sl.Name, sl.Labels[mcs.SourceClusterLabel], err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // sameDerivedService: have already holds what the import writes into want.
@@ -831,10 +955,10 @@ func (r *ServiceImportReconciler) exportConditions(ctx context.Context, exp *mcs
 		for _, c := range res.Conflicts {
 			msgs = append(msgs, c.Message)
 		}
-		conflict.Message = strings.Join(msgs, "; ")
+		conflict.Message = capMessage(strings.Join(msgs, "; "))
 	}
 	if len(res.DropReasons) > 0 && res.Invalid == nil {
-		valid.Message = fmt.Sprintf("the Service is exported; %d endpoint(s) not: %s", res.Dropped, strings.Join(res.DropReasons, "; "))
+		valid.Message = capMessage(fmt.Sprintf("the Service is exported; %d endpoint(s) not: %s", res.Dropped, strings.Join(res.DropReasons, "; ")))
 	}
 	conds := []metav1.Condition{valid, conflict}
 	for i := range conds {
@@ -864,6 +988,11 @@ func conditionTime(conds []metav1.Condition, typ string, status metav1.Condition
 
 // applyStatus server-side applies status fields of obj as FieldOwner.
 func applyStatus(ctx context.Context, c client.Client, obj client.Object, status map[string]any) error {
+	return applyStatusAs(ctx, c, obj, FieldOwner, status)
+}
+
+// applyStatusAs server-side applies status fields of obj as owner.
+func applyStatusAs(ctx context.Context, c client.Client, obj client.Object, owner string, status map[string]any) error {
 	gvk, err := c.GroupVersionKindFor(obj)
 	if err != nil {
 		return err
@@ -878,7 +1007,7 @@ func applyStatus(ctx context.Context, c client.Client, obj client.Object, status
 	u.SetGroupVersionKind(gvk)
 	u.SetNamespace(obj.GetNamespace())
 	u.SetName(obj.GetName())
-	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(owner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply status of %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
 	}
 	return nil

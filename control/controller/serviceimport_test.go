@@ -1,18 +1,26 @@
 package controller_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/netip"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -88,6 +96,12 @@ func startImportPair(tb testing.TB, ctx context.Context, localPod netip.Prefix) 
 // B's own address) and retrying a failed exporter after retry (default: the controller's).
 func startImportPairWith(tb testing.TB, ctx context.Context, localPod netip.Prefix, server string, retry time.Duration) *importPair {
 	tb.Helper()
+	return startImportPairOpts(tb, ctx, localPod, server, retry, nil)
+}
+
+// startImportPairOpts is startImportPairWith with A's controller options changed by opts.
+func startImportPairOpts(tb testing.TB, ctx context.Context, localPod netip.Prefix, server string, retry time.Duration, opts func(*controller.Options)) *importPair {
+	tb.Helper()
 	a, b := apitest.Start(tb), apitest.Start(tb)
 	x := &importPair{a: a, b: b, ca: a.Client, cb: b.Client, idA: "cluster-a", idB: "cluster-b"}
 	for _, e := range []*apitest.Env{a, b} {
@@ -103,8 +117,12 @@ func startImportPairWith(tb testing.TB, ctx context.Context, localPod netip.Pref
 		tb.Fatal(err)
 	}
 	p := netip.MustParsePrefix
-	if err := controller.Setup(mgr, controller.Options{PodCIDRs: []netip.Prefix{localPod}, ServiceCIDRs: []netip.Prefix{p("10.96.0.0/12")},
-		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16"), ClusterID: x.idA, ServicesFrom: a.Config, ImportRetry: retry}); err != nil {
+	o := controller.Options{PodCIDRs: []netip.Prefix{localPod}, ServiceCIDRs: []netip.Prefix{p("10.96.0.0/12")},
+		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16"), ClusterID: x.idA, ServicesFrom: a.Config, ImportRetry: retry}
+	if opts != nil {
+		opts(&o)
+	}
+	if err := controller.Setup(mgr, o); err != nil {
 		tb.Fatal(err)
 	}
 	mctx, mcancel := context.WithCancel(ctx)
@@ -477,4 +495,93 @@ func TestServiceImportUntrustedCredentials(t *testing.T) {
 		return x.ca.List(ctx, &sls, client.InNamespace("shop"), client.MatchingLabels{mcs.SourceClusterLabel: x.idB}) == nil && len(sls.Items) == 0
 	})
 	t.Logf("B's endpoints removed %.1fs after the revocation", time.Since(start).Seconds())
+}
+
+// TestImportBadHostname (attack review): a peer's API server is not trusted to serve valid
+// slices. B's (a proxy rewrites every hostname it serves to "Bad_Host", which A's API server
+// refuses in a slice) used to be copied as it was: its slice was refused, and A's own slice of
+// the same import, written after it, never was. Now B's endpoint is dropped and counted, and
+// A's slice is written.
+func TestImportBadHostname(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var rewritten atomic.Int64
+	var bHost string
+	proxy := httptest.NewTLSServer(&httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			u, _ := url.Parse(bHost)
+			r.SetURL(u)
+			r.Out.Header.Del("Accept-Encoding")
+			if strings.Contains(r.Out.Header.Get("Accept"), "protobuf") {
+				r.Out.Header.Set("Accept", "application/json") // rewritten below
+			}
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			if !strings.Contains(resp.Request.URL.Path, "/endpointslices") || resp.Request.URL.Query().Get("watch") == "true" {
+				return nil
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				return err
+			}
+			n := bytes.Count(body, []byte(`"hostname":"good-host"`))
+			rewritten.Add(int64(n))
+			body = bytes.ReplaceAll(body, []byte(`"hostname":"good-host"`), []byte(`"hostname":"Bad_Host"`))
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			resp.ContentLength = int64(len(body))
+			resp.Header.Set("Content-Length", fmt.Sprint(len(body)))
+			return nil
+		},
+	})
+	t.Cleanup(proxy.Close) // after A's controller stops (cleanups run last first), its watches with it
+	reg := prometheus.NewRegistry()
+	x := startImportPairOpts(t, ctx, netip.MustParsePrefix("10.244.0.0/16"), proxy.URL, time.Second, func(o *controller.Options) { o.Metrics = reg })
+	bHost = x.b.Config.Host
+	tr, err := rest.TransportFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: x.b.Config.CAData}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Config.Handler.(*httputil.ReverseProxy).Transport = tr
+	// A reaches B through the proxy, whose certificate is its own.
+	if err := x.ca.Get(ctx, client.ObjectKeyFromObject(x.creds), x.creds); err != nil {
+		t.Fatal(err)
+	}
+	x.creds.Data[controller.PeerCAKey] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: proxy.Certificate().Raw})
+	if err := x.ca.Update(ctx, x.creds); err != nil {
+		t.Fatal(err)
+	}
+	// B exports shop/orders first, its endpoint named good-host (rewritten on the way).
+	bSlice := endpointSlice("shop", "orders-1", "orders", []string{"10.244.1.5"})
+	bSlice.Endpoints[0].Hostname = ptrTo("good-host")
+	for _, o := range []client.Object{
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
+		bSlice, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}},
+	} {
+		if err := x.cb.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond) // A's export is the newer: its slice is written after B's
+	exportService(t, ctx, x.ca, "shop", "orders", nil, "10.244.3.3")
+	waitUntil(t, ctx, "A's own slice of shop/orders written, B's bad endpoint counted", func() bool {
+		var sls discoveryv1.EndpointSliceList
+		if x.ca.List(ctx, &sls, client.InNamespace("shop"), client.MatchingLabels{mcs.ImportLabel: "orders", discoveryv1.LabelManagedBy: mcs.ManagedBy}) != nil {
+			return false
+		}
+		mine := slices.ContainsFunc(sls.Items, func(s discoveryv1.EndpointSlice) bool {
+			return s.Labels[mcs.SourceClusterLabel] == x.idA && len(s.Endpoints) == 1 && s.Endpoints[0].Addresses[0] == "10.244.3.3"
+		})
+		return mine && gauge(reg, "skein_controller_import_invalid", "what", "hostname") == 1
+	})
+	var si mcsv1a1.ServiceImport
+	if err := x.ca.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "orders"}, &si); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(si.Status.Conditions, controller.ConditionWithinLimits); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "hostname is not a DNS-1123 label") {
+		t.Errorf("WithinLimits %+v: want False, naming the hostname", c)
+	}
+	if rewritten.Load() == 0 {
+		t.Error("the proxy rewrote no hostname: the test proved nothing")
+	}
 }

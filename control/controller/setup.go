@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	"github.com/skein-net/skein/control/controller/ipam"
+	"github.com/skein-net/skein/control/controller/mcs"
 )
 
 // Options are this cluster's networks.
@@ -50,6 +52,13 @@ type Options struct {
 	// ImportRetry is how long reading a cluster's exports waits after a failure before it
 	// starts again (0: DefaultExporterRetry).
 	ImportRetry time.Duration
+	// Per-peer budgets of multi-cluster services (importbudget.go): ImportBudget limits the
+	// imports, endpoints and cached objects each peer causes here (zero values: the
+	// defaults), MaxPortsPerImport the ports of one import (0: mcs.DefaultMaxPortsPerImport);
+	// ImportNamespaces, when set, imports only into the namespaces it selects.
+	ImportBudget      PeerBudget
+	MaxPortsPerImport int
+	ImportNamespaces  labels.Selector
 	// Metrics, when set, gets the IPAM gauges (skein_controller_ipam_*); the daemon passes
 	// controller-runtime's registry, served on --metrics-listen.
 	Metrics prometheus.Registerer
@@ -127,9 +136,15 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return fmt.Errorf("controller: multi-cluster services need this cluster's id")
 		}
 		r := &ServiceImportReconciler{Client: c, Events: ev, ClusterID: o.ClusterID, PodCIDRs: o.PodCIDRs,
-			Local: o.ServicesFrom, Excluded: o.ImportExcludedNamespaces, Retry: o.ImportRetry}
+			Local: o.ServicesFrom, Excluded: o.ImportExcludedNamespaces, Retry: o.ImportRetry,
+			Budget: o.ImportBudget, Limits: mcs.Limits{MaxPortsPerImport: o.MaxPortsPerImport}, Namespaces: o.ImportNamespaces}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
+		}
+		if o.Metrics != nil {
+			if err := o.Metrics.Register(r.Collector()); err != nil {
+				return fmt.Errorf("controller: registering the import metrics: %w", err)
+			}
 		}
 	}
 	return nil

@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
 	"github.com/skein-net/skein/dataplane/nat"
@@ -42,6 +43,10 @@ const (
 // DefaultMaxEndpointsPerSlice is what kube-controller-manager puts in one slice by default.
 const DefaultMaxEndpointsPerSlice = 100
 
+// DefaultMaxPortsPerImport is how many ports an import holds at most: the ports of its
+// EndpointSlices are those of the derived Service, and a slice may list 100 ports.
+const DefaultMaxPortsPerImport = 100
+
 // Identity is the address map of this cluster's own exports: its pod CIDRs, as they are.
 func Identity(cidrs ...netip.Prefix) (*nat.PrefixMap, error) {
 	pairs := make([]nat.Pair, len(cidrs))
@@ -60,6 +65,9 @@ type Source struct {
 	Service *corev1.Service
 	// Slices are the cluster's EndpointSlices of the Service.
 	Slices []discoveryv1.EndpointSlice
+	// MaxEndpoints, when set, caps the source's endpoints below Limits.MaxEndpointsPerSource:
+	// what is left of its cluster's endpoint budget (0: none is left).
+	MaxEndpoints *int
 	// Map translates the cluster's pod addresses into this cluster's view: the fabric's own
 	// NAT (each of the exporter's pod CIDRs onto the prefix this cluster sees it as), so an
 	// endpoint is the address the gateway will translate back to that pod. Addresses it maps
@@ -74,6 +82,9 @@ type Limits struct {
 	MaxEndpointsPerSlice int
 	// MaxEndpointsPerSource drops a source's endpoints beyond this (0: 10,000).
 	MaxEndpointsPerSource int
+	// MaxPortsPerImport refuses the ports of the union beyond this (0:
+	// DefaultMaxPortsPerImport); the exports defining them get a PortConflict.
+	MaxPortsPerImport int
 }
 
 // Conflict is why an export's property lost to an older export's.
@@ -90,9 +101,14 @@ type SourceResult struct {
 	// Conflicts are the properties where an older export won.
 	Conflicts []Conflict
 	// Endpoints is how many of its endpoints were imported; Dropped how many were not (outside
-	// its published pod CIDRs, no address, over the limit), with why in DropReasons.
+	// its published pod CIDRs, no address, invalid, over a limit), with why in DropReasons.
 	Endpoints, Dropped int
 	DropReasons        []string
+	// Of the dropped endpoints, OverBudget were beyond Source.MaxEndpoints and InvalidHostname
+	// had a hostname that is no DNS-1123 label. InvalidPorts counts the ports of its Service
+	// and slices left out as invalid (number, protocol, name), PortsOverLimit the ports of its
+	// Service beyond Limits.MaxPortsPerImport.
+	OverBudget, InvalidHostname, InvalidPorts, PortsOverLimit int
 }
 
 // Import is what this cluster holds for one exported namespace/name. ServiceImport, Service
@@ -129,6 +145,9 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 	}
 	if lim.MaxEndpointsPerSource <= 0 {
 		lim.MaxEndpointsPerSource = 10000
+	}
+	if lim.MaxPortsPerImport <= 0 {
+		lim.MaxPortsPerImport = DefaultMaxPortsPerImport
 	}
 	srcs := slices.Clone(sources)
 	slices.SortFunc(srcs, func(a, b Source) int {
@@ -169,12 +188,18 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 	if imp.Spec.SessionAffinity == "" {
 		imp.Spec.SessionAffinity = corev1.ServiceAffinityNone
 	}
-	// Ports: the union by name; the oldest export's definition of a name wins.
+	// Ports: the union by name; the oldest export's definition of a name wins. Each port is
+	// looked up by name and by number in maps: linear in the ports of all exports.
 	type portDef struct {
 		p     corev1.ServicePort
 		owner string
 	}
+	type portNumber struct {
+		port  int32
+		proto corev1.Protocol
+	}
 	ports := map[string]portDef{}
+	byNumber := map[portNumber]string{}
 	var order []string
 	for _, i := range valid {
 		s := srcs[i]
@@ -193,14 +218,19 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 			d, ok := ports[p.Name]
 			if !ok {
 				// A new name joins only if the derived Service stays valid: every port named
-				// when there are several, each port number and protocol once.
-				_, unnamed := ports[""]
-				clash, clashes := "", false
-				for n, o := range ports {
-					if o.p.Port == p.Port && o.p.Protocol == proto {
-						clash, clashes = n, true
-					}
+				// when there are several, each port number and protocol once, and no more
+				// ports than a slice may list.
+				if len(ports) >= lim.MaxPortsPerImport {
+					r.PortsOverLimit++ // one conflict for them all, below
+					continue
 				}
+				if why := invalidServicePort(p.Name, p.Port, proto); why != "" {
+					r.InvalidPorts++
+					r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonPortConflict, fmt.Sprintf("port %q (%d/%s) left out: %s", p.Name, p.Port, proto, why)})
+					continue
+				}
+				_, unnamed := ports[""]
+				clash, clashes := byNumber[portNumber{p.Port, proto}]
 				switch {
 				case len(ports) > 0 && (p.Name == "" || unnamed):
 					r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonPortConflict,
@@ -209,7 +239,12 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 					r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonPortConflict,
 						fmt.Sprintf("port %q is %d/%s, which the export of cluster %s names %q", p.Name, p.Port, proto, ports[clash].owner, clash)})
 				default:
-					ports[p.Name] = portDef{corev1.ServicePort{Name: p.Name, Protocol: proto, Port: p.Port, AppProtocol: p.AppProtocol}, s.ClusterID}
+					appProtocol := p.AppProtocol
+					if appProtocol != nil && len(validation.IsQualifiedName(*appProtocol)) > 0 {
+						appProtocol = nil
+					}
+					ports[p.Name] = portDef{corev1.ServicePort{Name: p.Name, Protocol: proto, Port: p.Port, AppProtocol: appProtocol}, s.ClusterID}
+					byNumber[portNumber{p.Port, proto}] = p.Name
 					order = append(order, p.Name)
 				}
 				continue
@@ -218,6 +253,10 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 				r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonPortConflict,
 					fmt.Sprintf("port %q is %d/%s, but the oldest export defining it (cluster %s) has %d/%s", p.Name, p.Port, proto, d.owner, d.p.Port, d.p.Protocol)})
 			}
+		}
+		if r.PortsOverLimit > 0 {
+			r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonPortConflict,
+				fmt.Sprintf("%d port(s) left out: an import holds at most %d ports", r.PortsOverLimit, lim.MaxPortsPerImport)})
 		}
 	}
 	slices.Sort(order)
@@ -307,10 +346,22 @@ func sourceSlices(namespace, name, derived string, s Source, agreed map[string]b
 			continue
 		}
 		var ports []discoveryv1.EndpointPort
+		named := map[string]bool{}
 		for _, p := range sl.Ports {
-			if p.Name != nil && agreed[*p.Name] || p.Name == nil && agreed[""] {
-				ports = append(ports, *p.DeepCopy())
+			n := deref(p.Name)
+			if !agreed[n] || named[n] {
+				continue // a port the import does not serve, or a name listed twice
 			}
+			if p.Port != nil && invalidServicePort(n, *p.Port, derefProto(p.Protocol)) != "" || p.Port == nil && invalidServicePort(n, 1, derefProto(p.Protocol)) != "" {
+				r.InvalidPorts++
+				continue
+			}
+			named[n] = true
+			ep := *p.DeepCopy()
+			if ep.AppProtocol != nil && len(validation.IsQualifiedName(*ep.AppProtocol)) > 0 {
+				ep.AppProtocol = nil
+			}
+			ports = append(ports, ep)
 		}
 		slices.SortFunc(ports, func(a, b discoveryv1.EndpointPort) int { return strings.Compare(deref(a.Name), deref(b.Name)) })
 		key := portKey(ports)
@@ -332,11 +383,24 @@ func sourceSlices(namespace, name, derived string, s Source, agreed map[string]b
 			if seen[t] {
 				continue // the same endpoint in two slices (during a slice update)
 			}
+			if e.Hostname != nil && len(validation.IsDNS1123Label(*e.Hostname)) > 0 {
+				// The API server would refuse the slice holding it (and, written with the
+				// others, every slice after it).
+				r.InvalidHostname++
+				continue
+			}
 			seen[t] = true
 			ep := discoveryv1.Endpoint{Addresses: []string{t.String()}, Hostname: e.Hostname,
 				Conditions: discoveryv1.EndpointConditions{Ready: boolCopy(e.Conditions.Ready), Serving: boolCopy(e.Conditions.Serving), Terminating: boolCopy(e.Conditions.Terminating)}}
 			eps = append(eps, endpoint{ep: ep, ports: ports, key: key})
 		}
+	}
+	if r.InvalidHostname > 0 {
+		r.Dropped += r.InvalidHostname
+		r.DropReasons = append(r.DropReasons, fmt.Sprintf("%d endpoint(s) whose hostname is not a DNS-1123 label", r.InvalidHostname))
+	}
+	if r.InvalidPorts > 0 {
+		r.DropReasons = append(r.DropReasons, fmt.Sprintf("%d port(s) of its slices left out as invalid (number 1-65535, protocol TCP, UDP or SCTP, name a DNS-1123 label)", r.InvalidPorts))
 	}
 	if outside > 0 {
 		r.Dropped += outside
@@ -352,6 +416,13 @@ func sourceSlices(namespace, name, derived string, s Source, agreed map[string]b
 		r.Dropped += len(eps) - lim.MaxEndpointsPerSource
 		r.DropReasons = append(r.DropReasons, fmt.Sprintf("%d endpoint(s) over the limit of %d per cluster", len(eps)-lim.MaxEndpointsPerSource, lim.MaxEndpointsPerSource))
 		eps = eps[:lim.MaxEndpointsPerSource]
+	}
+	if s.MaxEndpoints != nil && len(eps) > max(0, *s.MaxEndpoints) {
+		n := max(0, *s.MaxEndpoints)
+		r.OverBudget = len(eps) - n
+		r.Dropped += r.OverBudget
+		r.DropReasons = append(r.DropReasons, fmt.Sprintf("%d endpoint(s) over cluster %s's endpoint budget (%d left for this import)", r.OverBudget, s.ClusterID, n))
+		eps = eps[:n]
 	}
 	r.Endpoints = len(eps)
 	var out []*discoveryv1.EndpointSlice
@@ -379,6 +450,20 @@ func sourceSlices(namespace, name, derived string, s Source, agreed map[string]b
 		start = end
 	}
 	return out
+}
+
+// invalidServicePort says why a port cannot be in a Service or an EndpointSlice ("" when it
+// can): a peer's API server is not trusted to have checked it.
+func invalidServicePort(name string, port int32, proto corev1.Protocol) string {
+	switch {
+	case port < 1 || port > 65535:
+		return "the port number is not 1-65535"
+	case proto != corev1.ProtocolTCP && proto != corev1.ProtocolUDP && proto != corev1.ProtocolSCTP:
+		return "the protocol is not TCP, UDP or SCTP"
+	case name != "" && len(validation.IsDNS1123Label(name)) > 0:
+		return "the name is not a DNS-1123 label"
+	}
+	return ""
 }
 
 func countEndpoints(sls []discoveryv1.EndpointSlice) int {

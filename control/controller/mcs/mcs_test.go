@@ -287,3 +287,91 @@ func TestBuildDuplicateClusterID(t *testing.T) {
 		t.Errorf("clusters %v, endpoints %v: want b once, with the oldest export's endpoint", imp.ServiceImport.Status.Clusters, addresses(imp))
 	}
 }
+
+// TestBuildPortLimit (attack review): an import holds at most MaxPortsPerImport ports; the
+// export defining more gets a PortConflict saying how many were left out, and its endpoints
+// still serve the ports that joined.
+func TestBuildPortLimit(t *testing.T) {
+	var ports []corev1.ServicePort
+	for i := range 150 {
+		ports = append(ports, corev1.ServicePort{Name: fmt.Sprintf("p%03d", i), Protocol: corev1.ProtocolTCP, Port: int32(1000 + i)})
+	}
+	sl := slice("10.244.1.5")
+	sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: ptr("p000"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr[int32](1000)},
+		discoveryv1.EndpointPort{Name: ptr("p149"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr[int32](1149)})
+	imp := Build("shop", "orders", []Source{{ClusterID: "b", Export: export(time.Hour), Service: service(ports...),
+		Slices: []discoveryv1.EndpointSlice{sl}, Map: mapping("10.244.0.0/16", "10.71.0.0/16")}}, Limits{})
+	if n := len(imp.Service.Spec.Ports); n != DefaultMaxPortsPerImport || len(imp.ServiceImport.Spec.Ports) != n {
+		t.Errorf("derived Service with %d ports, ServiceImport %d: want %d", n, len(imp.ServiceImport.Spec.Ports), DefaultMaxPortsPerImport)
+	}
+	r := imp.Sources[0]
+	if r.PortsOverLimit != 50 || len(r.Conflicts) != 1 || r.Conflicts[0].Reason != mcsv1a1.ServiceExportReasonPortConflict || !strings.Contains(r.Conflicts[0].Message, "50 port(s)") {
+		t.Errorf("source result %+v: want 50 ports over the limit in one PortConflict", r)
+	}
+	if len(imp.Slices) != 1 || len(imp.Slices[0].Ports) != 1 || *imp.Slices[0].Ports[0].Name != "p000" {
+		t.Errorf("slices %+v: want one, serving p000 alone (p149 is not in the import; http is no port of the Service)", imp.Slices)
+	}
+	if lifted := Build("shop", "orders", []Source{{ClusterID: "b", Export: export(time.Hour), Service: service(ports...)}}, Limits{MaxPortsPerImport: 150}); len(lifted.Service.Spec.Ports) != 150 {
+		t.Errorf("MaxPortsPerImport 150: %d ports", len(lifted.Service.Spec.Ports))
+	}
+}
+
+// TestBuildValidates (attack review): a peer's API server is not trusted to have validated
+// what it serves. An endpoint whose hostname is no DNS-1123 label is dropped and counted (the
+// API server would refuse its slice); ports with a number outside 1-65535, an unknown protocol
+// or a bad name are left out of the Service and the slices; the rest is imported.
+func TestBuildValidates(t *testing.T) {
+	bad := slice("10.244.1.5", "10.244.1.6", "10.244.1.7")
+	bad.Endpoints[0].Hostname = ptr("Not_A.Label")
+	bad.Endpoints[1].Hostname = ptr("web-1")
+	bad.Ports = append(bad.Ports,
+		discoveryv1.EndpointPort{Name: ptr("http"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr[int32](9090)}, // http twice
+		discoveryv1.EndpointPort{Name: ptr("metrics"), Protocol: ptr(corev1.Protocol("ICMP")), Port: ptr[int32](9100)},
+		discoveryv1.EndpointPort{Name: ptr("big"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr[int32](70000)})
+	svc := service(httpPort(80),
+		corev1.ServicePort{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9100},
+		corev1.ServicePort{Name: "big", Protocol: corev1.ProtocolTCP, Port: 8443},
+		corev1.ServicePort{Name: "zero", Protocol: corev1.ProtocolTCP, Port: 0},
+		corev1.ServicePort{Name: "Bad_Name", Protocol: corev1.ProtocolTCP, Port: 81},
+		corev1.ServicePort{Name: "icmp", Protocol: "ICMP", Port: 82})
+	imp := Build("shop", "orders", []Source{{ClusterID: "b", Export: export(time.Hour), Service: svc,
+		Slices: []discoveryv1.EndpointSlice{bad}, Map: mapping("10.244.0.0/16", "10.71.0.0/16")}}, Limits{})
+	var names []string
+	for _, p := range imp.Service.Spec.Ports {
+		names = append(names, p.Name)
+	}
+	if fmt.Sprint(names) != "[big http metrics]" {
+		t.Errorf("derived ports %v, want big, http, metrics (zero, Bad_Name, icmp invalid)", names)
+	}
+	r := imp.Sources[0]
+	if r.InvalidHostname != 1 || r.Endpoints != 2 || r.InvalidPorts != 5 {
+		t.Errorf("source result %+v: want 1 invalid hostname, 2 endpoints imported, 5 invalid ports (3 of the Service, 2 of the slice)", r)
+	}
+	if fmt.Sprint(addresses(imp)) != "map[b:[10.71.1.6 10.71.1.7]]" {
+		t.Errorf("endpoints %v", addresses(imp))
+	}
+	for _, s := range imp.Slices {
+		if len(s.Ports) != 1 || *s.Ports[0].Name != "http" || *s.Ports[0].Port != 8080 {
+			t.Errorf("slice ports %+v: want http 8080 once", s.Ports)
+		}
+		for _, e := range s.Endpoints {
+			if e.Hostname != nil && *e.Hostname != "web-1" {
+				t.Errorf("hostname %q imported", *e.Hostname)
+			}
+		}
+	}
+}
+
+// TestBuildEndpointBudget: a source's MaxEndpoints (what is left of its cluster's budget) caps
+// its endpoints below the per-source limit; 0 imports none of them, and the import stays.
+func TestBuildEndpointBudget(t *testing.T) {
+	src := Source{ClusterID: "b", Export: export(time.Hour), Service: service(httpPort(80)),
+		Slices: []discoveryv1.EndpointSlice{slice("10.244.1.5", "10.244.1.6", "10.244.1.7")}, Map: mapping("10.244.0.0/16", "10.71.0.0/16")}
+	for budget, want := range map[int]int{0: 0, 2: 2, 5: 3} {
+		src.MaxEndpoints = &budget
+		imp := Build("shop", "orders", []Source{src}, Limits{})
+		if r := imp.Sources[0]; r.Endpoints != want || r.OverBudget != 3-want || imp.ServiceImport == nil {
+			t.Errorf("budget %d: %+v, import %v; want %d endpoints, %d over budget", budget, r, imp.ServiceImport != nil, want, 3-want)
+		}
+	}
+}

@@ -1,0 +1,229 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+
+	"github.com/skein-net/skein/control/controller/mcs"
+)
+
+// What an exporter's cache holds (a peer's, or this cluster's). A peer decides how many
+// Services and EndpointSlices it has and how large they are, so the informers hold metadata
+// only: a ServiceExport's name, creation time and status; a Service's or an EndpointSlice's
+// name and resourceVersion (a slice's service-name label too). Their events say what changed.
+// The fields an import uses (a Service's type and ports, a slice's endpoints and ports) are read
+// from the exporter's API server when an import it is admitted to needs them and the informer
+// shows a new resourceVersion, and held, trimmed, for those names only: at most what is left of
+// the peer's endpoint budget (exporter.held). A peer whose informers grow past
+// PeerBudget.MaxObjects is not read any more (its imports go) until it shrinks.
+
+var (
+	serviceGVK       = corev1.SchemeGroupVersion.WithKind("Service")
+	endpointSliceGVK = discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice")
+)
+
+// metadataOf is an object of kind gvk as a metadata-only informer holds it.
+func metadataOf(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
+	o := &metav1.PartialObjectMetadata{}
+	o.SetGroupVersionKind(gvk)
+	return o
+}
+
+// notImportedHere selects the EndpointSlices that skein did not write (a peer's imports are
+// not exports).
+func notImportedHere() labels.Selector {
+	req, err := labels.NewRequirement(discoveryv1.LabelManagedBy, selection.NotEquals, []string{mcs.ManagedBy})
+	if err != nil {
+		panic(err) // constant values
+	}
+	return labels.NewSelector().Add(*req)
+}
+
+// exporterCacheOptions: exports trimmed to what the import reads, Services and EndpointSlices
+// as metadata, trimmed to name, namespace, resourceVersion and the service-name label.
+func exporterCacheOptions(o cache.Options) cache.Options {
+	o.ByObject = map[client.Object]cache.ByObject{
+		&mcsv1a1.ServiceExport{}:     {Transform: trimExport},
+		metadataOf(serviceGVK):       {Transform: trimMetadata},
+		metadataOf(endpointSliceGVK): {Label: notImportedHere(), Transform: trimMetadata},
+	}
+	return o
+}
+
+func trimExport(o any) (any, error) {
+	e, ok := o.(*mcsv1a1.ServiceExport)
+	if !ok {
+		return o, nil
+	}
+	return &mcsv1a1.ServiceExport{TypeMeta: e.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Name, UID: e.UID, ResourceVersion: e.ResourceVersion,
+			Generation: e.Generation, CreationTimestamp: e.CreationTimestamp, DeletionTimestamp: e.DeletionTimestamp},
+		Status: mcsv1a1.ServiceExportStatus{Conditions: e.Status.Conditions}}, nil
+}
+
+func trimMetadata(o any) (any, error) {
+	m, ok := o.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return o, nil
+	}
+	out := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, ResourceVersion: m.ResourceVersion}}
+	if n, ok := m.Labels[discoveryv1.LabelServiceName]; ok {
+		out.Labels = map[string]string{discoveryv1.LabelServiceName: n}
+	}
+	return out, nil
+}
+
+// trimService keeps what mcs.Build reads of a Service.
+func trimService(s *corev1.Service) *corev1.Service {
+	out := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, ResourceVersion: s.ResourceVersion},
+		Spec: corev1.ServiceSpec{Type: s.Spec.Type, ClusterIP: s.Spec.ClusterIP, SessionAffinity: s.Spec.SessionAffinity,
+			SessionAffinityConfig: s.Spec.SessionAffinityConfig}}
+	for _, p := range s.Spec.Ports {
+		out.Spec.Ports = append(out.Spec.Ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, AppProtocol: p.AppProtocol})
+	}
+	return out
+}
+
+// trimSlice keeps what mcs.Build reads of an EndpointSlice, and at most n endpoints.
+func trimSlice(s *discoveryv1.EndpointSlice, n int) discoveryv1.EndpointSlice {
+	out := discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, ResourceVersion: s.ResourceVersion},
+		AddressType: s.AddressType, Ports: s.Ports}
+	eps := s.Endpoints[:min(n, len(s.Endpoints))]
+	out.Endpoints = make([]discoveryv1.Endpoint, len(eps))
+	for i, e := range eps {
+		out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses[:min(1, len(e.Addresses))], Hostname: e.Hostname,
+			Conditions: discoveryv1.EndpointConditions{Ready: e.Conditions.Ready, Serving: e.Conditions.Serving, Terminating: e.Conditions.Terminating}}
+	}
+	return out
+}
+
+// heldExport is what an exporter holds of one exported name: its Service and slices as read
+// from its API server, for the informers' view fingerprint and an allowance of endpoints.
+type heldExport struct {
+	fingerprint string
+	allowance   int
+	svcRV       string // the informers' resourceVersion of the Service when it was read
+	svc         *corev1.Service
+	slices      []discoveryv1.EndpointSlice
+	// endpoints were kept (at most allowance); overBudget more were read and left out.
+	endpoints, overBudget int
+}
+
+// fingerprint is the informers' view of namespace/name: the Service's resourceVersion (also
+// returned alone) and each slice's.
+func (x *exporter) fingerprint(ctx context.Context, key types.NamespacedName) (string, string, error) {
+	svc := metadataOf(serviceGVK)
+	var b strings.Builder
+	if err := x.cache.Get(ctx, key, svc); err == nil {
+		b.WriteString(svc.ResourceVersion)
+	} else if !apierrors.IsNotFound(err) {
+		return "", "", err
+	}
+	sls := &metav1.PartialObjectMetadataList{}
+	sls.SetGroupVersionKind(endpointSliceGVK.GroupVersion().WithKind("EndpointSliceList"))
+	if err := x.cache.List(ctx, sls, client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+		return "", "", err
+	}
+	rvs := make([]string, 0, len(sls.Items))
+	for _, s := range sls.Items {
+		rvs = append(rvs, s.Name+"="+s.ResourceVersion)
+	}
+	slices.Sort(rvs)
+	for _, rv := range rvs {
+		b.WriteString("|" + rv)
+	}
+	return b.String(), svc.ResourceVersion, nil
+}
+
+// heldFor returns namespace/name's Service and slices with at most allowance endpoints, read
+// again from the exporter's API server when the informers saw a change or the allowance
+// changed. ceiling bounds the endpoints read to count those over the allowance.
+func (x *exporter) heldFor(ctx context.Context, key types.NamespacedName, allowance, ceiling int) (*heldExport, error) {
+	fp, svcRV, err := x.fingerprint(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	old := x.held[key]
+	x.mu.Unlock()
+	if old != nil && old.fingerprint == fp && old.allowance == allowance {
+		return old, nil
+	}
+	h := &heldExport{fingerprint: fp, allowance: allowance, svcRV: svcRV}
+	if old != nil && svcRV != "" && old.svcRV == svcRV {
+		h.svc = old.svc // only slices changed (a pod became ready): one request, not two
+	} else {
+		var svc corev1.Service
+		if err := x.direct.Get(ctx, key, &svc); err == nil {
+			h.svc = trimService(&svc)
+		} else if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("exporter %s: read Service %s: %w", x.id, key, err)
+		}
+	}
+	sel := notImportedHere()
+	req, err := labels.NewRequirement(discoveryv1.LabelServiceName, selection.Equals, []string{key.Name})
+	if err != nil {
+		return nil, err
+	}
+	sel = sel.Add(*req)
+	seen := 0
+	for cont := ""; ; {
+		var page discoveryv1.EndpointSliceList
+		// Pages of 20 slices: what is held while reading is at most 20,000 endpoints.
+		if err := x.direct.List(ctx, &page, client.InNamespace(key.Namespace), client.MatchingLabelsSelector{Selector: sel},
+			client.Limit(20), client.Continue(cont)); err != nil {
+			return nil, fmt.Errorf("exporter %s: read the EndpointSlices of %s: %w", x.id, key, err)
+		}
+		for i := range page.Items {
+			sl := &page.Items[i]
+			n := len(sl.Endpoints)
+			seen += n
+			if keep := allowance - h.endpoints; keep > 0 {
+				t := trimSlice(sl, keep)
+				h.endpoints += len(t.Endpoints)
+				h.slices = append(h.slices, t)
+			}
+		}
+		cont = page.Continue
+		if cont == "" || seen >= ceiling {
+			break
+		}
+	}
+	h.overBudget = min(seen, ceiling) - h.endpoints
+	x.mu.Lock()
+	x.held[key] = h
+	x.mu.Unlock()
+	return h, nil
+}
+
+// forget drops what is held of namespace/name (no longer exported, or no longer imported).
+func (x *exporter) forget(key types.NamespacedName) {
+	x.mu.Lock()
+	delete(x.held, key)
+	x.mu.Unlock()
+}
+
+// heldEndpoints is how many endpoints are held of namespace/name (0 when nothing is).
+func (x *exporter) heldEndpoints(key types.NamespacedName) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if h := x.held[key]; h != nil {
+		return h.endpoints
+	}
+	return 0
+}
