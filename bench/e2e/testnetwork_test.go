@@ -232,9 +232,15 @@ func (e *env) testNetworkFails(ctx context.Context) {
 	e.scale(ctx, srv.c, "liqo", "skein-controller", 1)
 	e.waitConnected(ctx)
 
-	// (b) Node 1 of cluster 0 loses its route to the peer, and its agent is not there to put
-	// it back (its DaemonSet kept off the node).
-	node := e.l.Clusters[0].NodeName(1)
+	// (b) A node of cluster 0 that does not run the gateway loses its route to the peer, and
+	// its agent is not there to put it back (its DaemonSet kept off the node). (The gateway's
+	// own node relays the other nodes' frames to the gateway, so its routes carry every node's
+	// traffic: without them every pair fails, and no single node stands out.)
+	nodeIdx := 0
+	if e.l.Clusters[0].NodeName(0) == e.gatewayNodeFor(ctx, 0, 1) {
+		nodeIdx = 1
+	}
+	node := e.l.Clusters[0].NodeName(nodeIdx)
 	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"NotIn","values":[%q]}]}]}}}}}}}`, node)
 	e.run(ctx, 0, "kubectl", "-n", "liqo", "patch", "daemonset", "skein-agent", "--type", "merge", "-p", patch)
 	e.waitFor(ctx, time.Minute, "no agent on "+node, func() bool {
@@ -247,7 +253,7 @@ func (e *env) testNetworkFails(ctx context.Context) {
 		}
 		return true
 	})
-	nodeNS := e.l.Clusters[0].Nodes[1].Name
+	nodeNS := e.l.Clusters[0].Nodes[nodeIdx].Name
 	routes, _ := exec.CommandContext(ctx, "ip", "-n", nodeNS, "route", "show", "table", "18952").Output()
 	deleted := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(routes)), "\n") {
