@@ -42,8 +42,8 @@ func narrowPath(t *testing.T, blackHole bool) (s, d *netnstest.NS) {
 }
 
 // sendThrough opens bind in s, sends n datagrams of size bytes to a socket in d, batch at a
-// time, and returns Send's first error and how many datagrams d received within a second.
-func sendThrough(t *testing.T, s, d *netnstest.NS, bind conn.Bind, n, batch, size int) (error, int) {
+// time, and returns how many datagrams d received within a second and Send's first error.
+func sendThrough(t *testing.T, s, d *netnstest.NS, bind conn.Bind, n, batch, size int) (int, error) {
 	t.Helper()
 	var rx *net.UDPConn
 	if err := d.Do(func() (err error) {
@@ -82,7 +82,7 @@ func sendThrough(t *testing.T, s, d *netnstest.NS, bind conn.Bind, n, batch, siz
 			got++
 		}
 	}
-	return first, got
+	return got, first
 }
 
 // TestPathBindNarrowPath sends full-size WireGuard datagrams (1372 bytes of UDP payload,
@@ -96,12 +96,12 @@ func TestPathBindNarrowPath(t *testing.T) {
 	const n, size = 64, 1372
 	t.Run("GSO batch over a learned path MTU", func(t *testing.T) {
 		s, d := narrowPath(t, false)
-		err, got := sendThrough(t, s, d, conn.NewStdNetBind(), n, 16, size)
+		got, err := sendThrough(t, s, d, conn.NewStdNetBind(), n, 16, size)
 		if !errors.Is(err, syscall.EMSGSIZE) || got != 0 {
 			t.Fatalf("bare StdNetBind: %v, %d of %d received; want EMSGSIZE and none (the kernel refusing its GSO batches)", err, got, n)
 		}
 		p := dataplane.NewPathBind(conn.NewStdNetBind())
-		err, got = sendThrough(t, s, d, p, n, 16, size)
+		got, err = sendThrough(t, s, d, p, n, 16, size)
 		if err != nil || got != n {
 			t.Errorf("PathBind: %v, %d of %d received", err, got, n)
 		}
@@ -113,12 +113,12 @@ func TestPathBindNarrowPath(t *testing.T) {
 	})
 	t.Run("black hole", func(t *testing.T) {
 		s, d := narrowPath(t, true)
-		err, got := sendThrough(t, s, d, conn.NewStdNetBind(), n, 1, size)
+		got, err := sendThrough(t, s, d, conn.NewStdNetBind(), n, 1, size)
 		if err != nil || got != 0 {
 			t.Fatalf("bare StdNetBind: %v, %d of %d received; want none (DF datagrams dropped at the narrow link, its ICMP too)", err, got, n)
 		}
 		p := dataplane.NewPathBind(conn.NewStdNetBind())
-		err, got = sendThrough(t, s, d, p, n, 1, size)
+		got, err = sendThrough(t, s, d, p, n, 1, size)
 		if err != nil || got != n {
 			t.Errorf("PathBind: %v, %d of %d received", err, got, n)
 		}
