@@ -126,12 +126,18 @@ func (g *globals) diagnoseNode(ctx context.Context, r *report, cl client.Client,
 	}
 	for _, peer := range p.Kernel.Peers {
 		subject := fmt.Sprintf("%s gateway %v", name, peer.OverlayIP)
+		// Where this node sends the gateway's frames: the active replica, or the node it runs
+		// on, which relays them (status.internalEndpoint.nodeVTEP).
+		at := "the active replica"
+		if pod := activeVTEP(s, peer.OverlayIP); pod.IsValid() && pod != peer.VTEP {
+			at = "the active replica's node"
+		}
 		var problems []string
 		if !slices.Contains(fdb, kernel.FDBEntry{MAC: peer.MAC, Dst: peer.VTEP}) {
-			what := fmt.Sprintf("no forwarding entry for the gateway's MAC %s to the active replica at %v", overlay.MACString(peer.MAC), peer.VTEP)
+			what := fmt.Sprintf("no forwarding entry for the gateway's MAC %s to %s at %v", overlay.MACString(peer.MAC), at, peer.VTEP)
 			for _, e := range fdb {
 				if e.MAC == peer.MAC {
-					what = fmt.Sprintf("the forwarding entry for the gateway's MAC %s points at %v, not at the active replica %v", overlay.MACString(peer.MAC), e.Dst, peer.VTEP)
+					what = fmt.Sprintf("the forwarding entry for the gateway's MAC %s points at %v, not at %s %v", overlay.MACString(peer.MAC), e.Dst, at, peer.VTEP)
 				}
 			}
 			problems = append(problems, what+" (bridge fdb show dev "+f.device+")")
@@ -187,7 +193,7 @@ func (g *globals) diagnoseNode(ctx context.Context, r *report, cl client.Client,
 		if len(problems) > 0 {
 			r.problem(check, subject, strings.Join(problems, "; "), "the agent repairs drift within its resync (10 s); if this stays: "+agentLogs)
 		} else {
-			r.ok(check, subject, fmt.Sprintf("%s routed through %s to the active replica at %v", strings.Join(routed, ", "), f.device, peer.VTEP))
+			r.ok(check, subject, fmt.Sprintf("%s routed through %s to %s at %v", strings.Join(routed, ", "), f.device, at, peer.VTEP))
 		}
 	}
 	for _, why := range p.Refused {
@@ -216,4 +222,26 @@ func (g *globals) diagnoseNode(ctx context.Context, r *report, cl client.Client,
 	case ok:
 		r.ok(check, name, "nftables table skein-agent present (ip, ip6 or both: the families of the peers' CIDRs); no pod connection to peers source-NATed by another rule")
 	}
+}
+
+// activeVTEP is the pod address of the active replica of the gateway whose overlay address is
+// overlayIP (its status.internalEndpoint.vtep), the zero Addr when none is published.
+func activeVTEP(ps *peerings, overlayIP netip.Addr) netip.Addr {
+	var ies []*netv1alpha1.InternalEndpoint
+	for _, g := range ps.servers.Items {
+		ies = append(ies, g.Status.InternalEndpoint)
+	}
+	for _, g := range ps.clients.Items {
+		ies = append(ies, g.Status.InternalEndpoint)
+	}
+	for _, ie := range ies {
+		if ie == nil || ie.IP == nil || ie.VTEP == nil {
+			continue
+		}
+		if ip, err := netip.ParseAddr(string(*ie.IP)); err == nil && ip == overlayIP {
+			a, _ := netip.ParseAddr(string(ie.VTEP.IP))
+			return a
+		}
+	}
+	return netip.Addr{}
 }
