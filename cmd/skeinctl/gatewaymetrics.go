@@ -31,6 +31,9 @@ func gatewayMetricsPort(p *corev1.Pod) int32 {
 	return defaultGatewayMetricsPort
 }
 
+// metricsReadTimeout bounds one read of a gateway's /metrics.
+const metricsReadTimeout = 5 * time.Second
+
 // metricsReader reads a pod's /metrics text.
 type metricsReader func(ctx context.Context, pod *corev1.Pod) (string, error)
 
@@ -39,6 +42,9 @@ type metricsReader func(ctx context.Context, pod *corev1.Pod) (string, error)
 // skeinctl reaches the API server, with the pods/proxy permission.
 func proxyMetricsReader(cs kubernetes.Interface) metricsReader {
 	return func(ctx context.Context, p *corev1.Pod) (string, error) {
+		// An API server that cannot reach pod addresses must not hold diagnose.
+		ctx, cancel := context.WithTimeout(ctx, metricsReadTimeout)
+		defer cancel()
 		port := strconv.Itoa(int(gatewayMetricsPort(p)))
 		b, err := cs.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, port, "/metrics", nil).DoRaw(ctx)
 		if err != nil {
