@@ -19,8 +19,12 @@ func ping(t *testing.T, ns, addr string, size int, df bool) (bool, string) {
 	if df {
 		mode = "do"
 	}
+	headers := 28 // IPv4 and ICMP
+	if strings.Contains(addr, ":") {
+		headers = 48
+	}
 	// Twice: the first may only teach the kernel the path MTU (a frag-needed answered).
-	out, err := exec.Command("ip", "netns", "exec", ns, "ping", "-n", "-c", "2", "-i", "0.2", "-W", "1", "-M", mode, "-s", strconv.Itoa(size-28), addr).CombinedOutput()
+	out, err := exec.Command("ip", "netns", "exec", ns, "ping", "-n", "-c", "2", "-i", "0.2", "-W", "1", "-M", mode, "-s", strconv.Itoa(size-headers), addr).CombinedOutput()
 	return err == nil, string(out) // ping exits 0 when any echo was answered
 }
 
@@ -29,6 +33,7 @@ func ping(t *testing.T, ns, addr string, size int, df bool) (bool, string) {
 // "fragmentation needed" with the MTU, or silently dropped with WANDropICMP), larger packets
 // without DF cross in fragments, a cluster's own nodes and the workstation keep 1500; the WAN
 // reads back from the kernel, changes on the running lab and is restored by NarrowWAN(0, false).
+// The same over IPv6 (IPv6Only), where routers never fragment and Packet Too Big is the answer.
 func TestNarrowWAN(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces")
@@ -36,8 +41,16 @@ func TestNarrowWAN(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("needs nft (Debian package nftables)")
 	}
+	t.Run("IPv4", func(t *testing.T) { testNarrowWAN(t, false) })
+	t.Run("IPv6", func(t *testing.T) { testNarrowWAN(t, true) })
+}
+
+func testNarrowWAN(t *testing.T, v6 bool) {
 	prefix := fmt.Sprintf("skw%d", os.Getpid()%100000)
-	topo, err := lab.Up(lab.Options{Prefix: prefix, Clusters: 2, Nodes: 2, WANMTU: 1380, WANDropICMP: true})
+	if v6 {
+		prefix = fmt.Sprintf("skx%d", os.Getpid()%100000)
+	}
+	topo, err := lab.Up(lab.Options{Prefix: prefix, Clusters: 2, Nodes: 2, WANMTU: 1380, WANDropICMP: true, IPv6Only: v6})
 	t.Cleanup(func() { lab.Down(prefix) })
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +74,9 @@ func TestNarrowWAN(t *testing.T) {
 		t.Errorf("the frag-needed reached the node with ICMP dropped:\n%s", out)
 	}
 	want(c1.Nodes[1].Name, c0.Nodes[0].Addr.String(), 1381, true, false, "") // both ways
-	want(n0, far, 1500, false, true, "")                                     // fragmented
+	if !v6 {
+		want(n0, far, 1500, false, true, "") // fragmented by the router
+	}
 	// Inside a cluster and from the workstation: the full MTU.
 	want(n0, n1, 1500, true, true, "")
 	want(topo.Workstation.Name, c1.ControlPlane.Addr.String(), 1500, true, true, "")
