@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skein-net/skein/bench/lab"
 )
@@ -62,6 +63,14 @@ func testNarrowWAN(t *testing.T, v6 bool) {
 		ok, out := ping(t, ns, addr, size, df)
 		if ok != answered || !strings.Contains(out, also) {
 			t.Errorf("ping from %s to %s, %d bytes, DF %v: answered %v, want %v (and %q):\n%s", ns, addr, size, df, ok, answered, also, out)
+		}
+	}
+	// Right after Up, the first packets may wait on neighbour discovery: a small one first.
+	for start := time.Now(); ; time.Sleep(200 * time.Millisecond) {
+		if ok, out := ping(t, n0, far, 100, true); ok {
+			break
+		} else if time.Since(start) > 10*time.Second {
+			t.Fatalf("%s does not reach %s after 10 s:\n%s", n0, far, out)
 		}
 	}
 	if s, err := topo.WAN(); err != nil || s != (lab.WANState{MTU: 1380, DropICMP: true}) {
