@@ -51,6 +51,14 @@ type Options struct {
 	// addresses skein's overlay device takes), but no lab link carries IPv4. It excludes
 	// PodBlocks and DualStack.
 	IPv6Only bool
+	// WANMTU narrows the path between every two clusters (the router's routing between
+	// their underlays) to this many bytes (WANMinMTU-WANMaxMTU; 0: the underlay's 1500), as a
+	// VPN or a tunnel between sites does; each cluster's own traffic and the workstation's keep
+	// 1500. Topology.NarrowWAN changes it on a running lab.
+	WANMTU int
+	// WANDropICMP drops the router's "fragmentation needed" (IPv6: Packet Too Big) on their
+	// way into the clusters: with WANMTU, a path MTU black hole.
+	WANDropICMP bool
 }
 
 // NS is a network namespace of the lab.
@@ -115,6 +123,9 @@ func Up(o Options) (_ *Topology, err error) {
 	}
 	if o.IPv6Only && (o.DualStack || o.PodBlocks) {
 		return nil, errors.New("lab: IPv6Only excludes DualStack and PodBlocks: choose one")
+	}
+	if o.WANMTU != 0 && (o.WANMTU < WANMinMTU || o.WANMTU > WANMaxMTU) {
+		return nil, fmt.Errorf("lab: WANMTU %d: want %d-%d, or 0 for the full MTU", o.WANMTU, WANMinMTU, WANMaxMTU)
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, fmt.Errorf("lab: the ip command (Debian package iproute2) is needed: %w", err)
@@ -214,6 +225,11 @@ func Up(o Options) (_ *Topology, err error) {
 			}
 		}
 		t.Clusters = append(t.Clusters, cl)
+	}
+	if o.WANMTU != 0 || o.WANDropICMP {
+		if err := t.NarrowWAN(o.WANMTU, o.WANDropICMP); err != nil {
+			return nil, err
+		}
 	}
 	return t, nil
 }

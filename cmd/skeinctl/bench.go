@@ -483,15 +483,7 @@ func gatewayMetricsURL(ctx context.Context, s *side) string {
 		if !gws[p.Namespace+"/"+p.Labels["networking.liqo.io/gateway"]] || p.Status.PodIP == "" {
 			continue
 		}
-		port := int32(9471)
-		for _, c := range p.Spec.Containers {
-			for _, cp := range c.Ports {
-				if cp.Name == "metrics" {
-					port = cp.ContainerPort
-				}
-			}
-		}
-		return fmt.Sprintf("http://%s/metrics", netip.AddrPortFrom(netip.MustParseAddr(p.Status.PodIP), uint16(port)))
+		return fmt.Sprintf("http://%s/metrics", netip.AddrPortFrom(netip.MustParseAddr(p.Status.PodIP), uint16(gatewayMetricsPort(&p))))
 	}
 	return ""
 }

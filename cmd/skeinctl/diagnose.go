@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
@@ -117,7 +118,9 @@ version of this skeinctl; every node has an InternalNode whose agent reports it 
 (its Ready condition) and whose pod traffic to peers is not source-NATed by another rule
 (PodTrafficMasqueraded); every peering's Configuration is mapped and Ready; every gateway is
 deployed, has an active replica, has an address peers can reach (a server) and its
-Connection is Connected.
+Connection is Connected. From each active gateway's metrics (read through the API server's
+pod proxy): whether the WAN's path MTU forced the tunnel MTU below the configured one, and
+whether the WireGuard socket's send errors are counting up (read twice, 3 s apart).
 
 With --node (on a node, as root: kubectl debug node/NAME, or ssh), it also reads this
 machine's kernel: the overlay device, the rules and routes of table 18952 for every peer CIDR,
@@ -189,6 +192,11 @@ func (g *globals) diagnose(ctx context.Context, r *report, node nodeCheckFlags) 
 	s := readPeerings(ctx, r, cl)
 	if s != nil {
 		checkPeerings(r, s)
+		if cs, err := kubernetes.NewForConfig(cfg); err != nil {
+			r.warn("path MTU", "", "cannot read the gateways' metrics: "+err.Error(), "")
+		} else {
+			checkGatewayPaths(ctx, r, s, proxyMetricsReader(cs), pathSettle)
+		}
 	}
 	if node.enabled {
 		g.diagnoseNode(ctx, r, cl, s, node)

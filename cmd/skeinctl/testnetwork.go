@@ -283,6 +283,9 @@ type pairResult struct {
 	Route      *probe.Route  `json:"route,omitempty"`
 	OK         bool          `json:"ok"`
 	Failures   []string      `json:"failures,omitempty"`
+	// Warnings are what passed in a way worth saying: a path narrower than the tunnel MTU
+	// that the gateways found and fit (traffic flows), with the fix.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // netReport is skeinctl test network's result.
@@ -592,7 +595,7 @@ func (g *globals) testNetwork(ctx context.Context, o *testNetOpts) (*netReport, 
 					Address: j.addrs[k],
 					Family:  map[bool]string{false: "IPv4", true: "IPv6"}[j.ipv6],
 				}
-				evaluate(&p, views[j.s], views[j.d], cells, execErr)
+				evaluate(&p, views[j.s], views[j.d], cells, execErr, rep.MTU)
 				out = append(out, p)
 			}
 			results[i] = out
@@ -669,8 +672,11 @@ func servers(pods []probePod) int {
 }
 
 // evaluate fills a pair's verdict from the check results: each of TCP, UDP, ICMP and the path
-// MTU passes or adds a failure.
-func evaluate(p *pairResult, srcView, dstView view, cells map[string]probe.Cell, execErr error) {
+// MTU passes or adds a failure. A path narrower than the tunnel MTU (mtu) is named as such: a
+// warning when the path answers with its MTU (the gateways lowered the tunnel to fit it;
+// traffic flows), a failure naming the path MTU when packets of the tunnel MTU vanish while
+// small ones pass (a path MTU black hole).
+func evaluate(p *pairResult, srcView, dstView view, cells map[string]probe.Cell, execErr error, mtu int) {
 	src := netip.MustParseAddr(p.From.IP)
 	var wantIn netip.Prefix
 	switch {
@@ -744,11 +750,34 @@ func evaluate(p *pairResult, srcView, dstView view, cells map[string]probe.Cell,
 		switch {
 		case x.r == nil:
 			fail(x.name, "not checked")
-		case !x.r.OK:
+		case x.r.OK:
+		case x.name == "path-mtu" && x.r.PathMTU > 0 && x.r.PathMTU < mtu:
+			p.Warnings = append(p.Warnings, "path-mtu: "+narrowPath(x.r.PathMTU, mtu))
+		case x.name == "path-mtu" && c.UDP != nil && c.UDP.OK && strings.Contains(x.r.Error, "got no answer"):
+			fail(x.name, x.r.Error+": small packets pass but packets of the tunnel MTU are lost: the path between the clusters is narrower than the tunnel's packets and drops ICMP (a path MTU black hole)"+
+				"; the gateways find its MTU within seconds (skeinctl diagnose shows their tunnel MTU); if it stays, connect with --mtu set to the path MTU minus 60 (80 over IPv6)")
+		default:
 			fail(x.name, x.r.Error)
 		}
 	}
 	p.OK = len(p.Failures) == 0
+}
+
+// narrowPath says that the path carries only pathMTU of the tunnel's mtu, and the fix.
+func narrowPath(pathMTU, mtu int) string {
+	return fmt.Sprintf("the WAN's path MTU forces the tunnel down from %d to %d: traffic flows; to avoid the search after every reconnect set --mtu %d on connect (skeinctl network connect ... --mtu %d)",
+		mtu, pathMTU, pathMTU, pathMTU)
+}
+
+// pathMTUOnly says whether a pair failed the path-MTU check and nothing else: no node is to
+// blame for the path between the clusters.
+func pathMTUOnly(p pairResult) bool {
+	for _, f := range p.Failures {
+		if !strings.HasPrefix(f, "path-mtu:") {
+			return false
+		}
+	}
+	return len(p.Failures) > 0
 }
 
 // peeringConnected says whether s has a gateway of the peering whose Connection is Connected.
@@ -840,7 +869,12 @@ func (g *globals) explain(ctx context.Context, l, r *side, rep *netReport) []fin
 		}
 	}
 	anyOK := false
+	pathOnly := 0
 	for _, p := range rep.Pairs {
+		if pathMTUOnly(p) {
+			pathOnly++
+			continue
+		}
 		count(p.From.Cluster, p.From.Node, p.OK)
 		count(p.To.Cluster, p.To.Node, p.OK)
 		anyOK = anyOK || p.OK
@@ -865,6 +899,11 @@ func (g *globals) explain(ctx context.Context, l, r *side, rep *netReport) []fin
 			f.Hint = fmt.Sprintf("skeinctl diagnose --node on %s (as root: kubectl debug node/%s --profile=sysadmin)", k[1], k[1])
 			out = append(out, f)
 		}
+	}
+	if pathOnly > 0 {
+		out = append(out, finding{Level: levelProblem, Check: "path MTU",
+			Detail: fmt.Sprintf("%d pair(s) failed only the path-MTU check: packets of the tunnel MTU %d do not cross the path between the clusters while smaller ones do; no node is to blame", pathOnly, rep.MTU),
+			Hint:   "skeinctl diagnose in both clusters shows the gateways' tunnel MTU; connect with --mtu set to the path MTU minus 60 (80 over IPv6): docs/troubleshooting.md, \"A WAN narrower than the tunnel's packets\""})
 	}
 	// Where the nodes route the peer (the host-network probes looked).
 	seen := map[string]bool{}
@@ -976,6 +1015,9 @@ func (rep *netReport) print(w io.Writer) {
 		if r == nil {
 			return "-"
 		}
+		if r.PathMTU > 0 {
+			return "narrow"
+		}
 		return "ok"
 	}
 	for _, p := range rep.Pairs {
@@ -1031,6 +1073,21 @@ func (rep *netReport) print(w io.Writer) {
 	}
 	if lines > maxLines {
 		fmt.Fprintf(w, "  ... and %d more pairs (-o json lists them all)\n", lines-maxLines)
+	}
+	// Warnings, each said once: a narrow path is the same for every pair.
+	var warned []string
+	for _, p := range rep.Pairs {
+		for _, x := range p.Warnings {
+			if !slices.Contains(warned, x) {
+				warned = append(warned, x)
+			}
+		}
+	}
+	if len(warned) > 0 {
+		fmt.Fprintln(w, "\nWarnings:")
+		for _, x := range warned {
+			fmt.Fprintf(w, "  %s\n", printable(x))
+		}
 	}
 	if len(rep.Problems) > 0 {
 		fmt.Fprintln(w, "\nWhat is wrong:")

@@ -73,7 +73,21 @@ func TestEvaluate(t *testing.T) {
 		address  string
 		ipv6     bool     // the pair is IPv6 (dual6 views)
 		want     []string // substrings of the failures, in order; none: the pair passes
+		warn     []string // substrings of the warnings, in order
 	}{
+		// The WAN narrower than the tunnel: the gateway answered frag-needed with the MTU it
+		// lowered the tunnel to; the pair passes with the path named and the fix.
+		{name: "path narrower than the tunnel", src: localView, dst: remoteView, cells: map[string]probe.Cell{"10.71.2.7": {TCP: ok("10.72.1.5"), UDP: ok("10.72.1.5"), ICMP: ok(""),
+			PMTU: &probe.Result{Error: "a 1340-byte packet with Don't Fragment got frag-needed: the path carries 1312 bytes", PathMTU: 1312}}},
+			warn: []string{"path-mtu: the WAN's path MTU forces the tunnel down from 1340 to 1312: traffic flows; to avoid the search after every reconnect set --mtu 1312 on connect"}},
+		// A path MTU black hole: small calls pass, the tunnel MTU's packet vanishes.
+		{name: "path MTU black hole", src: localView, dst: remoteView, cells: map[string]probe.Cell{"10.71.2.7": {TCP: ok("10.72.1.5"), UDP: ok("10.72.1.5"), ICMP: ok(""),
+			PMTU: &probe.Result{Error: "a 1340-byte packet with Don't Fragment got no answer: timed out"}}},
+			want: []string{"path-mtu: a 1340-byte packet with Don't Fragment got no answer: timed out: small packets pass but packets of the tunnel MTU are lost: the path between the clusters is narrower than the tunnel's packets and drops ICMP (a path MTU black hole)"}},
+		// Nothing passes: not the path MTU.
+		{name: "no answer at all", src: localView, dst: remoteView, cells: map[string]probe.Cell{"10.71.2.7": {TCP: &probe.Result{Error: "timed out"}, UDP: &probe.Result{Error: "timed out"},
+			ICMP: &probe.Result{Error: "no echo reply"}, PMTU: &probe.Result{Error: "a 1340-byte packet with Don't Fragment got no answer: timed out"}}},
+			want: []string{"tcp: timed out", "udp: timed out", "icmp: no echo reply", "path-mtu: a 1340-byte packet with Don't Fragment got no answer: timed out"}},
 		// A dual-stack peering checked over IPv6: the pod seen as remapped, the host network
 		// from the remapped IPv6 external CIDR.
 		{name: "healthy over IPv6", ipv6: true, src: dual6(localView, "fd00:0:244::/56", "fd00::73:0/112"), dst: dual6(remoteView, "fd00:1:244::/56", "fd00::74:0/112"),
@@ -119,7 +133,15 @@ func TestEvaluate(t *testing.T) {
 			if tc.ipv6 {
 				pr.From.IP, pr.To.IP, pr.Address, pr.Family = "fd00:244::1:5", "fd00:244::2:7", "fd00:0:244::2:7", "IPv6"
 			}
-			evaluate(pr, tc.src, tc.dst, tc.cells, tc.execErr)
+			evaluate(pr, tc.src, tc.dst, tc.cells, tc.execErr, 1340)
+			if len(pr.Warnings) != len(tc.warn) {
+				t.Errorf("warnings %q, want %d like %q", pr.Warnings, len(tc.warn), tc.warn)
+			}
+			for i, w := range tc.warn {
+				if i < len(pr.Warnings) && !strings.Contains(pr.Warnings[i], w) {
+					t.Errorf("warning %d: %q, want %q in it", i, pr.Warnings[i], w)
+				}
+			}
 			if len(tc.want) == 0 {
 				if !pr.OK || len(pr.Failures) > 0 {
 					t.Fatalf("want a pass, got %q", pr.Failures)
@@ -134,7 +156,42 @@ func TestEvaluate(t *testing.T) {
 					t.Errorf("failure %d: %q, want %q in it", i, pr.Failures[i], w)
 				}
 			}
+			if strings.HasPrefix(tc.name, "no answer") && strings.Contains(strings.Join(pr.Failures, ";"), "black hole") {
+				t.Errorf("a path that answers nothing taken for a path MTU black hole: %q", pr.Failures)
+			}
 		})
+	}
+}
+
+// TestPrintPathMTU: a narrow path shows as such in the table and its warning once, however
+// many pairs saw it, and the report passes; a pair that failed only the path-MTU check is no
+// node's fault.
+func TestPrintPathMTU(t *testing.T) {
+	narrow := &probe.Result{Error: "frag-needed", PathMTU: 1312}
+	pair := func(node string) pairResult {
+		p := pairResult{From: endpointRef{Cluster: "local", Node: node, IP: "10.244.1.5"}, To: endpointRef{Cluster: "remote", Node: "r1"}, Address: "10.71.2.7",
+			TCP: &probe.Result{OK: true}, UDP: &probe.Result{OK: true}, ICMP: &probe.Result{OK: true}, PMTU: narrow, OK: true}
+		p.Warnings = []string{"path-mtu: " + narrowPath(1312, 1340)}
+		return p
+	}
+	rep := &netReport{MTU: 1340, Pairs: []pairResult{pair("n1"), pair("n2")}, Passed: 8, OK: true}
+	var b strings.Builder
+	rep.print(&b)
+	out := b.String()
+	if n := strings.Count(out, "forces the tunnel down from 1340 to 1312"); n != 1 {
+		t.Errorf("the narrow path said %d times, want once:\n%s", n, out)
+	}
+	if !strings.Contains(out, "narrow") || !strings.Contains(out, "set --mtu 1312 on connect") || !strings.Contains(out, "PASS:") {
+		t.Errorf("report:\n%s", out)
+	}
+	failed := pair("n1")
+	failed.Warnings, failed.OK, failed.Failures = nil, false, []string{"path-mtu: a 1340-byte packet got no answer"}
+	if !pathMTUOnly(failed) {
+		t.Error("a pair that failed only the path-MTU check is not pathMTUOnly")
+	}
+	failed.Failures = append(failed.Failures, "tcp: timed out")
+	if pathMTUOnly(failed) || pathMTUOnly(pair("n2")) {
+		t.Error("pathMTUOnly for a pair with another failure, or with none")
 	}
 }
 

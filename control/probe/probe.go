@@ -72,6 +72,9 @@ type Result struct {
 	// Detail says more: ICMP "3/3 replies", path MTU "1340 passes, 1341 gets frag-needed (mtu 1340)".
 	Detail string `json:"detail,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// PathMTU is, for the path-MTU check, the path MTU this host learned from a frag-needed
+	// (Packet Too Big) when the path is narrower than the MTU checked (0 otherwise).
+	PathMTU int `json:"pathMTU,omitempty"`
 }
 
 // Route is where the kernel sends a packet to the target (`ip route get`).
@@ -345,6 +348,9 @@ func PathMTU(ctx context.Context, to netip.AddrPort, mtu int, timeout time.Durat
 	start := time.Now()
 	ok, err := send(mtu)
 	if !ok {
+		if learned := pathMTU(); learned > 0 && learned < mtu {
+			return Result{Error: fmt.Sprintf("a %d-byte packet with Don't Fragment got frag-needed: the path carries %d bytes%s", mtu, learned, note), PathMTU: learned}
+		}
 		return Result{Error: fmt.Sprintf("a %d-byte packet with Don't Fragment got no answer: %s%s", mtu, errText(err), note)}
 	}
 	rtt := time.Since(start)

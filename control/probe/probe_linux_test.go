@@ -99,6 +99,20 @@ func TestCheckThroughARouter(t *testing.T) {
 	}
 }
 
+// TestCheckNarrowerPath: a path narrower than the tunnel MTU (a gateway that lowered its
+// tunnel MTU to a narrow WAN answers frag-needed with it) fails the check with the path MTU
+// learned, so skeinctl can name it.
+func TestCheckNarrowerPath(t *testing.T) {
+	p := newPath(t, 1312)
+	c := p.check(t, probe.Options{MTU: 1340, Pings: -1, Timeout: time.Second})
+	if c.PMTU == nil || c.PMTU.OK || c.PMTU.PathMTU != 1312 || !strings.Contains(c.PMTU.Error, "got frag-needed: the path carries 1312 bytes") {
+		t.Errorf("mtu 1340 on a 1312 path: %+v, want a failure with PathMTU 1312", c.PMTU)
+	}
+	if c.PMTU = p.check(t, probe.Options{MTU: 1312, Pings: -1, Timeout: time.Second}).PMTU; c.PMTU == nil || !c.PMTU.OK || c.PMTU.PathMTU != 0 {
+		t.Errorf("mtu 1312 on a 1312 path: %+v, want OK", c.PMTU)
+	}
+}
+
 func TestCheckBlackHole(t *testing.T) {
 	p := newPath(t, 1340)
 	// The router drops its frag-needed errors and every ICMP echo: a path MTU black hole

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -23,7 +24,8 @@ const usage = `lab: real Kubernetes clusters in network namespaces (run as root)
 
 Usage:
   lab up [--prefix P] [--clusters N] [--nodes N] [--bin-dir DIR] [--images LAYOUT]
-        [--pod-blocks | --dual-stack | --ipv6-only] [--keep-on-failure]
+        [--pod-blocks | --dual-stack | --ipv6-only] [--wan-mtu N [--wan-drop-icmp]]
+        [--keep-on-failure]
         start the lab: a router, a workstation, N clusters (pod CIDR 10.244.0.0/16 each) of
         N nodes, each node running kubelet, containerd, runc and flannel (make k8s-binaries
         builds them); returns when every node is Ready and leaves it running. The router
@@ -31,6 +33,12 @@ Usage:
         --images (an OCI layout, such as make images writes in bin/images), those images, as
         10.255.0.1:5000/skein-net/NAME:TAG; containerd pulls every image from there
         ([2001:db8:0:ff::1]:5000 with --ipv6-only, where no lab link carries IPv4)
+        --wan-mtu narrows the path between the clusters (the router's routing between their
+        underlays; each cluster's own traffic and the workstation's keep 1500) to N bytes,
+        1280-1500, and --wan-drop-icmp drops the router's fragmentation needed (Packet Too
+        Big) there: a path MTU black hole
+  lab wan [--prefix P] --mtu N [--drop-icmp]
+        narrow the running lab's WAN the same way (--mtu 0 without --drop-icmp: restore it)
   lab down [--prefix P]        stop everything and remove every namespace, link and file
   lab status [--prefix P]      show the clusters, their namespaces, kubeconfigs and logs
         (/var/tmp/skein-lab-P/logs: one file per component, such as c0-c0-n1-kubelet.log;
@@ -60,6 +68,8 @@ func main() {
 		err = down(os.Args[2:])
 	case "status":
 		err = status(os.Args[2:])
+	case "wan":
+		err = wan(os.Args[2:])
 	case "exec":
 		err = execIn(os.Args[2:], false)
 	case "shell":
@@ -111,6 +121,8 @@ func up(args []string) error {
 	v6only := fs.Bool("ipv6-only", false, "IPv6-only clusters: pods and Services get IPv6 addresses only (pod CIDR fd00:244::/56 in every cluster, service CIDR fd00:96::/112), every lab namespace is addressed by IPv6 alone (underlays 2001:db8:0:<10+cluster>::/64, the API servers, the workstation and the registry at [2001:db8:0:ff::1]:5000), and the lab's host-gw pod network of IPv6 replaces flannel; install skein with ipam.podCIDR=fd00:244::/56, ipam.serviceCIDR=fd00:96::/112 and imageRegistry=[2001:db8:0:ff::1]:5000/skein-net")
 	layoutDir := fs.String("images", "", "OCI image layout to serve from the lab's registry too (10.255.0.1:5000/skein-net/NAME:TAG), such as make images writes in bin/images")
 	binDir := fs.String("bin-dir", "", "directory with the lab's pause binary (bench/cmd/pause; default: the directory of this lab binary)")
+	wanMTU := fs.Int("wan-mtu", 0, "narrow the path between the clusters to this many bytes (1280-1500; 0: 1500); each cluster's own traffic and the workstation's keep 1500")
+	wanDropICMP := fs.Bool("wan-drop-icmp", false, "drop the router's fragmentation needed (IPv6: Packet Too Big) on the path between the clusters (with --wan-mtu: a path MTU black hole)")
 	keep := fs.Bool("keep-on-failure", false, "leave a lab that failed to start in place, to read its logs (then lab down)")
 	parse(fs, args, prefix)
 	self, err := os.Executable()
@@ -130,7 +142,8 @@ func up(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes, PodBlocks: *blocks, DualStack: *dual, IPv6Only: *v6only}, ImageLayout: *layoutDir,
+	l, err := lab.Start(ctx, lab.Config{Options: lab.Options{Prefix: *prefix, Clusters: *clusters, Nodes: *nodes, PodBlocks: *blocks, DualStack: *dual, IPv6Only: *v6only,
+		WANMTU: *wanMTU, WANDropICMP: *wanDropICMP}, ImageLayout: *layoutDir,
 		K8sBin: k8s, LabBinary: self, BinDir: *binDir, Log: os.Stdout, KeepOnFailure: *keep, NodeStack: nodeStack})
 	if err != nil {
 		return err
@@ -146,6 +159,27 @@ func down(args []string) error {
 		return err
 	}
 	fmt.Printf("lab %s: down (its namespaces, links, processes and state are gone)\n", *prefix)
+	return nil
+}
+
+func wan(args []string) error {
+	fs, prefix := flags("wan")
+	mtu := fs.Int("mtu", 0, "the path MTU between the clusters (1280-1500; 0: 1500)")
+	drop := fs.Bool("drop-icmp", false, "drop the router's fragmentation needed (IPv6: Packet Too Big) on the path between the clusters")
+	parse(fs, args, prefix)
+	l, err := lab.Load(lab.DefaultStateDir(*prefix))
+	if err != nil {
+		return err
+	}
+	if err := l.Topology.NarrowWAN(*mtu, *drop); err != nil {
+		return err
+	}
+	st, err := l.Topology.WAN()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("lab %s: WAN between the clusters: MTU %s, ICMP frag-needed %s\n", *prefix,
+		map[bool]string{true: strconv.Itoa(st.MTU), false: "1500 (full)"}[st.MTU > 0], map[bool]string{true: "dropped", false: "delivered"}[st.DropICMP])
 	return nil
 }
 
