@@ -228,7 +228,10 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 			continue
 		}
 		peer := kernel.Peer{OverlayIP: oip, MAC: mac, VTEP: vtep, Routes: routes}
-		if relay, ok := n.relay(g.ie); ok {
+		// IPv4 only: the relay node's IPv6 reverse-path filter (table ip6 skein-agent) is
+		// strict and drops IPv6 from other nodes' pods arriving on the overlay device, and
+		// one MAC serves both families; a peering with IPv6 routes goes to the pod.
+		if relay, ok := n.relay(g.ie); ok && !slices.ContainsFunc(routes, func(r netip.Prefix) bool { return r.Addr().Is6() }) {
 			peer.MAC, peer.VTEP = relay.MAC, relay.Dst
 		}
 		// IPv6 routes go via the gateway's IPv6 overlay address, its IPv4 one inside

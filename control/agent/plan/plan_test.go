@@ -311,6 +311,11 @@ func TestFromObjectsRelay(t *testing.T) {
 		{"a broadcast MAC", withRelay("n2", "192.168.77.2", "ff:ff:ff:ff:ff:ff"), "10.244.1.20", "02:5b:00:00:00:01"},
 		{"a zero MAC", withRelay("n2", "192.168.77.2", "00:00:00:00:00:00"), "10.244.1.20", "02:5b:00:00:00:01"},
 		{"not an address", withRelay("n2", "node-2", "02:5a:00:00:00:02"), "10.244.1.20", "02:5b:00:00:00:01"},
+		{"a peering with IPv6 routes", func() plan.Objects {
+			o := withRelay("n2", "192.168.77.2", "02:5a:00:00:00:02")
+			o.Configurations[0].Status.Remote.CIDR.Pod = "fd00:71::/56"
+			return o
+		}(), "10.244.1.20", "02:5b:00:00:00:01"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
