@@ -79,30 +79,31 @@ type family struct {
 }
 
 var (
-	famConfigured = family{configuredName, configuredHelp, promtext.Gauge}
-	famHandled    = family{"skein_gateway_packets_handled_total", "Packets by direction and how they ended: forwarded, local (to the gateway's own addresses), arp_replied or dropped (the reason in skein_gateway_packets_dropped_total).", promtext.Counter}
-	famDropped    = family{"skein_gateway_packets_dropped_total", "Dropped packets by direction and reason.", promtext.Counter}
-	famEvents     = family{"skein_gateway_packet_events_total", "Things done to packets on their way, by direction: nat_unmatched (no NAT pair), mss_clamped, tso_segmented, icmp_sent (time exceeded, fragmentation needed), icmp_rate_limited.", promtext.Counter}
-	famBytes      = family{"skein_gateway_bytes_total", "Bytes of forwarded inner packets by direction.", promtext.Counter}
-	famNAT        = family{"skein_gateway_nat_translated_total", "Packets whose addresses were translated (a remapped peer network, or this site's pods presented under another prefix), by direction; a TCP superpacket cut to the tunnel MTU counts as its segments, as in skein_gateway_packets_handled_total.", promtext.Counter}
-	famWGDrops    = family{"skein_gateway_wireguard_drops_total", "Packets wireguard-go dropped, by reason: disallowed_source (from the peer, with a source outside its allowed IPs), invalid_ip_version, invalid_mac1, invalid_handshake, invalid_cookie. (Packets that fail to decrypt are dropped without a report.)", promtext.Counter}
-	famSendErrs   = family{"skein_gateway_wireguard_send_errors_total", "Errors of the WireGuard socket's sends to the peer, by kind: message_too_long (a batch or datagram larger than the path allows; a refused batch is sent again one datagram at a time), no_buffer_space, connection_refused, unreachable, not_permitted (a firewall on the host), gso_unsupported (the device cannot offload UDP segmentation; sent again without it), other.", promtext.Counter}
-	famResent     = family{"skein_gateway_wireguard_datagrams_resent_total", "WireGuard datagrams whose batch the socket refused as too big (a path MTU below the tunnel's packets) and that were sent again one at a time.", promtext.Counter}
-	famUnbatched  = family{"skein_gateway_wireguard_datagrams_unbatched_total", "WireGuard datagrams sent one at a time without UDP GSO because a batch of datagrams that large was refused as too big in the last 10 s.", promtext.Counter}
-	famTunnelMTU  = family{"skein_gateway_tunnel_mtu_bytes", "The tunnel MTU: configured, and effective (lowered to what the gateway's path MTU discovery found the WAN carries; the MSS clamp and fragmentation needed follow it).", promtext.Gauge}
-	famPMTUProbes = family{"skein_gateway_path_mtu_probes_total", "Path MTU probes by result: passed (answered), lost (a size the path does not carry, or loss), void (could not be sent alone with DF; tried again).", promtext.Counter}
-	famPMTUSearch = family{"skein_gateway_path_mtu_search_seconds", "How long the last completed path MTU search took (absent before the first).", promtext.Gauge}
-	famWGBytes    = family{"skein_gateway_wireguard_bytes_total", "Bytes of WireGuard datagrams (encrypted, with WireGuard's overhead) by direction: to-tunnel sent to the peer, from-tunnel received from it.", promtext.Counter}
-	famRTTHist    = family{"skein_gateway_probe_round_trip_seconds", "Round-trip times of answered probes to the peer gateway through the tunnel.", promtext.Histogram}
-	famLost       = family{"skein_gateway_probes_lost_total", "Probes to the peer gateway that got no answer within the probe interval.", promtext.Counter}
-	famState      = family{"skein_gateway_connection_state", "1 for the current connection state (Connecting, Connected, Error: the values of a Connection's status), 0 for the others.", promtext.Gauge}
-	famLastHS     = family{"skein_gateway_last_handshake_timestamp_seconds", "Unix time of the last WireGuard handshake with the peer since the gateway started (absent before the first; kept when a reconnect replaces the peer).", promtext.Gauge}
-	famPeer       = family{"skein_gateway_peer_info", "Always 1; the labels describe the WireGuard peer: this gateway's role (server or client), the peer's public key (base64, as wg shows it) and its current endpoint (empty until known).", promtext.Gauge}
-	famActive     = family{"skein_gateway_active", "1 when this replica is the active one (WireGuard up), 0 for a standby.", promtext.Gauge}
-	famWindow     = family{"skein_gateway_window_packets", "Packets inside wireguard-go by direction (bounded by --window / window).", promtext.Gauge}
-	famWaits      = family{"skein_gateway_window_waits_total", "Times the gateway waited for wireguard-go to take more packets, by direction.", promtext.Counter}
-	famForgets    = family{"skein_gateway_window_forgets_total", "Waits that timed out and assumed the packets inside were dropped by wireguard-go, by direction.", promtext.Counter}
-	famReconn     = family{"skein_gateway_reconnects_total", "Times this client reset its WireGuard peer to reach a new active replica of the peer gateway (after its goodbye or a silent lost probe).", promtext.Counter}
+	famConfigured   = family{configuredName, configuredHelp, promtext.Gauge}
+	famHandled      = family{"skein_gateway_packets_handled_total", "Packets by direction and how they ended: forwarded, local (to the gateway's own addresses), arp_replied or dropped (the reason in skein_gateway_packets_dropped_total).", promtext.Counter}
+	famDropped      = family{"skein_gateway_packets_dropped_total", "Dropped packets by direction and reason.", promtext.Counter}
+	famEvents       = family{"skein_gateway_packet_events_total", "Things done to packets on their way, by direction: nat_unmatched (no NAT pair), mss_clamped, tso_segmented, icmp_sent (time exceeded, fragmentation needed), icmp_rate_limited.", promtext.Counter}
+	famBytes        = family{"skein_gateway_bytes_total", "Bytes of forwarded inner packets by direction.", promtext.Counter}
+	famNAT          = family{"skein_gateway_nat_translated_total", "Packets whose addresses were translated (a remapped peer network, or this site's pods presented under another prefix), by direction; a TCP superpacket cut to the tunnel MTU counts as its segments, as in skein_gateway_packets_handled_total.", promtext.Counter}
+	famWGDrops      = family{"skein_gateway_wireguard_drops_total", "Packets wireguard-go dropped, by reason: disallowed_source (from the peer, with a source outside its allowed IPs), invalid_ip_version, invalid_mac1, invalid_handshake, invalid_cookie. (Packets that fail to decrypt are dropped without a report.)", promtext.Counter}
+	famSendErrs     = family{"skein_gateway_wireguard_send_errors_total", "Errors of the WireGuard socket's sends to the peer, by kind: message_too_long (a batch or datagram larger than the path allows; a refused batch is sent again one datagram at a time), no_buffer_space, connection_refused, unreachable, not_permitted (a firewall on the host), gso_unsupported (the device cannot offload UDP segmentation; sent again without it), other.", promtext.Counter}
+	famResent       = family{"skein_gateway_wireguard_datagrams_resent_total", "WireGuard datagrams whose batch the socket refused as too big (a path MTU below the tunnel's packets) and that were sent again one at a time.", promtext.Counter}
+	famUnbatched    = family{"skein_gateway_wireguard_datagrams_unbatched_total", "WireGuard datagrams sent one at a time without UDP GSO because a batch of datagrams that large was refused as too big in the last 10 s.", promtext.Counter}
+	famTunnelMTU    = family{"skein_gateway_tunnel_mtu_bytes", "The tunnel MTU: configured, and effective (lowered to what the gateway's path MTU discovery found the WAN carries; the MSS clamp and fragmentation needed follow it).", promtext.Gauge}
+	famPMTUProbes   = family{"skein_gateway_path_mtu_probes_total", "Path MTU probes by result: passed (answered), lost (a size the path does not carry, or loss), void (could not be sent alone with DF; tried again).", promtext.Counter}
+	famPMTUSearch   = family{"skein_gateway_path_mtu_search_seconds", "How long the last completed path MTU search took (0 before the first).", promtext.Gauge}
+	famPMTUSearches = family{"skein_gateway_path_mtu_searches_total", "Path MTU searches completed.", promtext.Counter}
+	famWGBytes      = family{"skein_gateway_wireguard_bytes_total", "Bytes of WireGuard datagrams (encrypted, with WireGuard's overhead) by direction: to-tunnel sent to the peer, from-tunnel received from it.", promtext.Counter}
+	famRTTHist      = family{"skein_gateway_probe_round_trip_seconds", "Round-trip times of answered probes to the peer gateway through the tunnel.", promtext.Histogram}
+	famLost         = family{"skein_gateway_probes_lost_total", "Probes to the peer gateway that got no answer within the probe interval.", promtext.Counter}
+	famState        = family{"skein_gateway_connection_state", "1 for the current connection state (Connecting, Connected, Error: the values of a Connection's status), 0 for the others.", promtext.Gauge}
+	famLastHS       = family{"skein_gateway_last_handshake_timestamp_seconds", "Unix time of the last WireGuard handshake with the peer since the gateway started (absent before the first; kept when a reconnect replaces the peer).", promtext.Gauge}
+	famPeer         = family{"skein_gateway_peer_info", "Always 1; the labels describe the WireGuard peer: this gateway's role (server or client), the peer's public key (base64, as wg shows it) and its current endpoint (empty until known).", promtext.Gauge}
+	famActive       = family{"skein_gateway_active", "1 when this replica is the active one (WireGuard up), 0 for a standby.", promtext.Gauge}
+	famWindow       = family{"skein_gateway_window_packets", "Packets inside wireguard-go by direction (bounded by --window / window).", promtext.Gauge}
+	famWaits        = family{"skein_gateway_window_waits_total", "Times the gateway waited for wireguard-go to take more packets, by direction.", promtext.Counter}
+	famForgets      = family{"skein_gateway_window_forgets_total", "Waits that timed out and assumed the packets inside were dropped by wireguard-go, by direction.", promtext.Counter}
+	famReconn       = family{"skein_gateway_reconnects_total", "Times this client reset its WireGuard peer to reach a new active replica of the peer gateway (after its goodbye or a silent lost probe).", promtext.Counter}
 
 	// Deprecated names, kept one release.
 	famOldPackets   = family{"skein_gateway_packets_total", deprecated("skein_gateway_packets_handled_total, skein_gateway_packets_dropped_total and skein_gateway_packet_events_total"), promtext.Counter}
@@ -262,9 +263,9 @@ func (c *collector) writeWireGuard(w *promtext.Writer) {
 	w.Sample(famPMTUProbes.name, float64(c.g.pmtu.passed.Load()), "result", "passed")
 	w.Sample(famPMTUProbes.name, float64(c.g.pmtu.lost.Load()), "result", "lost")
 	w.Sample(famPMTUProbes.name, float64(c.g.pmtu.void.Load()), "result", "void")
-	if c.g.pmtu.searches.Load() > 0 {
-		famPMTUSearch.one(w, time.Duration(c.g.pmtu.lastSearch.Load()).Seconds())
-	}
+	// Always exposed (a scrape must hold every documented family): 0 before the first search.
+	famPMTUSearch.one(w, time.Duration(c.g.pmtu.lastSearch.Load()).Seconds())
+	famPMTUSearches.one(w, float64(c.g.pmtu.searches.Load()))
 	famWGBytes.start(w)
 	w.Sample(famWGBytes.name, float64(bytes[0]), "direction", dataplane.ToTunnel.String())
 	w.Sample(famWGBytes.name, float64(bytes[1]), "direction", dataplane.FromTunnel.String())

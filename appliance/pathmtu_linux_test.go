@@ -293,7 +293,7 @@ func waitTunnelMTU(t testing.TB, want int, limit time.Duration, gws ...*cluster)
 	for _, c := range gws {
 		for {
 			got := c.metric(t, `skein_gateway_tunnel_mtu_bytes{kind="effective"}`)
-			if int(got) == want && c.metric(t, "skein_gateway_path_mtu_search_seconds") >= 0 {
+			if int(got) == want && c.metric(t, "skein_gateway_path_mtu_searches_total") >= 1 {
 				break // and a search completed
 			}
 			if time.Since(start) > limit {
