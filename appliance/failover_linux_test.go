@@ -167,6 +167,12 @@ func TestFailover(t *testing.T) {
 	gap = waitAnswered(t, server, stopped, 15*time.Second)
 	t.Logf("failover after a graceful stop: traffic resumed after %v", gap.Round(time.Millisecond))
 	procs[standby].Wait()
+	// A gateway stops within a second of SIGTERM, as a pod deleted must (the kubelet kills it
+	// after the grace period, and a Deployment scaled to 0 keeps its pod until then).
+	if took := time.Since(stopped); took > 10*time.Second {
+		t.Errorf("the replica took %v to exit after SIGTERM", took.Round(time.Millisecond))
+	}
+	t.Logf("the stopped replica exited %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
 }
 
 // waitActive waits for a replica other than not to be labelled active with its VTEP published

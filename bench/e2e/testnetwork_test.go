@@ -222,7 +222,7 @@ func (e *env) testNetworkFails(ctx context.Context) {
 	}()
 	e.scale(ctx, srv.c, "liqo", "skein-controller", 0)
 	e.scale(ctx, srv.c, srv.ns, srv.name, 0)
-	e.waitFor(ctx, time.Minute, "the gateway server's pods gone", func() bool {
+	e.waitFor(ctx, 2*time.Minute, "the gateway server's pods gone", func() bool {
 		var pods corev1.PodList
 		_ = e.c[srv.c].List(ctx, &pods, client.InNamespace(srv.ns), client.MatchingLabels{"networking.liqo.io/gateway": srv.name})
 		return len(pods.Items) == 0
