@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -287,8 +288,30 @@ func peerRESTConfig(s *corev1.Secret) (*rest.Config, error) {
 	}
 	// No client timeout: it would cut every watch; the reflectors time their own requests.
 	return &rest.Config{Host: "https://" + u.Host + u.EscapedPath(), BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca},
-		QPS: 20, Burst: 40, UserAgent: "skein-controller (service import)"}, nil
+		QPS: 20, Burst: 40, UserAgent: "skein-controller (service import)", WrapTransport: refuseRedirects}, nil
 }
+
+// refuseRedirects makes every redirect a peer's API server answers an error. Go's HTTP client
+// follows redirects, and client-go adds the bearer token inside the transport, so a followed
+// redirect would send the peer's token, in clear if the target is http, and this controller's
+// requests to any address the peer names (this cluster's services, a cloud's metadata server):
+// an API server has no reason to redirect a client, so none is followed.
+func refuseRedirects(rt http.RoundTripper) http.RoundTripper { return redirectRefuser{rt} }
+
+type redirectRefuser struct{ next http.RoundTripper }
+
+func (r redirectRefuser) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.next.RoundTrip(req)
+	if err != nil || resp.StatusCode < 300 || resp.StatusCode > 399 || resp.StatusCode == http.StatusNotModified {
+		return resp, err
+	}
+	_ = resp.Body.Close()
+	return nil, fmt.Errorf("%s %s: the peer's API server answered %s with a redirect to %q: not followed (a peer's API server must answer itself)",
+		req.Method, req.URL.Redacted(), resp.Status, resp.Header.Get("Location"))
+}
+
+// WrappedRoundTripper lets client-go's transport debugging see through the wrapper.
+func (r redirectRefuser) WrappedRoundTripper() http.RoundTripper { return r.next }
 
 // reconcileCredentials starts, restarts (new credentials) or stops a peer's exporter.
 func (r *ServiceImportReconciler) reconcileCredentials(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {

@@ -1,10 +1,19 @@
 package controller
 
 import (
+	"context"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 )
 
 // TestPeerRESTConfig: a peer's credentials give an https server, its CA and a token, nothing
@@ -34,5 +43,56 @@ func TestPeerRESTConfig(t *testing.T) {
 	}
 	if _, err := peerRESTConfig(&corev1.Secret{Data: map[string][]byte{PeerServerKey: []byte("https://a")}}); err == nil {
 		t.Error("credentials without CA and token accepted")
+	}
+}
+
+// TestPeerRedirectRefused: a peer's API server that answers with a redirect (to an address in
+// this cluster's network, the cloud's metadata service, or a server that collects tokens) is
+// not followed: the controller sends nothing there, neither the request nor the peer's token,
+// and the request fails saying why.
+func TestPeerRedirectRefused(t *testing.T) {
+	var reached atomic.Int32
+	var tokenSeen atomic.Bool
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		if strings.Contains(r.Header.Get("Authorization"), "peer-token") {
+			tokenSeen.Store(true)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"ServiceExportList","apiVersion":"multicluster.x-k8s.io/v1alpha1","items":[]}`))
+	}))
+	defer target.Close()
+	for _, code := range []int{http.StatusMovedPermanently, http.StatusFound, http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		peer := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, target.URL+r.URL.RequestURI(), code)
+		}))
+		ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: peer.Certificate().Raw})
+		cfg, err := peerRESTConfig(&corev1.Secret{Data: map[string][]byte{PeerServerKey: []byte(peer.URL), PeerCAKey: ca, PeerTokenKey: []byte("peer-token")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Get(peer.URL + "/apis/multicluster.x-k8s.io/v1alpha1/serviceexports")
+		if err == nil {
+			resp.Body.Close()
+			t.Errorf("%d: the redirect was followed (%s from %s)", code, resp.Status, resp.Request.URL)
+		} else if !strings.Contains(err.Error(), "redirect") {
+			t.Errorf("%d: %v does not name the redirect", code, err)
+		}
+		// Through the clients the exporter uses too (discovery, typed lists).
+		scheme := runtime.NewScheme()
+		_ = mcsv1a1.Install(scheme)
+		if c, err := client.New(cfg, client.Options{Scheme: scheme}); err == nil {
+			if err := c.List(context.Background(), &mcsv1a1.ServiceExportList{}); err == nil {
+				t.Errorf("%d: a list through the redirect succeeded", code)
+			}
+		}
+		peer.Close()
+	}
+	if n := reached.Load(); n != 0 || tokenSeen.Load() {
+		t.Errorf("the redirect target got %d requests (the peer's token among them: %v)", n, tokenSeen.Load())
 	}
 }
