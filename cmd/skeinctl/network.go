@@ -39,6 +39,9 @@ type side struct {
 	ns    string // where this cluster keeps its objects of the peering (peerNamespace)
 	liqo  string // where skein is installed in this cluster
 	api   *rest.Config
+	// identity is how this cluster's API server proved itself (apiIdentity), recorded on the
+	// other cluster's Configuration of the peering.
+	identity string
 }
 
 // tenantNamespace is where a cluster keeps the objects of a new peering with the cluster id:
@@ -119,6 +122,7 @@ type networkOpts struct {
 	remoteKubeconfig, remoteContext, remoteLiqoNamespace string
 	wait                                                 bool
 	yes                                                  bool
+	acceptNewPeerIdentity                                bool
 }
 
 // confirmFlags adds --yes (-y) and liqoctl's --skip-confirm, one switch under two names.
@@ -145,6 +149,11 @@ func (g *globals) onPair(o *networkOpts, destructive string, fn func(ctx context
 		for _, s := range []*side{l, r} {
 			if s.ns, err = g.peerNamespace(ctx, s); err != nil {
 				return err
+			}
+		}
+		for _, s := range []*side{l, r} {
+			if err := checkPeerIdentity(ctx, s, o.acceptNewPeerIdentity); err != nil {
+				return fmt.Errorf("(%s) %w", s.label, err)
 			}
 		}
 		return fn(ctx, l, r)
@@ -186,6 +195,8 @@ is destructive: skeinctl asks for confirmation on a terminal; pass --yes to skip
 		c.Flags().StringVar(&o.remoteContext, "remote-context", "", "kubeconfig context of the remote cluster (in --remote-kubeconfig, else in the local kubeconfig)")
 		c.Flags().StringVar(&o.remoteLiqoNamespace, "remote-liqo-namespace", "liqo", "namespace skein is installed in, in the remote cluster")
 		c.Flags().BoolVar(&o.wait, "wait", false, "wait until what was set up is ready")
+		c.Flags().BoolVar(&o.acceptNewPeerIdentity, "accept-new-peer-identity", false,
+			"act even though the peer's API server proves itself with another CA than when the peering was made (the peer was rebuilt or its CA rotated); without it skeinctl refuses, since another cluster may be claiming the peer's id")
 		cmd.AddCommand(c)
 	}
 	cmd.AddCommand(networkStatusCmd(g))
@@ -264,6 +275,9 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 				Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: peer.id}},
 			Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: peer.net.Published()}},
 		}
+		if peer.identity != "" {
+			conf.Annotations = map[string]string{PeerIdentityAnnotation: peer.identity}
+		}
 		existing := &netv1alpha1.Configuration{}
 		err = s.c.Get(ctx, client.ObjectKeyFromObject(conf), existing)
 		switch {
@@ -276,12 +290,23 @@ func (g *globals) init(ctx context.Context, l, r *side, wait bool) error {
 			return fmt.Errorf("(%s) %w", s.label, err)
 		case belongs("configuration", existing, peer.id) != nil:
 			return fmt.Errorf("(%s) %w", s.label, belongs("configuration", existing, peer.id))
-		case !equality.Semantic.DeepEqual(existing.Spec, conf.Spec):
+		case !equality.Semantic.DeepEqual(existing.Spec, conf.Spec) || existing.Annotations[PeerIdentityAnnotation] != peer.identity:
+			changed := !equality.Semantic.DeepEqual(existing.Spec, conf.Spec)
 			existing.Spec = conf.Spec
+			if peer.identity != "" {
+				if existing.Annotations == nil {
+					existing.Annotations = map[string]string{}
+				}
+				existing.Annotations[PeerIdentityAnnotation] = peer.identity // recorded on a peering made before the record existed
+			}
 			if err := s.c.Update(ctx, existing); err != nil {
 				return fmt.Errorf("(%s) update configuration %s/%s: %w", s.label, conf.Namespace, conf.Name, err)
 			}
-			g.info(s, "Configuration updated successfully")
+			if changed {
+				g.info(s, "Configuration updated successfully")
+			} else {
+				g.info(s, "Configuration already applied")
+			}
 		default:
 			g.info(s, "Configuration already applied")
 		}
