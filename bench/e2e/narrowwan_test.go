@@ -53,6 +53,13 @@ func (e *env) narrowWAN(ctx context.Context) {
 		e.t.Errorf("effective tunnel MTUs %v: their packets (+60) do not fit the %d-byte WAN", mtus, narrowWANMTU)
 	}
 	e.reportf("narrow-wan: WAN at %d, ICMP dropped: gateways at %d and %d after %.1fs", narrowWANMTU, mtus[0], mtus[1], took.Seconds())
+	// skeinctl diagnose names it, with the fix.
+	if out, err := e.l.Exec(ctx, 0, "skeinctl", "diagnose"); !strings.Contains(out, fmt.Sprintf("forces the tunnel down from 1340 to %d", mtus[0])) ||
+		!strings.Contains(out, fmt.Sprintf("--mtu %d", mtus[0])) {
+		e.t.Errorf("narrow-wan: skeinctl diagnose does not name the lowered tunnel MTU %d (%v):\n%s", mtus[0], err, out)
+	} else {
+		e.reportf("narrow-wan: skeinctl diagnose names the path MTU: %s", firstLine(out, "path MTU"))
+	}
 
 	src := e.probePods(ctx, 0)[0]
 	dstAs, _ := e.peerView(ctx, 0)

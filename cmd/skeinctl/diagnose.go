@@ -119,7 +119,7 @@ version of this skeinctl; every node has an InternalNode whose agent reports it 
 (PodTrafficMasqueraded); every peering's Configuration is mapped and Ready; every gateway is
 deployed, has an active replica, has an address peers can reach (a server) and its
 Connection is Connected. From each active gateway's metrics (read through the API server's
-pod proxy): whether the WAN's path MTU forced the tunnel MTU below the configured one, and
+pod proxy, else a port-forward): whether the WAN's path MTU forced the tunnel MTU below the configured one, and
 whether the WireGuard socket's send errors are counting up (read twice, 3 s apart).
 
 With --node (on a node, as root: kubectl debug node/NAME, or ssh), it also reads this
@@ -195,7 +195,7 @@ func (g *globals) diagnose(ctx context.Context, r *report, node nodeCheckFlags) 
 		if cs, err := kubernetes.NewForConfig(cfg); err != nil {
 			r.warn("path MTU", "", "cannot read the gateways' metrics: "+err.Error(), "")
 		} else {
-			checkGatewayPaths(ctx, r, s, proxyMetricsReader(cs), pathSettle)
+			checkGatewayPaths(ctx, r, s, firstMetricsReader(proxyMetricsReader(cs), portForwardMetricsReader(cfg, cs)), pathSettle)
 		}
 	}
 	if node.enabled {

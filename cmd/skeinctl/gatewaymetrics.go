@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,6 +15,9 @@ import (
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/transport/spdy"
 )
 
 // defaultGatewayMetricsPort is where a gateway serves /metrics when its pod names no port
@@ -51,6 +57,89 @@ func proxyMetricsReader(cs kubernetes.Interface) metricsReader {
 			return "", fmt.Errorf("read /metrics of %s/%s through the API server (pods/%s:%s/proxy/metrics): %w", p.Namespace, p.Name, p.Name, port, err)
 		}
 		return string(b), nil
+	}
+}
+
+// portForwardMetricsReader reads a pod's /metrics through a port-forward (kubectl
+// port-forward: the API server asks the pod's kubelet, which connects inside the pod's network
+// namespace): for API servers that cannot reach pod addresses themselves, as on clusters whose
+// control plane is not on the pod network. It needs the pods/portforward permission; the
+// forward listens on 127.0.0.1 only, on a port the kernel picks, for one read.
+func portForwardMetricsReader(cfg *rest.Config, cs kubernetes.Interface) metricsReader {
+	return func(ctx context.Context, p *corev1.Pod) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, metricsReadTimeout)
+		defer cancel()
+		port := strconv.Itoa(int(gatewayMetricsPort(p)))
+		fail := func(err error) (string, error) {
+			return "", fmt.Errorf("read /metrics of %s/%s through a port-forward to port %s: %w", p.Namespace, p.Name, port, err)
+		}
+		rt, upgrader, err := spdy.RoundTripperFor(cfg)
+		if err != nil {
+			return fail(err)
+		}
+		u := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.Namespace).Name(p.Name).SubResource("portforward").URL()
+		dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
+		stop, ready := make(chan struct{}), make(chan struct{})
+		defer close(stop)
+		fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:" + port}, stop, ready, io.Discard, io.Discard)
+		if err != nil {
+			return fail(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- fw.ForwardPorts() }()
+		select {
+		case <-ready:
+		case err := <-done:
+			if err == nil {
+				err = errors.New("the forward ended before it was ready")
+			}
+			return fail(err)
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		}
+		ports, err := fw.GetPorts()
+		if err != nil || len(ports) != 1 {
+			return fail(fmt.Errorf("no local port: %v", err))
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0].Local), nil)
+		if err != nil {
+			return fail(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fail(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fail(fmt.Errorf("the gateway answered %s", resp.Status))
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxMetricsBytes+1))
+		if err != nil {
+			return fail(err)
+		}
+		if len(b) > maxMetricsBytes {
+			return fail(fmt.Errorf("more than %d bytes of metrics", maxMetricsBytes))
+		}
+		return string(b), nil
+	}
+}
+
+// maxMetricsBytes bounds one gateway's /metrics as diagnose reads it (a few kB in practice).
+const maxMetricsBytes = 4 << 20
+
+// firstMetricsReader tries each reader in turn; when every one fails, the error names each
+// way tried.
+func firstMetricsReader(readers ...metricsReader) metricsReader {
+	return func(ctx context.Context, p *corev1.Pod) (string, error) {
+		var errs []error
+		for _, read := range readers {
+			text, err := read(ctx, p)
+			if err == nil {
+				return text, nil
+			}
+			errs = append(errs, err)
+		}
+		return "", errors.Join(errs...)
 	}
 }
 
@@ -123,7 +212,7 @@ func checkGatewayPaths(ctx context.Context, r *report, s *peerings, read metrics
 		text, err := read(ctx, p)
 		if err != nil {
 			r.warn("path MTU", subject, "cannot read the active gateway's metrics: "+err.Error(),
-				fmt.Sprintf("diagnose reads them through the API server and needs the pods/proxy permission in %s; or from inside the cluster: curl http://%s/metrics",
+				fmt.Sprintf("diagnose reads them through the API server's pod proxy, else a port-forward, and needs the pods/proxy or pods/portforward permission in %s; or from inside the cluster: curl http://%s/metrics",
 					p.Namespace, hostPort(p.Status.PodIP, gatewayMetricsPort(p))))
 			continue
 		}

@@ -78,7 +78,7 @@ func TestCheckGatewayPaths(t *testing.T) {
 			want: []string{"WARNING path MTU gatewayserver tenant/gw: the gateway's /metrics is not Prometheus text"}},
 		{name: "unreadable", err: errors.New(`pods "gw-active" is forbidden`), reads: 1,
 			want: []string{"WARNING path MTU gatewayserver tenant/gw: cannot read the active gateway's metrics: pods \"gw-active\" is forbidden" +
-				" -> diagnose reads them through the API server and needs the pods/proxy permission in tenant; or from inside the cluster: curl http://10.244.1.9:19471/metrics"}},
+				" -> diagnose reads them through the API server's pod proxy, else a port-forward, and needs the pods/proxy or pods/portforward permission in tenant; or from inside the cluster: curl http://10.244.1.9:19471/metrics"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reads := 0
@@ -128,5 +128,27 @@ func TestCheckGatewayPathsSkips(t *testing.T) {
 	}, 0)
 	if len(r.findings) != 0 {
 		t.Errorf("findings %+v", r.findings)
+	}
+}
+
+// TestFirstMetricsReader: the port-forward is tried when the pod proxy fails (an API server
+// that cannot reach pod addresses), not when it works; both failing name both.
+func TestFirstMetricsReader(t *testing.T) {
+	calls := map[string]int{}
+	reader := func(name, text string, err error) metricsReader {
+		return func(context.Context, *corev1.Pod) (string, error) { calls[name]++; return text, err }
+	}
+	p := &corev1.Pod{}
+	text, err := firstMetricsReader(reader("proxy", "a", nil), reader("forward", "b", nil))(context.Background(), p)
+	if text != "a" || err != nil || calls["forward"] != 0 {
+		t.Errorf("proxy working: %q, %v, calls %v", text, err, calls)
+	}
+	text, err = firstMetricsReader(reader("proxy", "", errors.New("proxy: no route to pod")), reader("forward", "b", nil))(context.Background(), p)
+	if text != "b" || err != nil {
+		t.Errorf("proxy failing: %q, %v", text, err)
+	}
+	_, err = firstMetricsReader(reader("proxy", "", errors.New("proxy: no route to pod")), reader("forward", "", errors.New("forward: forbidden")))(context.Background(), p)
+	if err == nil || !strings.Contains(err.Error(), "no route") || !strings.Contains(err.Error(), "forbidden") {
+		t.Errorf("both failing: %v", err)
 	}
 }
