@@ -361,11 +361,15 @@ func (r *ConfigurationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 
 // patchStatus writes c's status as changed from before's, and nothing when it has not changed
 // (an empty patch is still a request, and every status write wakes this reconciler again).
+// The patch carries before's resourceVersion: a merge patch replaces the whole conditions list,
+// so one made from a copy older than another writer's condition (the import's
+// ServicesWithinBudget) would erase it; it fails with a conflict instead and the reconcile runs
+// again on the current object.
 func (r *ConfigurationReconciler) patchStatus(ctx context.Context, before, c *netv1alpha1.Configuration) error {
 	if equality.Semantic.DeepEqual(before.Status, c.Status) {
 		return nil
 	}
-	return r.Client.Status().Patch(ctx, c, client.MergeFrom(before))
+	return r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 }
 
 // unmap takes a Configuration out of use: its prefixes released, status.remote removed (the
