@@ -117,15 +117,26 @@ func main() {
 	}
 }
 
+// parseFlags parses a command's flags as flag.ExitOnError would, with --help's list on stdout:
+// --help exits 0, a bad flag exits 2 after saying why on stderr.
+func parseFlags(fs *flag.FlagSet, args []string) {
+	if err := buildinfo.Parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+}
+
 func serve(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	tcpAddr := fs.String("tcp", ":7070", "TCP address")
 	udpAddr := fs.String("udp", ":7071", "UDP address")
 	httpAddr := fs.String("http", ":7072", "HTTP address of /healthz")
 	echoAddr := fs.String("echo", ":7073", "TCP echo address (request/response latency; empty: none)")
 	tputAddr := fs.String("throughput", ":7074", "TCP throughput address (empty: none)")
 	rateAddr := fs.String("rate", ":7075", "UDP packet-rate address (empty: none)")
-	_ = fs.Parse(args)
+	parseFlags(fs, args)
 	host, _ := os.Hostname()
 	ln, err := net.Listen("tcp", *tcpAddr)
 	if err != nil {
@@ -174,9 +185,9 @@ func serve(args []string) error {
 }
 
 func get(args []string) error {
-	fs := flag.NewFlagSet("get", flag.ExitOnError)
+	fs := flag.NewFlagSet("get", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
-	_ = fs.Parse(args)
+	parseFlags(fs, args)
 	if fs.NArg() != 1 {
 		return errors.New("usage: skein-probe get [--timeout 5s] URL (flags first)")
 	}
@@ -193,9 +204,9 @@ func get(args []string) error {
 }
 
 func call(args []string) error {
-	fs := flag.NewFlagSet("call", flag.ExitOnError)
+	fs := flag.NewFlagSet("call", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
-	_ = fs.Parse(args)
+	parseFlags(fs, args)
 	if fs.NArg() != 2 || (fs.Arg(0) != "tcp" && fs.Arg(0) != "udp") {
 		return errors.New("usage: skein-probe call [--timeout 2s] tcp|udp HOST:PORT (flags first)")
 	}
@@ -220,11 +231,11 @@ func call(args []string) error {
 }
 
 func stream(args []string) error {
-	fs := flag.NewFlagSet("stream", flag.ExitOnError)
+	fs := flag.NewFlagSet("stream", flag.ContinueOnError)
 	interval := fs.Duration("interval", 50*time.Millisecond, "time between datagrams")
 	duration := fs.Duration("duration", 10*time.Second, "how long to send (bounded: at most 10 minutes)")
 	report := fs.Duration("gaps", 0, "print every gap without replies longer than this (0: only the longest)")
-	_ = fs.Parse(args)
+	parseFlags(fs, args)
 	if fs.NArg() != 1 {
 		return errors.New("usage: skein-probe stream [--interval 50ms] [--duration 10s] [--gaps 0] HOST:PORT (flags first)")
 	}
@@ -296,9 +307,9 @@ wait:
 }
 
 func rrServe(args []string) error {
-	fs := flag.NewFlagSet("rr-serve", flag.ExitOnError)
+	fs := flag.NewFlagSet("rr-serve", flag.ContinueOnError)
 	addr := fs.String("tcp", ":7073", "TCP address")
-	_ = fs.Parse(args)
+	parseFlags(fs, args)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
@@ -307,11 +318,11 @@ func rrServe(args []string) error {
 }
 
 func rr(args []string) error {
-	fs := flag.NewFlagSet("rr", flag.ExitOnError)
+	fs := flag.NewFlagSet("rr", flag.ContinueOnError)
 	count := fs.Int("count", 2000, "round trips (at most 1000000)")
 	size := fs.Int("size", 1, "request and response size in bytes (at most 65536)")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
-	_ = fs.Parse(args)
+	parseFlags(fs, args)
 	if fs.NArg() != 1 || *count < 1 || *count > 1000000 || *size < 1 || *size > 65536 {
 		return errors.New("usage: skein-probe rr [--count 2000] [--size 1] HOST:PORT (flags first)")
 	}
@@ -341,13 +352,13 @@ func rr(args []string) error {
 }
 
 func check(args []string) error {
-	fs := flag.NewFlagSet("check", flag.ExitOnError)
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 2*time.Second, "time allowed each check")
 	pings := fs.Int("pings", 3, "ICMP echo requests per address (0: no ICMP check)")
 	mtu := fs.Int("mtu", 0, "check the path against this tunnel MTU (0: no path-MTU check)")
 	route := fs.Bool("route", false, "also report where this namespace's kernel routes each address")
 	parallel := fs.Int("parallel", 4, "addresses checked at once")
-	_ = fs.Parse(args)
+	parseFlags(fs, args)
 	if fs.NArg() == 0 || fs.NArg() > 1000 || *timeout <= 0 || *timeout > time.Minute || *pings < 0 || *pings > 100 ||
 		*parallel < 1 || *parallel > 64 || (*mtu != 0 && (*mtu < 576 || *mtu > 9000)) {
 		return errors.New("usage: skein-probe check [--timeout 2s (at most 1m)] [--pings 3 (0-100)] [--mtu 0 (or 576-9000)] [--route] [--parallel 4] ADDR... (1-1000 addresses, flags first)")
@@ -390,13 +401,13 @@ func serveIf(l net.Listener, serve func(net.Listener) error) error {
 
 // measure runs one of skeinctl bench's measurements against HOST and prints it as JSON.
 func measure(kind string, args []string) error {
-	fs := flag.NewFlagSet(kind, flag.ExitOnError)
+	fs := flag.NewFlagSet(kind, flag.ContinueOnError)
 	duration := fs.Duration("duration", 10*time.Second, "how long to measure (at most 10m)")
 	streams := fs.Int("streams", 1, "tput: parallel TCP connections (1-128)")
 	reverse := fs.Bool("reverse", false, "tput: the server sends, this side receives")
 	size := fs.Int("size", 0, "rate: IPv4 packet size (37-9000, default 64); latency: request and response size (1-65536, default 1)")
 	count := fs.Int("count", 100000, "latency: at most this many round trips")
-	_ = fs.Parse(args)
+	parseFlags(fs, args)
 	if fs.NArg() != 1 {
 		return fmt.Errorf("usage: skein-probe %s [flags] HOST (flags first)", kind)
 	}

@@ -7,9 +7,11 @@
 package buildinfo
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -83,11 +85,12 @@ func Metric(component string) (name, help string) {
 	return "skein_" + component + "_build_info", "Always 1; the labels name the running build of skein-" + component + "."
 }
 
-// ParseFlags parses a daemon's command line into fs, adding --version: --help and --version
-// (which prints name and the build) exit 0, a bad flag exits 2 after fs has said why.
+// ParseFlags parses a daemon's command line into fs, adding --version: --help prints the
+// usage to stdout and --version name and the build, both exit 0; a bad flag exits 2 after fs
+// has said why on its output (stderr unless set).
 func ParseFlags(fs *flag.FlagSet, name string, args []string) {
 	version := fs.Bool("version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
+	if err := Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
@@ -97,4 +100,26 @@ func ParseFlags(fs *flag.FlagSet, name string, args []string) {
 		fmt.Printf("%s %s\n", name, Get())
 		os.Exit(0)
 	}
+}
+
+// Parse is fs.Parse with the usage that --help asks for written to stdout, where a reader
+// pipes it to a pager or grep; what fs says about a bad flag still goes to fs's output. Every
+// command of skein parses its flags with it (through ParseFlags for the daemons).
+func Parse(fs *flag.FlagSet, args []string) error {
+	return parseTo(fs, args, os.Stdout)
+}
+
+func parseTo(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	out := fs.Output()
+	var said bytes.Buffer
+	fs.SetOutput(&said)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		out = stdout
+	}
+	if _, werr := out.Write(said.Bytes()); werr != nil && err == nil {
+		return werr
+	}
+	return err
 }
