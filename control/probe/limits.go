@@ -181,7 +181,7 @@ func (s *Server) serveConns(ln net.Listener, handle func(net.Conn)) error {
 	}
 }
 
-// timedOut counts err when it is a deadline passing.
+// countTimeout counts err when it is a deadline passing.
 func (s *Server) countTimeout(err error) {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
