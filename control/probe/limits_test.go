@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"strings"
@@ -254,5 +255,61 @@ func TestUDPAnswersProbesOnly(t *testing.T) {
 	}
 	if r := probe.Call(t.Context(), "udp", addr.AddrPort(), time.Second); !r.OK || r.Seen != "127.0.0.1" {
 		t.Errorf("probe.Call over UDP: %+v", r)
+	}
+}
+
+// TestRateSinkAnswersProbesOnly: the rate sink counts and answers only its own datagrams (the
+// old headerless query is dropped and counted), and a measurement against it still works.
+func TestRateSinkAnswersProbesOnly(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	s := probe.NewServer("", probe.DefaultLimits)
+	go func() { _ = s.ServeRate(pc) }()
+	c, err := net.DialUDP("udp", nil, pc.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	old := make([]byte, 9) // session id and 'q', as before the header
+	old[8] = 'q'
+	if _, err := c.Write(old); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := c.Read(make([]byte, 64)); err == nil {
+		t.Errorf("a headerless query got a %d-byte answer", n)
+	}
+	if got := s.Stats().Malformed; got != 1 {
+		t.Errorf("malformed: %d, want 1", got)
+	}
+	r, err := probe.MeasureRate(t.Context(), pc.LocalAddr().(*net.UDPAddr).AddrPort(), 64, 200*time.Millisecond)
+	if err != nil || r.Received == 0 {
+		t.Errorf("a rate measurement: %+v, %v", r, err)
+	}
+}
+
+// TestMeasurementsWithinLimits: skeinctl bench's measurements work against bounded servers
+// (128 streams, the most it asks, from one address).
+func TestMeasurementsWithinLimits(t *testing.T) {
+	s := probe.NewServer("", probe.DefaultLimits)
+	tput := listen(t, s.ServeThroughput)
+	echo := listen(t, s.ServeEcho)
+	for _, reverse := range []bool{false, true} {
+		r, err := probe.MeasureThroughput(t.Context(), netip.MustParseAddrPort(tput), 128, reverse, 300*time.Millisecond)
+		if err != nil || r.Bytes == 0 {
+			t.Errorf("128 streams, reverse %v: %+v, %v", reverse, r, err)
+		}
+	}
+	for _, size := range []int{1, 1000, 65536} {
+		l, err := probe.MeasureLatency(t.Context(), netip.MustParseAddrPort(echo), size, 100, 2*time.Second)
+		if err != nil || l.Count != 100 {
+			t.Errorf("latency, %d bytes: %+v, %v", size, l, err)
+		}
+	}
+	if st := s.Stats(); st.Refused != 0 || st.Malformed != 0 {
+		t.Errorf("bench measurements were refused: %+v", st)
 	}
 }
