@@ -148,7 +148,9 @@ func serve(args []string) error {
 		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { writeMetrics(w, srv.Stats()) })
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: probe.DefaultLimits.RequestTimeout, ReadTimeout: probe.DefaultLimits.RequestTimeout,
 			WriteTimeout: probe.DefaultLimits.RequestTimeout, IdleTimeout: probe.DefaultLimits.IdleTimeout, MaxHeaderBytes: 8 << 10}
-		fmt.Fprintln(os.Stderr, hs.Serve(srv.Listener(hl)))
+		// Limits of its own, so that a flood of the measurement ports does not fail the
+		// kubelet's readiness probe (nor hide /metrics).
+		fmt.Fprintln(os.Stderr, hs.Serve(probe.NewServer(host, probe.Limits{MaxConns: 64, MaxConnsPerSource: 16}).Listener(hl)))
 	}()
 	// The measurement servers of skeinctl bench.
 	for _, m := range []struct {
