@@ -113,6 +113,20 @@ func TestStandaloneFilesChecked(t *testing.T) {
 		s.pointKeyAt(t, link)
 		wantRefused(t, s.load(), shared, "writable by others", "0777")
 	})
+	t.Run("key below a symlinked directory in a world-writable directory", func(t *testing.T) {
+		// O_NOFOLLOW alone would not see this one: the link is not the last component.
+		s := newSite(t)
+		shared := filepath.Join(s.dir, "shared")
+		if err := os.Mkdir(shared, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mustChmod(t, shared, 0o777)
+		if err := os.Symlink(s.dir, filepath.Join(shared, "keys")); err != nil {
+			t.Fatal(err)
+		}
+		s.pointKeyAt(t, filepath.Join(shared, "keys", "private.key"))
+		wantRefused(t, s.load(), shared, "writable by others")
+	})
 	t.Run("key in a world-writable directory", func(t *testing.T) {
 		s := newSite(t)
 		mustChmod(t, s.dir, 0o777)
