@@ -131,8 +131,8 @@ func BenchmarkTCPStream(b *testing.B) {
 	priv2, pub2 := keyPair(b)
 	if1 := startStockWG(b, w1, stockBin, "wgb")
 	if2 := startStockWG(b, w2, stockBin, "wgc")
-	w1.Run(b, "wg", "set", if1, "private-key", writeFile(b, dir, "w1.key", priv1), "listen-port", "51820", "peer", pub2, "allowed-ips", "10.9.0.2/32", "endpoint", "10.0.0.2:51820")
-	w2.Run(b, "wg", "set", if2, "private-key", writeFile(b, dir, "w2.key", priv2), "listen-port", "51820", "peer", pub1, "allowed-ips", "10.9.0.1/32", "endpoint", "10.0.0.1:51820")
+	w1.Run(b, "wg", "set", if1, "private-key", writeKey(b, dir, "w1.key", priv1), "listen-port", "51820", "peer", pub2, "allowed-ips", "10.9.0.2/32", "endpoint", "10.0.0.2:51820")
+	w2.Run(b, "wg", "set", if2, "private-key", writeKey(b, dir, "w2.key", priv2), "listen-port", "51820", "peer", pub1, "allowed-ips", "10.9.0.1/32", "endpoint", "10.0.0.1:51820")
 	for _, x := range []struct {
 		ns     *netnstest.NS
 		ifname string

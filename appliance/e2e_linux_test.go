@@ -93,6 +93,21 @@ func writeFile(t testing.TB, dir, name, content string) string {
 	return p
 }
 
+// writeKey writes a private key as the gateway wants it: mode 0600, owned by the user the
+// gateways run as (nobody), who alone may read it (skein-gateway refuses a key that group or
+// others may read, or that another user owns).
+func writeKey(t testing.TB, dir, name, key string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(p, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // newSite builds a cluster's namespaces: node (underlay 192.168.<sub>.1, kernel overlay
 // device, pod address on loopback, remoteSeen routed via the gateway's overlay IP) and gateway
 // (192.168.<sub>.2 towards the node).
@@ -145,8 +160,8 @@ func twoClusters(t testing.TB) (a, b *cluster) {
 	a = newSite(t, "a", "77", "10.244.1.5", "10.71.0.0/16", "02:5b:00:00:00:0a")
 	b = newSite(t, "b", "78", "10.244.2.7", "10.72.0.0/16", "02:5b:00:00:00:0b")
 	netnstest.Veth(t, a.gw, b.gw, "wan", wanClient+"/24", wanServer+"/24")
-	cfgA := a.config("role: client\nendpoint: "+wanServer+":51820", writeFile(t, dir, "a.key", privA), pubB, "10.71.0.0/16")
-	cfgB := b.config("role: server\nlistenPort: 51820", writeFile(t, dir, "b.key", privB), pubA, "10.72.0.0/16")
+	cfgA := a.config("role: client\nendpoint: "+wanServer+":51820", writeKey(t, dir, "a.key", privA), pubB, "10.71.0.0/16")
+	cfgB := b.config("role: server\nlistenPort: 51820", writeKey(t, dir, "b.key", privB), pubA, "10.72.0.0/16")
 	b.start(t, bin, writeFile(t, dir, "b.yaml", cfgB))
 	a.start(t, bin, writeFile(t, dir, "a.yaml", cfgA))
 	return a, b
@@ -574,12 +589,12 @@ func TestStockWireguardPeer(t *testing.T) {
 	a := newSite(t, "a", "77", "10.244.1.5", "10.71.0.0/16", "02:5b:00:00:00:0a")
 	stock := netnstest.New(t, "stock")
 	netnstest.Veth(t, a.gw, stock, "wan", wanServer+"/24", wanClient+"/24")
-	a.start(t, bin, writeFile(t, dir, "a.yaml", a.config("role: server\nlistenPort: 51820", writeFile(t, dir, "a.key", privA), pubS, "10.71.0.0/16")))
+	a.start(t, bin, writeFile(t, dir, "a.yaml", a.config("role: server\nlistenPort: 51820", writeKey(t, dir, "a.key", privA), pubS, "10.71.0.0/16")))
 
 	// The stock peer: wireguard-go on a TUN in its namespace, the remote "pod" 10.244.2.7 on
 	// its loopback, A's real pod CIDR routed into the tunnel.
 	ifname := startStockWG(t, stock, stockBin, "wgs")
-	keyFile := writeFile(t, dir, "stock.key", privS)
+	keyFile := writeKey(t, dir, "stock.key", privS)
 	stock.Run(t, wgTool, "set", ifname, "private-key", keyFile, "peer", pubA,
 		"allowed-ips", "10.244.1.0/24,169.254.100.1/32", "endpoint", wanServer+":51820", "persistent-keepalive", "1")
 	stock.Run(t, "ip", "addr", "add", "169.254.100.2/30", "dev", ifname)

@@ -86,8 +86,8 @@ func narrowWANOver(t testing.TB, bin, dir string, mtu int, dropICMP, v6 bool) (a
 		endpoint = "'[" + narrowServer6 + "]:51820'"
 	}
 
-	cfgA := a.config("role: client\nendpoint: "+endpoint, writeFile(t, dir, "a.key", privA), pubB, "10.71.0.0/16")
-	cfgB := b.config("role: server\nlistenPort: 51820", writeFile(t, dir, "b.key", privB), pubA, "10.72.0.0/16")
+	cfgA := a.config("role: client\nendpoint: "+endpoint, writeKey(t, dir, "a.key", privA), pubB, "10.71.0.0/16")
+	cfgB := b.config("role: server\nlistenPort: 51820", writeKey(t, dir, "b.key", privB), pubA, "10.72.0.0/16")
 	b.start(t, bin, writeFile(t, dir, "b.yaml", cfgB))
 	a.start(t, bin, writeFile(t, dir, "a.yaml", cfgA))
 	for _, c := range []*cluster{a, b} {

@@ -146,10 +146,22 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	// One set of limits for every port (issue 40): connections per server and per source,
+	// request and idle deadlines, bounded requests, UDP answered to probe datagrams only.
+	srv := probe.NewServer(host, probe.DefaultLimits)
+	hl, err := net.Listen("tcp", *httpAddr)
+	if err != nil {
+		return err
+	}
 	go func() {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-		fmt.Fprintln(os.Stderr, http.ListenAndServe(*httpAddr, mux))
+		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { writeMetrics(w, srv.Stats()) })
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: probe.DefaultLimits.RequestTimeout, ReadTimeout: probe.DefaultLimits.RequestTimeout,
+			WriteTimeout: probe.DefaultLimits.RequestTimeout, IdleTimeout: probe.DefaultLimits.IdleTimeout, MaxHeaderBytes: 8 << 10}
+		// Limits of its own, so that a flood of the measurement ports does not fail the
+		// kubelet's readiness probe (nor hide /metrics).
+		fmt.Fprintln(os.Stderr, hs.Serve(probe.NewServer(host, probe.Limits{MaxConns: 64, MaxConnsPerSource: 16}).Listener(hl)))
 	}()
 	// The measurement servers of skeinctl bench.
 	for _, m := range []struct {
@@ -158,18 +170,18 @@ func serve(args []string) error {
 	}{
 		{*echoAddr, func(a string) error {
 			l, err := net.Listen("tcp", a)
-			return errors.Join(err, serveIf(l, probe.ServeEcho))
+			return errors.Join(err, serveIf(l, srv.ServeEcho))
 		}},
 		{*tputAddr, func(a string) error {
 			l, err := net.Listen("tcp", a)
-			return errors.Join(err, serveIf(l, probe.ServeThroughput))
+			return errors.Join(err, serveIf(l, srv.ServeThroughput))
 		}},
 		{*rateAddr, func(a string) error {
 			pc, err := net.ListenPacket("udp", a)
 			if err != nil {
 				return err
 			}
-			go func() { _ = probe.ServeRate(pc) }()
+			go func() { _ = srv.ServeRate(pc) }()
 			return nil
 		}},
 	} {
@@ -181,7 +193,22 @@ func serve(args []string) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "skein-probe: serving tcp %s udp %s http %s echo %s throughput %s rate %s\n", *tcpAddr, *udpAddr, *httpAddr, *echoAddr, *tputAddr, *rateAddr)
-	return probe.Serve(host, ln, pc)
+	return srv.ServeCalls(ln, pc)
+}
+
+// writeMetrics writes the server's counts in the Prometheus text format.
+func writeMetrics(w io.Writer, st probe.Stats) {
+	for _, m := range []struct {
+		name, kind, help string
+		v                int64
+	}{
+		{"skein_probe_connections_open", "gauge", "TCP connections held now.", st.Open},
+		{"skein_probe_connections_refused_total", "counter", "TCP connections closed at once: over the server's or the source's cap.", st.Refused},
+		{"skein_probe_connections_timed_out_total", "counter", "TCP connections closed for a missing request or silence.", st.TimedOut},
+		{"skein_probe_malformed_total", "counter", "Requests and datagrams that are not skein-probe's, dropped.", st.Malformed},
+	} {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", m.name, m.help, m.name, m.kind, m.name, m.v)
+	}
 }
 
 func get(args []string) error {
@@ -217,7 +244,7 @@ func call(args []string) error {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(*timeout))
 	if fs.Arg(0) == "udp" {
-		if _, err := c.Write([]byte("call")); err != nil {
+		if _, err := c.Write(probe.CallDatagram("call")); err != nil {
 			return err
 		}
 	}
@@ -272,7 +299,7 @@ loop:
 	for {
 		select {
 		case <-tick.C:
-			_, _ = c.Write([]byte(strconv.Itoa(sent)))
+			_, _ = c.Write(probe.CallDatagram(strconv.Itoa(sent)))
 			sent++
 		case t := <-replies:
 			got++
@@ -405,7 +432,7 @@ func measure(kind string, args []string) error {
 	duration := fs.Duration("duration", 10*time.Second, "how long to measure (at most 10m)")
 	streams := fs.Int("streams", 1, "tput: parallel TCP connections (1-128)")
 	reverse := fs.Bool("reverse", false, "tput: the server sends, this side receives")
-	size := fs.Int("size", 0, "rate: IPv4 packet size (37-9000, default 64); latency: request and response size (1-65536, default 1)")
+	size := fs.Int("size", 0, "rate: IPv4 packet size (41-9000, default 64); latency: request and response size (1-65536, default 1)")
 	count := fs.Int("count", 100000, "latency: at most this many round trips")
 	parseFlags(fs, args)
 	if fs.NArg() != 1 {

@@ -3,12 +3,10 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/netip"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/skein-net/skein/control/gateway/config"
@@ -31,8 +29,10 @@ type File struct {
 	// client; not allowed for a server.
 	Endpoint string `json:"endpoint,omitempty"`
 	// PrivateKeyFile is a file holding this gateway's WireGuard private key in base64, as
-	// `wg genkey` prints it. The gateway must be able to read it; group and others must not
-	// be able to write it.
+	// `wg genkey` prints it. It must be owned by the user the gateway runs as (or root) and
+	// readable by no one else (chmod 600), in directories only that user or root can write
+	// (a sticky one such as /tmp holding a file of theirs is fine); the config file is held
+	// to the same, except that others may read it.
 	PrivateKeyFile string `json:"privateKeyFile"`
 	// PeerPublicKey is the peer's WireGuard public key in base64, as `wg pubkey` prints it.
 	PeerPublicKey string `json:"peerPublicKey"`
@@ -173,36 +173,9 @@ const (
 	maxKeyFile    = 1 << 10
 )
 
-// readBounded reads a regular file of at most limit bytes (not a device, a FIFO or a
-// directory: /dev/zero would never end).
-func readBounded(path string, limit int64) ([]byte, os.FileMode, error) {
-	// Without O_NONBLOCK, opening a FIFO waits for a writer (for ever, and a signal cannot end
-	// it); the type is checked right after.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, 0, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, 0, fmt.Errorf("%s is not a regular file (%v)", path, st.Mode().Type())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, 0, err
-	}
-	if int64(len(b)) > limit {
-		return nil, 0, fmt.Errorf("%s is larger than %d bytes", path, limit)
-	}
-	return b, st.Mode().Perm(), nil
-}
-
 // LoadFile reads a config file; Resolve validates it.
 func LoadFile(path string) (*File, error) {
-	b, _, err := readBounded(path, maxConfigFile)
+	b, err := readChecked(path, maxConfigFile, configFile)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
@@ -378,15 +351,12 @@ func readKey(path string) (config.Key, error) {
 	if path == "" {
 		return config.Key{}, errors.New("required: a file holding the private key (wg genkey > FILE)")
 	}
-	b, perm, err := readBounded(path, maxKeyFile)
+	b, err := readChecked(path, maxKeyFile, keyFile)
 	if errors.Is(err, fs.ErrPermission) {
-		return config.Key{}, fmt.Errorf("%w: the gateway runs as uid %d; chown the key file to that user (and keep it chmod 600)", err, os.Getuid())
+		return config.Key{}, fmt.Errorf("%w: the gateway runs as uid %d; chown the key file to that user (and keep it chmod 600)", err, os.Geteuid())
 	}
 	if err != nil {
 		return config.Key{}, err
-	}
-	if perm&0o022 != 0 {
-		return config.Key{}, fmt.Errorf("%s is writable by group or others (mode %04o): whoever can write it can replace the gateway's identity; chmod 600 it and chown it to the user the gateway runs as", path, perm)
 	}
 	k, err := config.ParseKey(string(b))
 	if err != nil {

@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -59,43 +60,57 @@ const (
 	modeDownload = 'd' // the server sends for the duration given
 )
 
-// ServeThroughput serves TCP throughput measurements on ln until it is closed: a connection
-// starts with a mode byte and a duration in milliseconds (4 bytes, big endian). Upload: the
-// server reads until EOF and answers the byte count (8 bytes). Download: the server writes
-// for the duration (at most MaxDuration) and closes.
-func ServeThroughput(ln net.Listener) error {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
+// ServeThroughput serves TCP throughput measurements on ln until it is closed, under
+// DefaultLimits: a connection starts with a mode byte and a duration in milliseconds (4
+// bytes, big endian, 1 ms to MaxDuration; a request for more is refused: closed unanswered).
+// Upload: the server reads until EOF and answers the byte count (8 bytes). Download: the
+// server writes for the duration and closes.
+func ServeThroughput(ln net.Listener) error { return NewServer("", DefaultLimits).ServeThroughput(ln) }
+
+// throughputBuffer is what the throughput server reads or writes at once.
+const throughputBuffer = 128 << 10
+
+// ServeThroughput is the package's ServeThroughput on s.
+func (s *Server) ServeThroughput(ln net.Listener) error {
+	return s.serveConns(ln, func(c net.Conn) {
+		var hdr [5]byte
+		_ = c.SetReadDeadline(time.Now().Add(s.limits.RequestTimeout))
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			s.countTimeout(err)
+			return
 		}
-		go func() {
-			defer c.Close()
-			var hdr [5]byte
-			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		ms := binary.BigEndian.Uint32(hdr[1:])
+		d := time.Duration(ms) * time.Millisecond
+		if (hdr[0] != modeUpload && hdr[0] != modeDownload) || ms == 0 || d > MaxDuration {
+			s.malformed.Add(1)
+			return
+		}
+		switch hdr[0] {
+		case modeUpload:
+			// The caller sends for d; silence longer than IdleTimeout, or sending past d
+			// with a grace for slow paths, ends it.
+			// (io.Discard reads with its own pooled buffers.)
+			r := idleReader{c: c, idle: s.limits.IdleTimeout, end: time.Now().Add(d + 30*time.Second)}
+			n, err := io.Copy(io.Discard, r)
+			if err != nil {
+				s.countTimeout(err)
 				return
 			}
-			d := min(time.Duration(binary.BigEndian.Uint32(hdr[1:]))*time.Millisecond, MaxDuration)
-			buf := make([]byte, 128<<10)
-			switch hdr[0] {
-			case modeUpload:
-				_ = c.SetReadDeadline(time.Now().Add(d + 30*time.Second))
-				n, _ := io.CopyBuffer(io.Discard, c, buf)
-				var cnt [8]byte
-				binary.BigEndian.PutUint64(cnt[:], uint64(n))
-				_, _ = c.Write(cnt[:])
-			case modeDownload:
-				end := time.Now().Add(d)
-				_ = c.SetWriteDeadline(end.Add(5 * time.Second))
-				for time.Now().Before(end) {
-					if _, err := c.Write(buf); err != nil {
-						return
-					}
+			var cnt [8]byte
+			binary.BigEndian.PutUint64(cnt[:], uint64(n))
+			_ = c.SetWriteDeadline(time.Now().Add(s.limits.RequestTimeout))
+			_, _ = c.Write(cnt[:])
+		case modeDownload:
+			buf := make([]byte, throughputBuffer) // a valid request: only now the buffer
+			end := time.Now().Add(d)
+			_ = c.SetWriteDeadline(end.Add(5 * time.Second))
+			for time.Now().Before(end) {
+				if _, err := c.Write(buf); err != nil {
+					return
 				}
 			}
-		}()
-	}
+		}
+	})
 }
 
 // MeasureThroughput runs streams parallel TCP connections to a skein-probe server for d, the
@@ -183,17 +198,29 @@ func MeasureThroughput(ctx context.Context, to netip.AddrPort, streams int, reve
 	return Throughput{Streams: streams, Reverse: reverse, Bytes: n, Seconds: secs, BitsPerSecond: float64(n) * 8 / secs}, nil
 }
 
-// rateHeader starts every datagram to the rate sink: a session id (8 bytes) and a kind.
-const rateHeader = 9
+// rateMagic starts every datagram to the rate sink: "skr" and the protocol's version.
+var rateMagic = []byte("skr\x01")
+
+// rateHeader starts every datagram to the rate sink: rateMagic, a session id (8 bytes) and a
+// kind.
+const rateHeader = 4 + 8 + 1
+
+// rateQuerySize is the size of a query: at least its answer's (the header and a count), so
+// the sink answers with no more bytes than it was sent.
+const rateQuerySize = 32
 
 const (
 	rateData  = 'd'
 	rateQuery = 'q' // answered with the session's count (8 bytes after the header)
 )
 
-// ServeRate counts datagrams per session on pc until it is closed and answers queries. It
-// remembers at most 1024 sessions (the oldest are forgotten).
-func ServeRate(pc net.PacketConn) error {
+// ServeRate counts datagrams per session on pc until it is closed and answers queries, under
+// DefaultLimits. It remembers at most 1024 sessions (the oldest are forgotten).
+func ServeRate(pc net.PacketConn) error { return NewServer("", DefaultLimits).ServeRate(pc) }
+
+// ServeRate is the package's ServeRate on s: datagrams without the rate sink's header, and
+// queries shorter than their answer, are dropped and counted as malformed.
+func (s *Server) ServeRate(pc net.PacketConn) error {
 	counts := map[uint64]int64{}
 	var order []uint64
 	buf := make([]byte, 65536)
@@ -205,10 +232,15 @@ func ServeRate(pc net.PacketConn) error {
 			}
 			return err
 		}
-		if n < rateHeader {
+		kind := byte(0)
+		if n >= rateHeader && bytes.HasPrefix(buf[:n], rateMagic) {
+			kind = buf[rateHeader-1]
+		}
+		if kind != rateData && (kind != rateQuery || n < rateQuerySize) {
+			s.malformed.Add(1)
 			continue
 		}
-		id := binary.BigEndian.Uint64(buf[:8])
+		id := binary.BigEndian.Uint64(buf[len(rateMagic):])
 		if _, ok := counts[id]; !ok {
 			if len(order) == 1024 {
 				delete(counts, order[0])
@@ -217,7 +249,7 @@ func ServeRate(pc net.PacketConn) error {
 			order = append(order, id)
 			counts[id] = 0
 		}
-		switch buf[8] {
+		switch kind {
 		case rateData:
 			counts[id]++
 		case rateQuery:
@@ -241,9 +273,10 @@ func MeasureRate(ctx context.Context, to netip.AddrPort, size int, d time.Durati
 	}
 	defer c.Close()
 	dgram := make([]byte, size-28)
-	_, _ = rand.Read(dgram[:8])
-	id := binary.BigEndian.Uint64(dgram[:8])
-	dgram[8] = rateData
+	copy(dgram, rateMagic)
+	_, _ = rand.Read(dgram[len(rateMagic) : len(rateMagic)+8])
+	id := binary.BigEndian.Uint64(dgram[len(rateMagic):])
+	dgram[rateHeader-1] = rateData
 	var sent int64
 	start := time.Now()
 	end := start.Add(d)
@@ -262,9 +295,10 @@ func MeasureRate(ctx context.Context, to netip.AddrPort, size int, d time.Durati
 	}
 	// Let the queues drain, then ask (a few times: the query may be lost too).
 	time.Sleep(300 * time.Millisecond)
-	q := make([]byte, rateHeader)
-	binary.BigEndian.PutUint64(q, id)
-	q[8] = rateQuery
+	q := make([]byte, rateQuerySize)
+	copy(q, rateMagic)
+	binary.BigEndian.PutUint64(q[len(rateMagic):], id)
+	q[rateHeader-1] = rateQuery
 	reply := make([]byte, 64)
 	for try := range 10 {
 		if _, err := c.Write(q); err != nil && try == 9 {
@@ -276,7 +310,7 @@ func MeasureRate(ctx context.Context, to netip.AddrPort, size int, d time.Durati
 			if err != nil {
 				break
 			}
-			if n == rateHeader+8 && binary.BigEndian.Uint64(reply[:8]) == id && reply[8] == rateQuery {
+			if n == rateHeader+8 && bytes.HasPrefix(reply, rateMagic) && binary.BigEndian.Uint64(reply[len(rateMagic):]) == id && reply[rateHeader-1] == rateQuery {
 				got := int64(binary.BigEndian.Uint64(reply[rateHeader:]))
 				r := Rate{Size: size, Sent: sent, Received: got, Seconds: secs}
 				r.PacketsPerSec = float64(got) / secs
@@ -291,31 +325,48 @@ func MeasureRate(ctx context.Context, to netip.AddrPort, size int, d time.Durati
 	return Rate{}, errors.New("the server never answered how many datagrams it received")
 }
 
-// ServeEcho echoes what each TCP connection on ln sends, until ln is closed.
-func ServeEcho(ln net.Listener) error {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
+// ServeEcho echoes what each TCP connection on ln sends, until ln is closed, under
+// DefaultLimits.
+func ServeEcho(ln net.Listener) error { return NewServer("", DefaultLimits).ServeEcho(ln) }
+
+// echoBuffer bounds the echo server's buffer; it starts at echoFirst bytes and doubles each
+// time a read fills it, so it follows the size of the requests.
+const (
+	echoFirst  = 64
+	echoBuffer = 64 << 10
+)
+
+// ServeEcho is the package's ServeEcho on s: the first bytes must come within
+// RequestTimeout, later ones within IdleTimeout of the last, and a connection lasts at most
+// MaxDuration and a minute.
+func (s *Server) ServeEcho(ln net.Listener) error {
+	return s.serveConns(ln, func(c net.Conn) {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetNoDelay(true)
 		}
-		go func() {
-			defer c.Close()
-			if tc, ok := c.(*net.TCPConn); ok {
-				_ = tc.SetNoDelay(true)
+		end := time.Now().Add(MaxDuration + time.Minute)
+		var buf []byte
+		for {
+			wait := s.limits.IdleTimeout
+			if buf == nil {
+				wait = s.limits.RequestTimeout
+				buf = make([]byte, echoFirst)
 			}
-			buf := make([]byte, 64<<10)
-			for {
-				_ = c.SetReadDeadline(time.Now().Add(MaxDuration))
-				n, err := c.Read(buf)
-				if err != nil {
-					return
-				}
-				if _, err := c.Write(buf[:n]); err != nil {
-					return
-				}
+			r := idleReader{c: c, idle: wait, end: end}
+			n, err := r.Read(buf)
+			if err != nil {
+				s.countTimeout(err)
+				return
 			}
-		}()
-	}
+			_ = c.SetWriteDeadline(time.Now().Add(s.limits.IdleTimeout))
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+			if n == len(buf) && len(buf) < echoBuffer {
+				buf = make([]byte, 2*len(buf))
+			}
+		}
+	})
 }
 
 // MeasureLatency does request/response round trips of size bytes over one TCP connection

@@ -138,7 +138,7 @@ func Call(ctx context.Context, network string, to netip.AddrPort, timeout time.D
 	_ = conn.SetDeadline(deadline)
 	if network == "udp" {
 		start = time.Now()
-		if _, err := conn.Write([]byte("call")); err != nil {
+		if _, err := conn.Write(CallDatagram("call")); err != nil {
 			return Result{Error: shortErr(err)}
 		}
 	}
@@ -279,9 +279,9 @@ func sameIP(a net.Addr, b netip.Addr) bool {
 	return ok && x.Unmap() == b
 }
 
-// pmtuPayload starts every path-MTU datagram; the server echoes what comes before the first
-// NUL byte only, so its answer stays small.
-var pmtuPayload = []byte("pmtu")
+// pmtuPayload starts every path-MTU datagram: a probe call whose echo is "pmtu" (the server
+// echoes what comes before the first NUL byte only, so its answer stays small).
+var pmtuPayload = append(append([]byte(nil), callMagic...), "pmtu"...)
 
 // PathMTU checks the path to a skein-probe server's UDP port against the tunnel MTU: a
 // datagram that makes an IP packet of exactly mtu bytes, sent with Don't Fragment (IPv6 is
