@@ -403,6 +403,9 @@ func (r *Result) GoBench() string {
 // Recompute fills every rung's Ratios again from the runs its report holds, as Run does: for
 // a report read back from JSON, written by an older harness or before a change to the ratios.
 func (r *Result) Recompute() {
+	if r.Lab != nil {
+		r.Lab.Recompute()
+	}
 	for i := range r.Rungs {
 		rg := &r.Rungs[i]
 		b := r.rung(baselineOf(rg.Name))
