@@ -363,11 +363,11 @@ func (r *Result) labMarkdown() string {
 		for i, v := range m.Mbps.Runs {
 			rounds[i] = fmt.Sprintf("%.0f", v)
 		}
-		lat := "-"
+		lat := "-" // whole microseconds, as measured
 		if m.P50 != nil {
-			lat = format(m.P50.Median) + " / "
+			lat = fmt.Sprintf("%.0f / ", m.P50.Median)
 			if m.P99 != nil {
-				lat += format(m.P99.Median)
+				lat += fmt.Sprintf("%.0f", m.P99.Median)
 			} else {
 				lat += "-"
 			}
