@@ -28,8 +28,9 @@ import (
 // TestPathAccount is the hop-by-hop account of the path between two pods (issue #39): the
 // lab, skein installed with Helm in both clusters and peered with skeinctl, probe pods on every
 // node; then, interleaved, single-stream TCP between two pods of cluster 0 on different nodes
-// (local, flannel) and from a pod of cluster 0 to one of cluster 1 (fabric, both directions),
-// each on nodes that do not run the gateway, as skeinctl bench picks them. Around every run it
+// (local, flannel), from a pod of cluster 0 to one of cluster 1 (fabric) and over bare
+// wireguard-go from the same pod to the remote pod's node, each both ways, the pods on nodes
+// that do not run the gateway, as skeinctl bench picks them. Around every run it
 // reads the kernel's counters of every namespace on the path (each node, each gateway pod, the
 // two probes, the router): packets and bytes per interface, IP fragments created and
 // reassembled, drops, retransmissions, ICMP errors; and the machine's CPU by kind (user,
