@@ -260,3 +260,80 @@ func TestLabMarkdown(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareLab: --compare sets the lab rung's measurements against an older report's, by
+// name, with the ladder's test (Mann-Whitney U), and names the lab rung when only one report
+// has it.
+func TestCompareLab(t *testing.T) {
+	old := NewResult("old")
+	old.Lab = parseLab([]byte(labPassed), readLabRuns(t), nil, "CMD")
+	var runs LabRuns
+	if err := json.Unmarshal(readLabRuns(t), &runs); err != nil {
+		t.Fatal(err)
+	}
+	// The fabric twice as fast, both ways; everything else as it was.
+	for _, name := range []string{LabFabric, LabFabricReverse} {
+		for i := range runs.Mbps[name] {
+			runs.Mbps[name][i] *= 2
+		}
+	}
+	for i := range runs.P50[LabFabric] {
+		runs.P50[LabFabric][i] /= 2
+	}
+	js, _ := json.Marshal(runs)
+	cur := NewResult("new")
+	cur.Lab = parseLab([]byte(labPassed), js, nil, "CMD")
+
+	changes := cur.Compare(old)
+	byName := map[string]Change{}
+	for _, c := range changes {
+		byName[c.Rung+" "+c.Metric] = c
+	}
+	// 6 throughputs, 6 CPU per GB, 3 p50 and 3 p99 (forward only).
+	if len(changes) != 18 {
+		t.Errorf("%d changes, want 18: %+v", len(changes), changes)
+	}
+	if c := byName["lab: fabric tcp1"]; c.Old != 1039 || c.New != 2078 || c.Delta != 1 {
+		t.Errorf("lab: fabric tcp1: %+v, want 1039 -> 2078 (+100%%)", c)
+	}
+	if c := byName["lab: fabric rr-p50"]; c.Old != 258 || c.New != 129 {
+		t.Errorf("lab: fabric rr-p50: %+v, want 258 -> 129", c)
+	}
+	if c := byName["lab: local tcp1"]; c.Delta != 0 || c.Significant {
+		t.Errorf("lab: local tcp1 did not change: %+v", c)
+	}
+	if _, ok := byName["lab: fabric reverse rr-p50"]; ok {
+		t.Errorf("a latency the lab does not measure was compared")
+	}
+	md := cur.CompareMarkdown(old)
+	// With 3 rounds a side nothing is significant (p >= 0.1), so the fabric's doubling is
+	// counted among the unchanged figures, and the report says why.
+	if !strings.Contains(md, "18 of 18 figures show no significant change") || !strings.Contains(md, "With 3 runs against 3 the smallest possible p is 0.100") {
+		t.Errorf("compare report:\n%s", md)
+	}
+
+	// 5 rounds a side: the doubling is significant.
+	five := func(r *Result, f float64) {
+		for i := range r.Lab.Measurements {
+			if r.Lab.Measurements[i].Name == LabFabric {
+				r.Lab.Measurements[i].Mbps = summarize([]float64{1000 * f, 1010 * f, 990 * f, 1005 * f, 995 * f})
+			}
+		}
+	}
+	five(old, 1)
+	five(cur, 2)
+	if md := cur.CompareMarkdown(old); !strings.Contains(md, "| lab: fabric | TCP 1 stream (Mbit/s) | 1000 | 2000 | +100.0% |") {
+		t.Errorf("the fabric's doubling over 5 rounds is not reported:\n%s", md)
+	}
+
+	// Only one report has the lab rung.
+	ladder := result(map[string][]float64{"skein": {2800, 2790, 2810}})
+	withLab := result(map[string][]float64{"skein": {2800, 2790, 2810}})
+	withLab.Lab = cur.Lab
+	if md := withLab.CompareMarkdown(ladder); !strings.Contains(md, "rungs only in this report: the lab rung") {
+		t.Errorf("the lab rung only in the new report is not named:\n%s", md)
+	}
+	if md := ladder.CompareMarkdown(withLab); !strings.Contains(md, "rungs only in the old report: the lab rung") {
+		t.Errorf("the lab rung only in the old report is not named:\n%s", md)
+	}
+}
