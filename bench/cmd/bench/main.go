@@ -224,12 +224,12 @@ func write(res, old *harness.Result, dir string, start *time.Time) {
 	if start != nil {
 		took = fmt.Sprintf(" in %.0fs", time.Since(*start).Seconds())
 	}
-	exts := "{md,json,svg,bench.txt}"
+	exts, hint := "{md,json,svg,bench.txt}", " (benchstat OLD.bench.txt NEW.bench.txt compares two)"
 	if len(res.Rungs) == 0 {
-		exts = "{md,json}"
+		exts, hint = "{md,json}", " (--compare OLD.json compares two)"
 	}
-	fmt.Fprintf(os.Stderr, "bench: done%s; wrote %s.%s%s (benchstat OLD.bench.txt NEW.bench.txt compares two)\n",
-		took, base, exts, map[bool]string{true: " and " + base + "-compare.md"}[old != nil])
+	fmt.Fprintf(os.Stderr, "bench: done%s; wrote %s.%s%s%s\n",
+		took, base, exts, map[bool]string{true: " and " + base + "-compare.md"}[old != nil], hint)
 }
 
 func fail(msg string) {
