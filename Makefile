@@ -67,7 +67,7 @@ demo: k8s-binaries ## The demo: lab up, skein via Helm, clusters peered with ske
 	SKEIN_DEMO=1 go test -count=1 -v -timeout 20m -run '^TestDemo$$' ./bench/e2e/
 
 .PHONY: bench
-bench: k8s-binaries ## Benchmark ladder (veth, bare wireguard-go, kernel-NAT gateway, skein with and without NAT, the same beside a CPU hog, CPU breakdown, scale benchmarks, skeinctl network connect's time in the lab; root, ~21 min): report in bench/results. BENCHFLAGS=--quick: a smoke run into bench/results/quick; BENCHFLAGS="--compare OLD.json": what changed.
+bench: k8s-binaries ## Benchmark ladder (veth, bare wireguard-go, kernel-NAT gateway, skein with and without NAT, the same beside a CPU hog, CPU breakdown, scale benchmarks, skeinctl network connect's time in the lab, the lab rung: skein between two lab clusters beside local pod-to-pod and bare wireguard-go there; root, ~30-35 min): report in bench/results. BENCHFLAGS=--quick: a smoke run into bench/results/quick (no lab); BENCHFLAGS=--lab-only: the lab rung alone into bench/results/lab; BENCHFLAGS="--compare OLD.json": what changed.
 	go run ./bench/cmd/bench $(BENCHFLAGS)
 
 .PHONY: generate

@@ -36,3 +36,19 @@ liqo.vxlan: 3000000 2000    0    5    0     0          0         0  1500000    1
 		t.Errorf("diff: %v, want 2000 packets of 1390 bytes", d)
 	}
 }
+
+// TestFragments: a run's fragments are the fragments created and the reassembly requests of
+// every namespace, nothing else.
+func TestFragments(t *testing.T) {
+	k := map[string]map[string]int64{
+		"node": {"Ip:FragCreates": 3, "Ip:ReasmReqds": 4, "Ip:FragOKs": 100, "Ip:ReasmOKs": 100},
+		"pod":  {"Ip:ReasmReqds": 2, "dev eth0 rx-pkts": 5000},
+		"idle": {},
+	}
+	if n := fragments(k); n != 9 {
+		t.Errorf("fragments = %d, want 9 (3 created + 4 + 2 reassembly requests)", n)
+	}
+	if n := fragments(nil); n != 0 {
+		t.Errorf("fragments of nothing = %d", n)
+	}
+}

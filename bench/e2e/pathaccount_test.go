@@ -28,8 +28,9 @@ import (
 // TestPathAccount is the hop-by-hop account of the path between two pods (issue #39): the
 // lab, skein installed with Helm in both clusters and peered with skeinctl, probe pods on every
 // node; then, interleaved, single-stream TCP between two pods of cluster 0 on different nodes
-// (local, flannel) and from a pod of cluster 0 to one of cluster 1 (fabric, both directions),
-// each on nodes that do not run the gateway, as skeinctl bench picks them. Around every run it
+// (local, flannel), from a pod of cluster 0 to one of cluster 1 (fabric) and over bare
+// wireguard-go from the same pod to the remote pod's node, each both ways, the pods on nodes
+// that do not run the gateway, as skeinctl bench picks them. Around every run it
 // reads the kernel's counters of every namespace on the path (each node, each gateway pod, the
 // two probes, the router): packets and bytes per interface, IP fragments created and
 // reassembled, drops, retransmissions, ICMP errors; and the machine's CPU by kind (user,
@@ -39,7 +40,9 @@ import (
 //	SKEIN_PATH_ACCOUNT=1 go test -count 1 -v -timeout 30m -run '^TestPathAccount$' ./bench/e2e/
 //
 // SKEIN_PATH_ACCOUNT_ROUNDS (default 3) and SKEIN_PATH_ACCOUNT_SECONDS (default 8) set the
-// rounds and each run's length; SKEIN_PATH_ACCOUNT_OUT a file for the markdown report.
+// rounds and each run's length; SKEIN_PATH_ACCOUNT_OUT a file for the markdown report,
+// SKEIN_PATH_ACCOUNT_JSON one for the runs as harness.LabRuns (make bench's lab rung reads
+// it); SKEIN_PATH_ACCOUNT_PERF=0 leaves out the run under perf.
 func TestPathAccount(t *testing.T) {
 	if os.Getenv("SKEIN_PATH_ACCOUNT") == "" {
 		t.Skip("the path account runs on request (SKEIN_PATH_ACCOUNT=1): it loads the machine for minutes")
@@ -95,9 +98,10 @@ func TestPathAccount(t *testing.T) {
 		target  string
 		reverse bool
 	}
-	runs := []run{{"local", localSrv.Status.PodIP, false}, {"fabric", remoteAddr.String(), false}, {"fabric reverse", remoteAddr.String(), true}}
+	runs := []run{{harness.LabLocal, localSrv.Status.PodIP, false}, {harness.LabLocalReverse, localSrv.Status.PodIP, true},
+		{harness.LabFabric, remoteAddr.String(), false}, {harness.LabFabricReverse, remoteAddr.String(), true}}
 	if wgAddr := e.bareWireGuard(ctx, client, remoteSrv.Spec.NodeName); wgAddr != "" {
-		runs = append(runs, run{"bare wireguard-go", wgAddr, false})
+		runs = append(runs, run{harness.LabBareWG, wgAddr, false}, run{harness.LabBareWGReverse, wgAddr, true})
 	}
 	type sample struct {
 		mbps    float64
@@ -185,6 +189,32 @@ func TestPathAccount(t *testing.T) {
 		}
 		fmt.Fprintf(&rep, "| %s | %s | %s |\n", rn.name, strings.Join(p50, ", "), strings.Join(p99, ", "))
 	}
+	if out := os.Getenv("SKEIN_PATH_ACCOUNT_JSON"); out != "" {
+		lr := harness.LabRuns{Rounds: rounds, Seconds: secs, Mbps: map[string][]float64{}, CPUPerGB: map[string][]float64{},
+			P50: map[string][]float64{}, P99: map[string][]float64{}, Fragments: map[string][]int64{},
+			Placement: fmt.Sprintf("client %s on %s, local server on %s, remote server on %s; gateways on %s and %s",
+				client.Name, client.Spec.NodeName, localSrv.Spec.NodeName, remoteSrv.Spec.NodeName, gw[0].Spec.NodeName, gw[1].Spec.NodeName)}
+		for _, rn := range runs {
+			for _, s := range results[rn.name] {
+				lr.Mbps[rn.name] = append(lr.Mbps[rn.name], s.mbps)
+				if s.bytes > 0 {
+					lr.CPUPerGB[rn.name] = append(lr.CPUPerGB[rn.name], s.cpu.busy()/(float64(s.bytes)/1e9))
+				}
+				lr.Fragments[rn.name] = append(lr.Fragments[rn.name], fragments(s.kernel))
+			}
+			for _, l := range lat[rn.name] {
+				lr.P50[rn.name] = append(lr.P50[rn.name], float64(l.P50Micro))
+				lr.P99[rn.name] = append(lr.P99[rn.name], float64(l.P99Micro))
+			}
+		}
+		b, err := json.MarshalIndent(lr, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(out, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Kernel counters of the last round of each run, per namespace, per GB carried.
 	for _, rn := range runs {
 		s := results[rn.name][len(results[rn.name])-1]
@@ -211,7 +241,9 @@ func TestPathAccount(t *testing.T) {
 	}
 
 	// One more fabric run under perf: CPU by hop.
-	if _, err := exec.LookPath("perf"); err == nil {
+	if os.Getenv("SKEIN_PATH_ACCOUNT_PERF") == "0" {
+		fmt.Fprintf(&rep, "\n(no run under perf: SKEIN_PATH_ACCOUNT_PERF=0)\n")
+	} else if _, err := exec.LookPath("perf"); err == nil {
 		dir := t.TempDir()
 		data := filepath.Join(dir, "perf.data")
 		rec := exec.CommandContext(ctx, "perf", "record", "-a", "-g", "-e", "cpu-clock", "-F", "499", "-o", data, "--", "sleep", strconv.Itoa(secs+1))
@@ -247,6 +279,16 @@ func TestPathAccount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// fragments is the IP fragments created and the reassembly requests of a run, summed over
+// the namespaces of kernel (namespace -> counter -> delta).
+func fragments(kernel map[string]map[string]int64) int64 {
+	var n int64
+	for _, c := range kernel {
+		n += c["Ip:FragCreates"] + c["Ip:ReasmReqds"]
+	}
+	return n
 }
 
 // cpuTimes is the machine's CPU time by kind, in seconds, from /proc/stat.

@@ -65,15 +65,32 @@ var breakdownStep = regexp.MustCompile(`^([^0-9,;]+) ([0-9]+(?:\.[0-9]+)?)s$`)
 // the test left it up (killed when ctx ends, or by go test's timeout, before its cleanup ran).
 func RunConnect(ctx context.Context, log io.Writer) []ScaleFigure {
 	command := ConnectCommand()
-	root, err := moduleRoot(ctx)
+	out, runErr, downErr, err := runLabTest(ctx, log, "connect", fmt.Sprintf("sct%d", os.Getpid()), connectArgs, connectEnv, "SKEIN_CONNECT_TIME_PREFIX")
 	if err != nil {
 		return []ScaleFigure{{Benchmark: "connect", Command: command, Error: err.Error()}}
 	}
-	prefix := fmt.Sprintf("sct%d", os.Getpid())
-	fmt.Fprintf(log, "bench: connect: %s (lab prefix %s)\n", command, prefix)
-	cmd := exec.CommandContext(ctx, "go", connectArgs...)
+	figs := parseConnect(out, runErr, command)
+	if downErr != nil {
+		figs = append(figs, ScaleFigure{Benchmark: "lab teardown", Command: command, Error: downErr.Error()})
+	}
+	return figs
+}
+
+// runLabTest runs a bench/e2e test from the module root (go test args, with env and
+// prefixEnv=prefix added to the environment), its output copied to log after "bench:
+// section: | " as it runs, and returns its output and how it ended (runErr). The test's lab is
+// named prefix and removed with bench/cmd/lab if the test left it up (killed when ctx ends,
+// or by go test's timeout, before its cleanup ran): downErr says when that failed. err is
+// set when the test could not be run at all.
+func runLabTest(ctx context.Context, log io.Writer, section, prefix string, args []string, env, prefixEnv string, moreEnv ...string) (out []byte, runErr, downErr, err error) {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fmt.Fprintf(log, "bench: %s: %s go %s (lab prefix %s)\n", section, env, strings.Join(quoteArgs(args), " "), prefix)
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), connectEnv, "SKEIN_CONNECT_TIME_PREFIX="+prefix)
+	cmd.Env = append(append(os.Environ(), env, prefixEnv+"="+prefix), moreEnv...)
 	// Its own process group: an interrupt ends go test and the test binary together, through
 	// ctx, and the lab is removed below.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -85,25 +102,22 @@ func RunConnect(ctx context.Context, log io.Writer) []ScaleFigure {
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	cmd.WaitDelay = 10 * time.Second
-	var out bytes.Buffer
-	w := io.MultiWriter(&out, prefixWriter(log, "bench: connect: | "))
+	var buf bytes.Buffer
+	w := io.MultiWriter(&buf, prefixWriter(log, "bench: "+section+": | "))
 	cmd.Stdout, cmd.Stderr = w, w
-	runErr := cmd.Run()
+	runErr = cmd.Run()
 	if runErr != nil && ctx.Err() != nil {
 		runErr = fmt.Errorf("interrupted (%w)", ctx.Err())
 	}
-	figs := parseConnect(out.Bytes(), runErr, command)
-	if err := labDown(root, prefix, log); err != nil {
-		figs = append(figs, ScaleFigure{Benchmark: "lab teardown", Command: command, Error: err.Error()})
-	}
+	downErr = labDown(root, prefix, section, log)
 	for _, pid := range group {
 		dir := fmt.Sprintf("/var/tmp/skein-e2e-bin-%d", pid)
 		if _, err := os.Stat(dir); err == nil {
-			fmt.Fprintf(log, "bench: connect: removing the killed test's %s\n", dir)
+			fmt.Fprintf(log, "bench: %s: removing the killed test's %s\n", section, dir)
 			_ = os.RemoveAll(dir)
 		}
 	}
-	return figs
+	return buf.Bytes(), runErr, downErr, nil
 }
 
 // processGroup lists the processes of process group pgid (from /proc/PID/stat).
@@ -133,7 +147,7 @@ func processGroup(pgid int) []int {
 
 // labDown removes the lab named prefix with bench/cmd/lab if any of its namespaces or its
 // state directory is left.
-func labDown(root, prefix string, log io.Writer) error {
+func labDown(root, prefix, section string, log io.Writer) error {
 	out, err := exec.Command("ip", "netns", "list").Output()
 	if err != nil {
 		return fmt.Errorf("ip netns list: %w", err)
@@ -148,7 +162,7 @@ func labDown(root, prefix string, log io.Writer) error {
 	if left == 0 && statErr != nil {
 		return nil
 	}
-	fmt.Fprintf(log, "bench: connect: the test left its lab up (%d namespaces): lab down --prefix %s\n", left, prefix)
+	fmt.Fprintf(log, "bench: %s: the test left its lab up (%d namespaces): lab down --prefix %s\n", section, left, prefix)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "run", "./bench/cmd/lab", "down", "--prefix", prefix)

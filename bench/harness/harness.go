@@ -111,6 +111,9 @@ type Result struct {
 	// Connect holds the connect section's figures (RunConnect), if it ran: skeinctl network
 	// connect --wait on two fresh installs in the lab, and where its time went.
 	Connect []ScaleFigure `json:"connect,omitempty"`
+	// Lab is the lab rung (RunLab), if it ran: the fabric inside two lab clusters beside
+	// local pod-to-pod and bare wireguard-go in the same lab.
+	Lab *LabSection `json:"lab,omitempty"`
 }
 
 // Machine is what the figures were measured on.

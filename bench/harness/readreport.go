@@ -62,8 +62,20 @@ func (r *Result) check() error {
 	if r.Date.IsZero() {
 		return errors.New("no date: not a bench report (the report files are named after it)")
 	}
-	if len(r.Rungs) == 0 && len(r.Scale) == 0 && len(r.Connect) == 0 {
+	if len(r.Rungs) == 0 && len(r.Scale) == 0 && len(r.Connect) == 0 && r.Lab == nil {
 		return errors.New("no rungs: not a bench report, or one of a run that measured nothing")
+	}
+	if r.Lab != nil {
+		for _, m := range r.Lab.Measurements {
+			for k, mt := range map[string]*Metric{"mbps": &m.Mbps, "cpuPerGB": m.CPUPerGB, "p50": m.P50, "p99": m.P99} {
+				if mt == nil {
+					continue
+				}
+				if err := mt.check(k); err != nil {
+					return fmt.Errorf("the lab rung's %q, %s: %w", m.Name, k, err)
+				}
+			}
+		}
 	}
 	names := map[string]bool{}
 	for i, rg := range r.Rungs {

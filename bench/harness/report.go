@@ -57,10 +57,11 @@ func (r *Result) Markdown() string {
 	fmt.Fprintf(&b, "# skein benchmark ladder, %s\n\n", r.Date.Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "- machine: %s, %d cores, kernel %s, %s\n", r.Machine.CPU, r.Machine.Cores, r.Machine.Kernel, r.Machine.Go)
 	if len(r.Rungs) == 0 {
-		// A section measured alone (--connect-only): no ladder.
+		// A section measured alone (--connect-only, --lab-only): no ladder.
 		fmt.Fprintf(&b, "- settings: %s\n", r.Settings)
 		b.WriteString(r.scaleMarkdown())
 		b.WriteString(r.connectMarkdown())
+		b.WriteString(r.labMarkdown())
 		return b.String()
 	}
 	fmt.Fprintf(&b, "- settings: %s\n- CPU placement: %s\n", r.Settings, r.Placement)
@@ -111,10 +112,11 @@ func (r *Result) Markdown() string {
 	b.WriteString(r.breakdownMarkdown())
 	b.WriteString(r.scaleMarkdown())
 	b.WriteString(r.connectMarkdown())
+	b.WriteString(r.labMarkdown())
 	return b.String()
 }
 
-// NewResult is a report without rungs, for sections measured alone (--connect-only).
+// NewResult is a report without rungs, for sections measured alone (--connect-only, --lab-only).
 func NewResult(settings string) *Result {
 	return &Result{Date: time.Now().UTC(), Machine: machine(), Settings: settings}
 }

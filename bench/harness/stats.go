@@ -253,10 +253,27 @@ type Change struct {
 	Significant bool
 }
 
+// labRungName names the lab rung in "Not compared" (its measurements' changes are named
+// "lab: fabric" and so on).
+const labRungName = "the lab rung"
+
 // Compare sets every figure of r against old's (same rung, same metric) and returns them all,
-// significant or not, in report order. Rungs or figures missing from either are skipped.
+// significant or not, in report order, the lab rung's measurements after the ladder's rungs.
+// Rungs or figures missing from either are skipped.
 func (r *Result) Compare(old *Result) []Change {
 	var out []Change
+	add := func(rung, key string, om, nm Metric) {
+		if len(nm.Runs) == 0 || len(om.Runs) == 0 {
+			return
+		}
+		c := Change{Rung: rung, Metric: key, Old: om.Median, New: nm.Median, P: mannWhitneyP(om.Runs, nm.Runs)}
+		c.Delta = math.NaN()
+		if om.Median > 0 {
+			c.Delta = (nm.Median - om.Median) / om.Median
+		}
+		c.Significant = c.P < 0.05
+		out = append(out, c)
+	}
 	for _, rg := range r.Rungs {
 		og := old.rung(rg.Name)
 		if og == nil {
@@ -265,16 +282,26 @@ func (r *Result) Compare(old *Result) []Change {
 		for _, mo := range metricOrder {
 			nm, ok1 := rg.Metrics[mo.key]
 			om, ok2 := og.Metrics[mo.key]
-			if !ok1 || !ok2 || len(nm.Runs) == 0 || len(om.Runs) == 0 {
-				continue
+			if ok1 && ok2 {
+				add(rg.Name, mo.key, om, nm)
 			}
-			c := Change{Rung: rg.Name, Metric: mo.key, Old: om.Median, New: nm.Median, P: mannWhitneyP(om.Runs, nm.Runs)}
-			c.Delta = math.NaN()
-			if om.Median > 0 {
-				c.Delta = (nm.Median - om.Median) / om.Median
+		}
+	}
+	if r.Lab == nil || old.Lab == nil {
+		return out
+	}
+	for _, m := range r.Lab.Measurements {
+		om := old.Lab.measurement(m.Name)
+		if om == nil {
+			continue
+		}
+		for _, f := range []struct {
+			key      string
+			old, new *Metric
+		}{{"tcp1", &om.Mbps, &m.Mbps}, {"rr-p50", om.P50, m.P50}, {"rr-p99", om.P99, m.P99}, {"cpu-per-gb", om.CPUPerGB, m.CPUPerGB}} {
+			if f.old != nil && f.new != nil {
+				add("lab: "+m.Name, f.key, *f.old, *f.new)
 			}
-			c.Significant = c.P < 0.05
-			out = append(out, c)
 		}
 	}
 	return out
@@ -330,13 +357,16 @@ func (r *Result) CompareMarkdown(old *Result) string {
 	return b.String()
 }
 
-// unpaired names the rungs of r that other does not have.
+// unpaired names the rungs of r that other does not have, the lab rung among them.
 func unpaired(r, other *Result) []string {
 	var out []string
 	for _, rg := range r.Rungs {
 		if other.rung(rg.Name) == nil {
 			out = append(out, rg.Name)
 		}
+	}
+	if r.Lab != nil && len(r.Lab.Measurements) > 0 && (other.Lab == nil || len(other.Lab.Measurements) == 0) {
+		out = append(out, labRungName)
 	}
 	return out
 }
@@ -349,12 +379,20 @@ func ones(n int, v float64) []float64 {
 	return s
 }
 
-// minRuns is the fewest runs any rung of r has.
+// minRuns is the fewest runs any rung of r has (the lab rung's rounds in a report without
+// the ladder).
 func minRuns(r *Result) int {
 	n := 0
 	for _, rg := range r.Rungs {
 		if m, ok := rg.Metrics["tcp1"]; ok && (n == 0 || len(m.Runs) < n) {
 			n = len(m.Runs)
+		}
+	}
+	if len(r.Rungs) == 0 && r.Lab != nil {
+		for _, m := range r.Lab.Measurements {
+			if n == 0 || len(m.Mbps.Runs) < n {
+				n = len(m.Mbps.Runs)
+			}
 		}
 	}
 	return n
@@ -403,6 +441,9 @@ func (r *Result) GoBench() string {
 // Recompute fills every rung's Ratios again from the runs its report holds, as Run does: for
 // a report read back from JSON, written by an older harness or before a change to the ratios.
 func (r *Result) Recompute() {
+	if r.Lab != nil {
+		r.Lab.Recompute()
+	}
 	for i := range r.Rungs {
 		rg := &r.Rungs[i]
 		b := r.rung(baselineOf(rg.Name))

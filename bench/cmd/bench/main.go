@@ -3,7 +3,7 @@
 //
 //	bench [--quick] [--runs 5] [--duration 4s] [--rungs veth,wireguard-go,kernel-nat,skein,skein-nonat] [--out bench/results]
 //	      [--contention 0.5] [--contention-rungs wireguard-go,kernel-nat,skein] [--no-breakdown] [--no-scale] [--no-connect]
-//	      [--connect-only] [--compare OLD.json] [--profile DIR] [--hold]
+//	      [--connect-only] [--no-lab] [--lab-only] [--lab-rounds 5] [--lab-seconds 6] [--compare OLD.json] [--profile DIR] [--hold]
 package main
 
 import (
@@ -33,7 +33,11 @@ the CPU breakdown says where each rung's CPU per GB goes (perf); --compare says 
 moved against an earlier report; the scale section runs the Go benchmarks of the gateway's
 tables at the Kubernetes limits and of the agent and the controller with 1,000 peerings; the
 connect section times skeinctl network connect --wait between two fresh installs in the lab
-(target <= 10 s) with skeinctl's breakdown of it. Besides DATE.md, .json and .svg it writes
+(target <= 10 s) with skeinctl's breakdown of it; the lab rung measures one TCP stream between
+pods of two lab clusters peered by skein (the real node stack, the chart, skeinctl), beside local
+cross-node pod-to-pod and bare wireguard-go in the same lab, in interleaved rounds, with the
+ratios fabric/local (target >= 0.50, floor 0.30) and fabric/bare wireguard-go paired round by
+round. Besides DATE.md, .json and .svg it writes
 DATE.bench.txt, every run in Go benchmark format for benchstat (golang.org/x/perf/cmd/benchstat;
 it wants --runs 6 or more for a confidence interval). Needs root and the Debian packages iperf3,
 wireguard-tools and linux-perf (.ci/install-deps).
@@ -54,6 +58,10 @@ Flags:
 	contentionRungs := fs.String("contention-rungs", "wireguard-go,kernel-nat,skein", "comma-separated rungs measured again beside the hog")
 	noScale := fs.Bool("no-scale", false, "skip the scale section: go test benchmarks of the gateway's tables at the Kubernetes limits, the agent and the controller with 1,000 peerings (about 2 minutes; the controller's needs the Kubernetes binaries of make k8s-binaries); --quick skips it too")
 	noConnect := fs.Bool("no-connect", false, "skip the connect section: the lab with skein installed in both clusters, then skeinctl network connect --wait timed with its breakdown (bench/e2e's TestConnectTime, 1-3 minutes; needs the Kubernetes binaries, helm and the node stack of make k8s-binaries); --quick skips it too")
+	noLab := fs.Bool("no-lab", false, "skip the lab rung: two lab clusters peered by skein, one TCP stream across them beside local pod-to-pod and bare wireguard-go in the same lab (bench/e2e's TestPathAccount without its perf run, 8-15 minutes; needs the Kubernetes binaries, helm and the node stack of make k8s-binaries); --quick skips it too")
+	labOnly := fs.Bool("lab-only", false, "measure the lab rung alone (no ladder, no scale or connect section) and write its report into --out (default bench/results/lab, so it never replaces a whole report)")
+	labRounds := fs.Int("lab-rounds", 5, "the lab rung's rounds (each measures every path once, interleaved)")
+	labSeconds := fs.Int("lab-seconds", 6, "the lab rung's seconds per throughput measurement")
 	connectOnly := fs.Bool("connect-only", false, "measure the connect section alone (no ladder, no scale section: --rungs, --no-scale and the ladder's flags do not apply; needs the Kubernetes binaries, helm and the node stack of make k8s-binaries) and write its report into --out (default bench/results/connect, so it never replaces a whole report)")
 	noBreakdown := fs.Bool("no-breakdown", false, "skip the CPU breakdown (one more single-stream test per rung under perf record; needs perf, Debian package linux-perf)")
 	compare := fs.String("compare", "", "an earlier report's JSON file: print which figures changed significantly (Mann-Whitney U, p < 0.05) and write DATE-compare.md")
@@ -66,6 +74,8 @@ Flags:
 			*out = filepath.Join("bench", "results", "quick")
 		case *connectOnly:
 			*out = filepath.Join("bench", "results", "connect")
+		case *labOnly:
+			*out = filepath.Join("bench", "results", "lab")
 		}
 	}
 	var old *harness.Result
@@ -83,6 +93,20 @@ Flags:
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *connectOnly && *labOnly {
+		fail("--connect-only and --lab-only: pick one")
+	}
+	if *labOnly {
+		start := time.Now()
+		res := harness.NewResult(fmt.Sprintf("the lab rung alone (--lab-only), %d rounds of %d s", *labRounds, *labSeconds))
+		fmt.Fprintln(os.Stderr, "bench: the lab rung (lab, helm install, skeinctl network connect, interleaved single-stream runs)")
+		res.Lab = harness.RunLab(ctx, os.Stderr, *labRounds, *labSeconds)
+		write(res, old, *out, &start)
+		if len(res.Lab.Measurements) == 0 {
+			os.Exit(1)
+		}
+		return
+	}
 	if *connectOnly {
 		start := time.Now()
 		res := harness.NewResult("the connect section alone (--connect-only)")
@@ -137,6 +161,10 @@ Flags:
 	if !*noConnect && !*quick && ctx.Err() == nil {
 		fmt.Fprintln(os.Stderr, "bench: the connect section (lab, helm install, skeinctl network connect --wait)")
 		res.Connect = harness.RunConnect(ctx, os.Stderr)
+	}
+	if !*noLab && !*quick && ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, "bench: the lab rung (lab, helm install, skeinctl network connect, interleaved single-stream runs)")
+		res.Lab = harness.RunLab(ctx, os.Stderr, *labRounds, *labSeconds)
 	}
 	write(res, old, *out, &start)
 	for _, r := range res.Rungs {
@@ -196,12 +224,12 @@ func write(res, old *harness.Result, dir string, start *time.Time) {
 	if start != nil {
 		took = fmt.Sprintf(" in %.0fs", time.Since(*start).Seconds())
 	}
-	exts := "{md,json,svg,bench.txt}"
+	exts, hint := "{md,json,svg,bench.txt}", " (benchstat OLD.bench.txt NEW.bench.txt compares two)"
 	if len(res.Rungs) == 0 {
-		exts = "{md,json}"
+		exts, hint = "{md,json}", " (--compare OLD.json compares two)"
 	}
-	fmt.Fprintf(os.Stderr, "bench: done%s; wrote %s.%s%s (benchstat OLD.bench.txt NEW.bench.txt compares two)\n",
-		took, base, exts, map[bool]string{true: " and " + base + "-compare.md"}[old != nil])
+	fmt.Fprintf(os.Stderr, "bench: done%s; wrote %s.%s%s%s\n",
+		took, base, exts, map[bool]string{true: " and " + base + "-compare.md"}[old != nil], hint)
 }
 
 func fail(msg string) {
