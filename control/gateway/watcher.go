@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -63,7 +64,7 @@ type Watcher struct {
 	poke   chan struct{}
 
 	// The informers of the kinds gather reads: the gateway's own kind, the Configurations,
-	// PublicKeys and Secrets of its namespace, every InternalNode and Node (slimmed).
+	// PublicKeys of its namespace, its key Secret, every InternalNode and Node (slimmed).
 	gateway, confs, keys, secrets, inodes, nodes *restapi.Informer
 
 	endpoint atomic.Int64 // Local.EndpointIndex
@@ -105,6 +106,9 @@ func New(cfg *rest.Config, opts Options, apply Apply) (*Watcher, error) {
 	}
 	w := &Watcher{opts: opts, api: api, apply: apply, poke: make(chan struct{}, 1)}
 	inNS := restapi.Watch{Namespace: opts.Namespace}
+	// The gateway may read its own key Secret alone (its Role names it), so it watches that one
+	// Secret by name: a list or watch the Role allows by name must select the name.
+	ownKey := restapi.Watch{Namespace: opts.Namespace, Fields: fields.OneTermEqualSelector("metadata.name", config.KeySecretName(opts.Name))}
 	gwResource, gwObj := "gatewayclients", runtime.Object(&netv1alpha1.GatewayClient{})
 	if opts.Server {
 		gwResource, gwObj = "gatewayservers", &netv1alpha1.GatewayServer{}
@@ -119,7 +123,7 @@ func New(cfg *rest.Config, opts Options, apply Apply) (*Watcher, error) {
 		{&w.gateway, api.net, gwResource, gwObj, inNS},
 		{&w.confs, api.net, "configurations", &netv1alpha1.Configuration{}, inNS},
 		{&w.keys, api.net, "publickeys", &netv1alpha1.PublicKey{}, inNS},
-		{&w.secrets, api.core, "secrets", &corev1.Secret{}, inNS},
+		{&w.secrets, api.core, "secrets", &corev1.Secret{}, ownKey},
 		{&w.inodes, api.net, "internalnodes", &netv1alpha1.InternalNode{}, restapi.Watch{}},
 		{&w.nodes, api.core, "nodes", &corev1.Node{}, restapi.Watch{Transform: slimNode}},
 	} {
@@ -274,9 +278,10 @@ func (w *Watcher) gather(ctx context.Context) (Objects, error) {
 		if ns == "" {
 			ns = w.opts.Namespace
 		}
-		if ns != w.opts.Namespace {
-			// The gateway watches the Secrets of its own namespace only (its RBAC).
-			return o, fmt.Errorf("the gateway's key Secret %s/%s is outside its namespace %s", ns, secretRef.Name, w.opts.Namespace)
+		if ns != w.opts.Namespace || secretRef.Name != config.KeySecretName(w.opts.Name) {
+			// The gateway watches its own key Secret only (its RBAC grants that one by name).
+			return o, fmt.Errorf("the gateway's key Secret %s/%s is not %s/%s, the only Secret the gateway may read",
+				ns, secretRef.Name, w.opts.Namespace, config.KeySecretName(w.opts.Name))
 		}
 		o.Secret = restapi.Get[corev1.Secret](w.secrets, ns+"/"+secretRef.Name)
 	}
