@@ -451,3 +451,22 @@ func permissions(t *testing.T, env *apitest.Env, saNS, sa, ns string) []string {
 	sort.Strings(lines)
 	return lines
 }
+
+// TestGatewayOwnPodsOnlyValue: the chart's gateway.ownPodsOnly installs the gateways' pod
+// policy and its binding by default, and leaves both out when false.
+func TestGatewayOwnPodsOnlyValue(t *testing.T) {
+	helmBinary(t)
+	name := fullname + "-gateway-own-pods"
+	for _, on := range []bool{true, false} {
+		values := map[string]any{}
+		if !on {
+			values["gateway"] = map[string]any{"ownPodsOnly": false}
+		}
+		objs := renderChart(t, "liqo", values)
+		for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+			if got := find(objs, kind, name) != nil; got != on {
+				t.Errorf("gateway.ownPodsOnly=%t: %s %s rendered: %t", on, kind, name, got)
+			}
+		}
+	}
+}
