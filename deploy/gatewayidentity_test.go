@@ -313,6 +313,16 @@ func TestGatewayIdentity(t *testing.T) {
 		case <-time.After(60 * time.Second):
 			t.Fatalf("the gateway, as its ServiceAccount, was not configured within 60 s; its log:\n%s", log.String())
 		}
+		// Its Connection, made bare above (as any account that may create Connections here could
+		// have made it first), is put back as the gateway's: its spec, peer and owner.
+		gc := &netv1alpha1.GatewayClient{}
+		apitest.Must(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gw-a"}, gc))
+		apitest.Eventually(t, "the gateway's Connection is its own", 30*time.Second, func() bool {
+			conn := &netv1alpha1.Connection{}
+			return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gw-a"}, conn) == nil && len(conn.OwnerReferences) == 1 &&
+				conn.OwnerReferences[0].UID == gc.UID && conn.Labels[netv1alpha1.RemoteClusterIDLabel] == "peer-of-gw-a" &&
+				conn.Spec.GatewayRef.Name == "gw-a"
+		}, log.String)
 		active := make(chan struct{}, 1)
 		e := gateway.Election{PodName: podA.Name, RetryPeriod: 100 * time.Millisecond}
 		go func() {

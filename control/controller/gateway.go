@@ -761,9 +761,10 @@ func GatewayRoleName(name string) string { return GatewayClusterRole + ":" + nam
 // it grants here (RBAC's escalation check), so it needs no "escalate".
 //
 // The Lease's and the Connection's "create" stay in the shared role: RBAC cannot limit a create
-// by name (the name is in the body). A gateway may thus create a Lease another gateway has not created yet, but
-// never update it afterwards; its owner's replicas take it over once it is not renewed
-// (LeaseDuration, at once when its holder names no pod of the namespace). Having the controller
+// by name (the name is in the body). A gateway may thus create a Lease another gateway has not
+// created yet, but never update it afterwards; its owner's replicas take it over once it is not
+// renewed (LeaseDuration, at once when its holder names no pod of the namespace). A Connection
+// made that way is put back by its gateway (spec, peer label, owner). Having the controller
 // create every gateway's Lease instead would take "create" away from the gateways at the price
 // of the controller listing, watching and writing every Lease of the cluster (the
 // control-plane's leader locks among them).

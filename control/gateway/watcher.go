@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -324,12 +326,41 @@ func gatewayMeta(o Objects) *metav1.ObjectMeta {
 	return &o.Client.ObjectMeta
 }
 
-// ensureConnection creates the gateway's Connection (same name and namespace) if missing.
+// ensureConnection creates the gateway's Connection (same name and namespace) if missing, and
+// puts back its spec, peer label and owner when they are not the gateway's: any account that
+// may create Connections in the namespace (another gateway's) may have made it first.
 func (w *Watcher) ensureConnection(ctx context.Context, gw *metav1.ObjectMeta) error {
-	_, err := w.getConnection(ctx)
-	if err == nil || !apierrors.IsNotFound(err) {
+	existing, err := w.getConnection(ctx)
+	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
+	c := w.connection(gw)
+	if err == nil {
+		if equality.Semantic.DeepEqual(existing.Spec, c.Spec) && equality.Semantic.DeepEqual(existing.OwnerReferences, c.OwnerReferences) &&
+			existing.Labels[netv1alpha1.RemoteClusterIDLabel] == c.Labels[netv1alpha1.RemoteClusterIDLabel] {
+			return nil
+		}
+		existing.Spec, existing.OwnerReferences = c.Spec, c.OwnerReferences
+		if existing.Labels == nil {
+			existing.Labels = map[string]string{}
+		}
+		delete(existing.Labels, netv1alpha1.RemoteClusterIDLabel)
+		maps.Copy(existing.Labels, c.Labels)
+		err := w.api.net.Put().Namespace(w.opts.Namespace).Resource("connections").Name(w.opts.Name).Body(existing).Timeout(30 * time.Second).Do(ctx).Error()
+		if err != nil {
+			return fmt.Errorf("correct Connection %s/%s: %w", w.opts.Namespace, w.opts.Name, err)
+		}
+		return nil
+	}
+	err = w.api.net.Post().Namespace(w.opts.Namespace).Resource("connections").Body(c).Timeout(30 * time.Second).Do(ctx).Error()
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create Connection %s/%s: %w", w.opts.Namespace, w.opts.Name, err)
+	}
+	return w.writeStatus(ctx, netv1alpha1.ConnectionStatus{Value: netv1alpha1.Connecting})
+}
+
+// connection is the gateway's Connection as the gateway makes it.
+func (w *Watcher) connection(gw *metav1.ObjectMeta) *netv1alpha1.Connection {
 	typ := netv1alpha1.ConnectionTypeClient
 	if w.opts.Server {
 		typ = netv1alpha1.ConnectionTypeServer
@@ -346,11 +377,7 @@ func (w *Watcher) ensureConnection(ctx context.Context, gw *metav1.ObjectMeta) e
 		kind = "GatewayServer"
 	}
 	c.OwnerReferences = []metav1.OwnerReference{{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: kind, Name: gw.Name, UID: gw.UID}}
-	err = w.api.net.Post().Namespace(w.opts.Namespace).Resource("connections").Body(c).Timeout(30 * time.Second).Do(ctx).Error()
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create Connection %s/%s: %w", w.opts.Namespace, w.opts.Name, err)
-	}
-	return w.writeStatus(ctx, netv1alpha1.ConnectionStatus{Value: netv1alpha1.Connecting})
+	return c
 }
 
 // ReportConnection writes the prober's view into the Connection's status. The latency is
