@@ -137,8 +137,9 @@ func gatewayClient(t *testing.T, c client.Client, ns, install, name string) *net
 
 // TestGatewayIdentity: a gateway's ServiceAccount, with what skein-controller (as the chart runs
 // it) grants it and the chart's admission policy, reads its own key Secret and no other Secret,
-// renews its own Lease and no other, and patches only the active label of its own gateway's
-// pods (issue 40, gateway identity per gateway).
+// renews its own Lease and writes its own Connection and no other, and patches only the active
+// label of its own gateway's pods (issue 40, gateway identity per gateway); and the gateway's
+// API side works with that alone.
 func TestGatewayIdentity(t *testing.T) {
 	helmBinary(t)
 	env := apiServer(t)
