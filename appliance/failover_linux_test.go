@@ -88,9 +88,9 @@ func newRig(t *testing.T) *rig {
 			ClientTemplateRef: netv1alpha1.TemplateRef{Kind: "WgGatewayClientTemplate", Name: "wireguard-client"}},
 	}
 	apitest.Must(t, c.Create(ctx, gc))
-	gc.Status = netv1alpha1.GatewayClientStatus{InternalEndpoint: &netv1alpha1.InternalEndpoint{IP: &overlayIP}, SecretRef: &netv1alpha1.ObjectRef{Name: "gw-key"}}
+	gc.Status = netv1alpha1.GatewayClientStatus{InternalEndpoint: &netv1alpha1.InternalEndpoint{IP: &overlayIP}, SecretRef: &netv1alpha1.ObjectRef{Name: config.KeySecretName(gc.Name)}}
 	apitest.Must(t, c.Status().Update(ctx, gc))
-	apitest.Must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-key", Namespace: ns}, Data: map[string][]byte{config.SecretPrivateKey: []byte(clientKey.String())}}))
+	apitest.Must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: config.KeySecretName(gc.Name), Namespace: ns}, Data: map[string][]byte{config.SecretPrivateKey: []byte(clientKey.String())}}))
 	apitest.Must(t, c.Create(ctx, &netv1alpha1.PublicKey{
 		ObjectMeta: metav1.ObjectMeta{Name: "cluster-b", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b", netv1alpha1.GatewayResourceLabel: "true"}},
 		Spec:       netv1alpha1.PublicKeySpec{PublicKey: serverKey.Public().String()}}))

@@ -222,10 +222,10 @@ func completeClient(t *testing.T, c client.Client, ns string, gc *netv1alpha1.Ga
 	overlayIP := netv1alpha1.IP("10.80.0.2")
 	gc.Status = netv1alpha1.GatewayClientStatus{
 		InternalEndpoint: &netv1alpha1.InternalEndpoint{IP: &overlayIP},
-		SecretRef:        &netv1alpha1.ObjectRef{Name: "gw-key"},
+		SecretRef:        &netv1alpha1.ObjectRef{Name: config.KeySecretName(gc.Name)},
 	}
 	apitest.Must(t, c.Status().Update(ctx, gc))
-	apitest.Must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gw-key", Namespace: ns},
+	apitest.Must(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: config.KeySecretName(gc.Name), Namespace: ns},
 		Data: map[string][]byte{config.SecretPrivateKey: []byte(clientKey.String()), config.SecretPublicKey: []byte(clientKey.Public().String())}}))
 	apitest.Must(t, c.Create(ctx, &netv1alpha1.PublicKey{
 		ObjectMeta: metav1.ObjectMeta{Name: "cluster-b", Namespace: ns, Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: "cluster-b", netv1alpha1.GatewayResourceLabel: "true"}},

@@ -380,7 +380,12 @@ func TestChartInstall(t *testing.T) {
 		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"}, true},
 		// Not every Pod of the cluster: the default templates do not --watch-pods.
 		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "list", Resource: "pods"}, false},
-		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: gwNS}, true},
+		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: gwNS, Name: "server"}, true},
+		// Its own Lease and key Secret by name, no other (issue 40).
+		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: gwNS, Name: "client"}, false},
+		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: gwNS, Name: "server-wg-key"}, true},
+		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: gwNS, Name: "client-wg-key"}, false},
+		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets", Namespace: gwNS}, false},
 		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: ns}, false},
 		{gwUser, gwGroups, authorizationv1.ResourceAttributes{Verb: "delete", Group: "networking.liqo.io", Resource: "gatewayservers", Namespace: gwNS}, false},
 	} {

@@ -15,8 +15,8 @@ import (
 )
 
 // ManagedByLabel, set to FieldOwner, marks every object skein-controller creates for a
-// gateway: its key Secret, Deployment, Service, ServiceAccount, RoleBinding, ClusterRoleBinding
-// and PodDisruptionBudget. The controller's cache holds only objects so marked.
+// gateway: its key Secret, Deployment, Service, ServiceAccount, Role, RoleBindings,
+// ClusterRoleBindings and PodDisruptionBudget. The controller's cache holds only objects so marked.
 const ManagedByLabel = "app.kubernetes.io/managed-by"
 
 // GatewayPodLabel names the gateway a pod belongs to; the templates put it on gateway pods
@@ -47,6 +47,7 @@ func CacheOptions() cache.Options {
 		&corev1.Service{}:               mine,
 		&corev1.ServiceAccount{}:        mine,
 		&rbacv1.RoleBinding{}:           mine,
+		&rbacv1.Role{}:                  mine,
 		&rbacv1.ClusterRoleBinding{}:    mine,
 		&policyv1.PodDisruptionBudget{}: mine,
 		&corev1.Pod{}:                   {Label: labels.NewSelector().Add(*req)},

@@ -219,7 +219,7 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	before := obj.DeepCopyObject().(client.Object)
 
 	// Keys: generated once, never rotated.
-	secretName := obj.GetName() + "-wg-key"
+	secretName := config.KeySecretName(obj.GetName())
 	if err := r.ensureKeys(ctx, obj, secretName); err != nil {
 		var conflict *conflictError
 		if errors.As(err, &conflict) {
@@ -416,10 +416,18 @@ func (r *GatewayReconciler) apply(ctx context.Context, owner client.Object, rd *
 	}
 	rd.Deployment.Template.Labels[PartOfLabel] = PartOf
 	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}
+	// The ServiceAccount names its gateway in GatewayPodLabel: the chart's admission policy
+	// finds the gateways' accounts by it and holds each to its own gateway's pods.
+	saLabels := withManagedBy(labels)
+	saLabels[GatewayPodLabel] = name
+	own := GatewayRoleName(name)
 	objs := []client.Object{
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: saLabels}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, Subjects: subjects,
 			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: GatewayClusterRole}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: own, Namespace: ns, Labels: labels}, Rules: gatewayOwnRules(name)},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: own, Namespace: ns, Labels: labels}, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: own}},
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: rd.Annotations}, Spec: *rd.Deployment},
 	}
 	if rd.Service != nil {
@@ -742,6 +750,33 @@ func (r *GatewayReconciler) activeNodeAddress(ctx context.Context, g *netv1alpha
 	return "", "no active gateway pod yet", nil
 }
 
+// GatewayRoleName names the Role (and its RoleBinding) that grants gateway name what is its
+// alone: its key Secret, its election Lease and its Connection, by name. The ':' keeps it apart
+// from every name a gateway's objects take from a gateway's name (gateway names are DNS
+// subdomains, which have none), so no gateway's Role or binding is another's namesake.
+func GatewayRoleName(name string) string { return GatewayClusterRole + ":" + name }
+
+// gatewayOwnRules are the rules of gateway name's own Role: RBAC names what only that gateway
+// may touch; the rest is the shared GatewayClusterRole. skein-controller holds every permission
+// it grants here (RBAC's escalation check), so it needs no "escalate".
+//
+// The Lease's and the Connection's "create" stay in the shared role: RBAC cannot limit a create
+// by name (the name is in the body). A gateway may thus create a Lease another gateway has not
+// created yet, but never update it afterwards; its owner's replicas take it over once it is not
+// renewed (LeaseDuration, at once when its holder names no pod of the namespace). A Connection
+// made that way is put back by its gateway (spec, peer label, owner). Having the controller
+// create every gateway's Lease instead would take "create" away from the gateways at the price
+// of the controller listing, watching and writing every Lease of the cluster (the
+// control-plane's leader locks among them).
+func gatewayOwnRules(name string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{config.KeySecretName(name)}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{name}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{netv1alpha1.SchemeGroupVersion.Group}, Resources: []string{"connections"}, ResourceNames: []string{name}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{netv1alpha1.SchemeGroupVersion.Group}, Resources: []string{"connections/status"}, ResourceNames: []string{name}, Verbs: []string{"update"}},
+	}
+}
+
 // clusterBindingName names a gateway's ClusterRoleBinding (GatewayClusterBindingName).
 func clusterBindingName(ns, name string) string { return GatewayClusterBindingName(ns, name) }
 
@@ -791,8 +826,10 @@ func (r *GatewayReconciler) removeAll(ctx context.Context, owner client.Object) 
 	var errs []error
 	for _, obj := range []client.Object{
 		&appsv1.Deployment{ObjectMeta: meta}, &corev1.Service{ObjectMeta: meta}, &rbacv1.RoleBinding{ObjectMeta: meta},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: GatewayRoleName(name), Namespace: ns}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: GatewayRoleName(name), Namespace: ns}},
 		&policyv1.PodDisruptionBudget{ObjectMeta: meta},
-		&corev1.ServiceAccount{ObjectMeta: meta}, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-wg-key", Namespace: ns}},
+		&corev1.ServiceAccount{ObjectMeta: meta}, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: config.KeySecretName(name), Namespace: ns}},
 		&netv1alpha1.Connection{ObjectMeta: meta},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name)}},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterBindingName(ns, name) + "-pods"}},

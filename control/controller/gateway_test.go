@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -140,6 +141,25 @@ func TestGatewayServer(t *testing.T) {
 	apitest.Must(t, c.Get(ctx, key, &corev1.ServiceAccount{}))
 	apitest.Must(t, c.Get(ctx, key, &rbacv1.RoleBinding{}))
 	apitest.Must(t, c.Get(ctx, client.ObjectKey{Name: controller.GatewayClusterBindingName(ns, "server")}, &rbacv1.ClusterRoleBinding{}))
+	// What is the gateway's alone, by name, in a Role of its own (issue 40): its key Secret, its
+	// Lease, its Connection.
+	ownKey := client.ObjectKey{Namespace: ns, Name: controller.GatewayRoleName("server")}
+	role, ownBinding := &rbacv1.Role{}, &rbacv1.RoleBinding{}
+	apitest.Must(t, c.Get(ctx, ownKey, role))
+	apitest.Must(t, c.Get(ctx, ownKey, ownBinding))
+	if ownBinding.RoleRef.Kind != "Role" || ownBinding.RoleRef.Name != role.Name || len(ownBinding.Subjects) != 1 || ownBinding.Subjects[0].Name != "server" {
+		t.Errorf("the gateway's own RoleBinding %+v %+v", ownBinding.RoleRef, ownBinding.Subjects)
+	}
+	named := map[string]string{}
+	for _, r := range role.Rules {
+		for _, res := range r.Resources {
+			named[res] = strings.Join(r.ResourceNames, ",") + ":" + strings.Join(r.Verbs, ",")
+		}
+	}
+	if want := map[string]string{"secrets": "server-wg-key:get,list,watch", "leases": "server:get,update", "connections": "server:get,update",
+		"connections/status": "server:update"}; !maps.Equal(named, want) {
+		t.Errorf("the gateway's own Role grants %v, want %v", named, want)
+	}
 	if args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--gateway-name=server") || !strings.Contains(args, "--listen-port=51820") {
 		t.Errorf("deployment args %q", args)
 	}
@@ -196,7 +216,8 @@ func TestGatewayServer(t *testing.T) {
 		gone := func(o client.Object, k client.ObjectKey) bool { return apierrors.IsNotFound(c.Get(ctx, k, o)) }
 		return gone(&netv1alpha1.GatewayServer{}, key) && gone(&appsv1.Deployment{}, key) && gone(&corev1.Service{}, key) &&
 			gone(&corev1.ServiceAccount{}, key) && gone(&rbacv1.RoleBinding{}, key) && gone(&corev1.Secret{}, client.ObjectKeyFromObject(secret)) &&
-			gone(&rbacv1.ClusterRoleBinding{}, client.ObjectKey{Name: controller.GatewayClusterBindingName(ns, "server")})
+			gone(&rbacv1.ClusterRoleBinding{}, client.ObjectKey{Name: controller.GatewayClusterBindingName(ns, "server")}) &&
+			gone(&rbacv1.Role{}, ownKey) && gone(&rbacv1.RoleBinding{}, ownKey)
 	})
 }
 

@@ -9,8 +9,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -246,6 +248,24 @@ func TestGatewayClusterBindingName(t *testing.T) {
 	long := strings.Repeat("n", 253)
 	if n := GatewayClusterBindingName(strings.Repeat("s", 63), long) + "-pods"; len(n) > 253 {
 		t.Errorf("%d characters", len(n))
+	}
+}
+
+// TestGatewayRoleName: a gateway's own Role and binding are named so that no gateway's
+// objects (named after a gateway, a DNS subdomain, or with a suffix) are another's namesake:
+// "x" and "x-own" would take "x-own"'s RoleBinding name.
+func TestGatewayRoleName(t *testing.T) {
+	for _, gw := range []string{"a", "a-b", "a.b", strings.Repeat("n", 253)} {
+		n := GatewayRoleName(gw)
+		if len(validation.IsDNS1123Subdomain(n)) == 0 {
+			t.Errorf("%s for gateway %s is a name a gateway may have", n, gw)
+		}
+		if errs := path.IsValidPathSegmentName(n); len(errs) > 0 {
+			t.Errorf("%s for gateway %s: not a valid Role name: %v", n, gw, errs)
+		}
+	}
+	if GatewayRoleName("a-b") == GatewayRoleName("a") || GatewayRoleName("x") == "x" {
+		t.Error("gateway role names collide")
 	}
 }
 

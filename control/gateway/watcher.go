@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"sync"
@@ -18,8 +19,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -63,7 +66,7 @@ type Watcher struct {
 	poke   chan struct{}
 
 	// The informers of the kinds gather reads: the gateway's own kind, the Configurations,
-	// PublicKeys and Secrets of its namespace, every InternalNode and Node (slimmed).
+	// PublicKeys of its namespace, its key Secret, every InternalNode and Node (slimmed).
 	gateway, confs, keys, secrets, inodes, nodes *restapi.Informer
 
 	endpoint atomic.Int64 // Local.EndpointIndex
@@ -105,6 +108,9 @@ func New(cfg *rest.Config, opts Options, apply Apply) (*Watcher, error) {
 	}
 	w := &Watcher{opts: opts, api: api, apply: apply, poke: make(chan struct{}, 1)}
 	inNS := restapi.Watch{Namespace: opts.Namespace}
+	// The gateway may read its own key Secret alone (its Role names it), so it watches that one
+	// Secret by name: a list or watch the Role allows by name must select the name.
+	ownKey := restapi.Watch{Namespace: opts.Namespace, Fields: fields.OneTermEqualSelector("metadata.name", config.KeySecretName(opts.Name))}
 	gwResource, gwObj := "gatewayclients", runtime.Object(&netv1alpha1.GatewayClient{})
 	if opts.Server {
 		gwResource, gwObj = "gatewayservers", &netv1alpha1.GatewayServer{}
@@ -119,7 +125,7 @@ func New(cfg *rest.Config, opts Options, apply Apply) (*Watcher, error) {
 		{&w.gateway, api.net, gwResource, gwObj, inNS},
 		{&w.confs, api.net, "configurations", &netv1alpha1.Configuration{}, inNS},
 		{&w.keys, api.net, "publickeys", &netv1alpha1.PublicKey{}, inNS},
-		{&w.secrets, api.core, "secrets", &corev1.Secret{}, inNS},
+		{&w.secrets, api.core, "secrets", &corev1.Secret{}, ownKey},
 		{&w.inodes, api.net, "internalnodes", &netv1alpha1.InternalNode{}, restapi.Watch{}},
 		{&w.nodes, api.core, "nodes", &corev1.Node{}, restapi.Watch{Transform: slimNode}},
 	} {
@@ -274,9 +280,10 @@ func (w *Watcher) gather(ctx context.Context) (Objects, error) {
 		if ns == "" {
 			ns = w.opts.Namespace
 		}
-		if ns != w.opts.Namespace {
-			// The gateway watches the Secrets of its own namespace only (its RBAC).
-			return o, fmt.Errorf("the gateway's key Secret %s/%s is outside its namespace %s", ns, secretRef.Name, w.opts.Namespace)
+		if ns != w.opts.Namespace || secretRef.Name != config.KeySecretName(w.opts.Name) {
+			// The gateway watches its own key Secret only (its RBAC grants that one by name).
+			return o, fmt.Errorf("the gateway's key Secret %s/%s is not %s/%s, the only Secret the gateway may read",
+				ns, secretRef.Name, w.opts.Namespace, config.KeySecretName(w.opts.Name))
 		}
 		o.Secret = restapi.Get[corev1.Secret](w.secrets, ns+"/"+secretRef.Name)
 	}
@@ -319,12 +326,41 @@ func gatewayMeta(o Objects) *metav1.ObjectMeta {
 	return &o.Client.ObjectMeta
 }
 
-// ensureConnection creates the gateway's Connection (same name and namespace) if missing.
+// ensureConnection creates the gateway's Connection (same name and namespace) if missing, and
+// puts back its spec, peer label and owner when they are not the gateway's: any account that
+// may create Connections in the namespace (another gateway's) may have made it first.
 func (w *Watcher) ensureConnection(ctx context.Context, gw *metav1.ObjectMeta) error {
-	_, err := w.getConnection(ctx)
-	if err == nil || !apierrors.IsNotFound(err) {
+	existing, err := w.getConnection(ctx)
+	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
+	c := w.connection(gw)
+	if err == nil {
+		if equality.Semantic.DeepEqual(existing.Spec, c.Spec) && equality.Semantic.DeepEqual(existing.OwnerReferences, c.OwnerReferences) &&
+			existing.Labels[netv1alpha1.RemoteClusterIDLabel] == c.Labels[netv1alpha1.RemoteClusterIDLabel] {
+			return nil
+		}
+		existing.Spec, existing.OwnerReferences = c.Spec, c.OwnerReferences
+		if existing.Labels == nil {
+			existing.Labels = map[string]string{}
+		}
+		delete(existing.Labels, netv1alpha1.RemoteClusterIDLabel)
+		maps.Copy(existing.Labels, c.Labels)
+		err := w.api.net.Put().Namespace(w.opts.Namespace).Resource("connections").Name(w.opts.Name).Body(existing).Timeout(30 * time.Second).Do(ctx).Error()
+		if err != nil {
+			return fmt.Errorf("correct Connection %s/%s: %w", w.opts.Namespace, w.opts.Name, err)
+		}
+		return nil
+	}
+	err = w.api.net.Post().Namespace(w.opts.Namespace).Resource("connections").Body(c).Timeout(30 * time.Second).Do(ctx).Error()
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create Connection %s/%s: %w", w.opts.Namespace, w.opts.Name, err)
+	}
+	return w.writeStatus(ctx, netv1alpha1.ConnectionStatus{Value: netv1alpha1.Connecting})
+}
+
+// connection is the gateway's Connection as the gateway makes it.
+func (w *Watcher) connection(gw *metav1.ObjectMeta) *netv1alpha1.Connection {
 	typ := netv1alpha1.ConnectionTypeClient
 	if w.opts.Server {
 		typ = netv1alpha1.ConnectionTypeServer
@@ -341,11 +377,7 @@ func (w *Watcher) ensureConnection(ctx context.Context, gw *metav1.ObjectMeta) e
 		kind = "GatewayServer"
 	}
 	c.OwnerReferences = []metav1.OwnerReference{{APIVersion: netv1alpha1.SchemeGroupVersion.String(), Kind: kind, Name: gw.Name, UID: gw.UID}}
-	err = w.api.net.Post().Namespace(w.opts.Namespace).Resource("connections").Body(c).Timeout(30 * time.Second).Do(ctx).Error()
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create Connection %s/%s: %w", w.opts.Namespace, w.opts.Name, err)
-	}
-	return w.writeStatus(ctx, netv1alpha1.ConnectionStatus{Value: netv1alpha1.Connecting})
+	return c
 }
 
 // ReportConnection writes the prober's view into the Connection's status. The latency is

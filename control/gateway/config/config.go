@@ -145,3 +145,8 @@ const (
 	SecretPrivateKey = "privateKey"
 	SecretPublicKey  = "publicKey"
 )
+
+// KeySecretName names the Secret holding gateway's key pair, in the gateway's namespace:
+// skein-controller creates it under this name, and the gateway may read that Secret alone (its
+// Role grants it by name, so the gateway watches it by name).
+func KeySecretName(gateway string) string { return gateway + "-wg-key" }
