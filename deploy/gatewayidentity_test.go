@@ -366,6 +366,9 @@ func TestIdentityPermissions(t *testing.T) {
 	for _, id := range []struct{ name, ns, sa string }{
 		{"gateway", ns, "gw-a"},
 		{"agent", install, fullname + "-agent"},
+		// skeinctl's probe pods run as the default account of the namespace skeinctl makes
+		// for a run (and mount no token: TestProbePodsBounded, cmd/skeinctl): nothing.
+		{"probe", env.Namespace(t, "skein-probe"), "default"},
 	} {
 		for _, where := range []struct{ name, ns string }{{"own", id.ns}, {"other", elsewhere}} {
 			for _, line := range permissions(t, env, id.ns, id.sa, where.ns) {

@@ -21,6 +21,9 @@ func TestProbePodsBounded(t *testing.T) {
 		if len(cs) != 1 {
 			t.Fatalf("%s: %d containers", kind, len(cs))
 		}
+		if a := ds.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || *a {
+			t.Errorf("%s: the probe pods mount a ServiceAccount token (they read nothing from the API)", kind)
+		}
 		r := cs[0].Resources
 		if req := r.Requests[corev1.ResourceCPU]; req.IsZero() {
 			t.Errorf("%s: no CPU request", kind)
