@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -137,6 +139,7 @@ func main() {
 	maxImports := fs.Int("max-imports-per-peer", controller.DefaultMaxImportsPerPeer, "names one peer may have imported here (each a Service: a ClusterIP and a unit of its namespace's ResourceQuota); its newest exports beyond are not imported, and its Configuration says so (ServicesWithinBudget=False)")
 	maxEndpoints := fs.Int("max-endpoints-per-peer", controller.DefaultMaxEndpointsPerPeer, "endpoints of one peer imported, across its imports, shared out oldest export first")
 	maxObjects := fs.Int("max-objects-per-peer", controller.DefaultMaxObjectsPerPeer, "Services, EndpointSlices and ServiceExports of one peer the controller holds (metadata only): a peer with more is not read, and what was imported from it goes")
+	published := fs.String("published-namespace", controller.DefaultPublishedNamespace, "namespace where this cluster publishes its exported services (a PublishedService and EndpointSlice copies for each) for its peers' services readers, which read that namespace and nothing else; it must exist (the chart makes it) and hold nothing else")
 	maxPorts := fs.Int("max-ports-per-import", mcs.DefaultMaxPortsPerImport, "ports of one import (1-100: an EndpointSlice lists at most 100)")
 	logLevel := fs.String("log-level", "info", logging.LevelUsage)
 	logFormat := fs.String("log-format", logging.FormatText, logging.FormatUsage)
@@ -240,13 +243,17 @@ func main() {
 		if err != nil {
 			fail(fmt.Errorf("multi-cluster services off: removing the imports: %w", err))
 		}
-		log.Info("multi-cluster services off: imports removed (this cluster's exports are still readable by peers holding credentials: unexport them, or disconnect)", "objects", n)
+		p, err := controller.RemovePublished(ctx, direct, *published)
+		if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+			fail(fmt.Errorf("multi-cluster services off: removing what was published: %w", err))
+		}
+		log.Info("multi-cluster services off: imports and published exports removed (peers import nothing from this cluster)", "objects", n+p)
 	}
 	if *services {
 		if err := mcsErr; err != nil {
 			log.Info("multi-cluster services off: the MCS API (ServiceExport, ServiceImport of multicluster.x-k8s.io/v1alpha1) is not installed; install the CRDs from the chart's crds/ and restart", "error", err.Error())
 		} else {
-			opts.ClusterID, opts.ServicesFrom = id, cfg
+			opts.ClusterID, opts.ServicesFrom, opts.PublishedNamespace = id, cfg, *published
 			// Never into skein's own namespace: a peer's export there would put a Service
 			// beside the controller and its Secrets.
 			opts.ImportExcludedNamespaces = []string{*namespace}

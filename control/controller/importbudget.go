@@ -97,14 +97,14 @@ type ledger struct {
 
 // computeLedger shares x's budget out among its exports in namespaces that import.
 func (r *ServiceImportReconciler) computeLedger(ctx context.Context, x *exporter) (ledger, error) {
-	var exps mcsv1a1.ServiceExportList
-	if err := x.cache.List(ctx, &exps, client.UnsafeDisableDeepCopy); err != nil {
+	exps, err := x.exports(ctx, "")
+	if err != nil {
 		return ledger{}, fmt.Errorf("exporter %s: %w", x.id, err)
 	}
 	ok := map[string]bool{}
 	var keys []*mcsv1a1.ServiceExport
-	for i := range exps.Items {
-		e := &exps.Items[i]
+	for i := range exps {
+		e := &exps[i]
 		imp, seen := ok[e.Namespace]
 		if !seen {
 			var err error
