@@ -155,13 +155,9 @@ func validPublished(p *svcv1alpha1.PublishedService) bool {
 // with the cache, never to be changed.
 func (x *exporter) exports(ctx context.Context, ns string) ([]mcsv1a1.ServiceExport, error) {
 	if x.published != "" {
+		// The cache holds them trimmed of their labels: selected by spec.
 		var l svcv1alpha1.PublishedServiceList
-		var opts []client.ListOption
-		opts = append(opts, client.UnsafeDisableDeepCopy)
-		if ns != "" {
-			opts = append(opts, client.MatchingLabels{svcv1alpha1.SourceNamespaceLabel: ns})
-		}
-		if err := x.cache.List(ctx, &l, opts...); err != nil {
+		if err := x.cache.List(ctx, &l, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, err
 		}
 		out := make([]mcsv1a1.ServiceExport, 0, len(l.Items))
