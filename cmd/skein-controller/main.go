@@ -138,7 +138,7 @@ func main() {
 	importNamespaces := fs.String("import-namespace-selector", "", "import only into the namespaces this label selector selects, such as skein.io/import=true (empty: every namespace that exists and is not excluded)")
 	maxImports := fs.Int("max-imports-per-peer", controller.DefaultMaxImportsPerPeer, "names one peer may have imported here (each a Service: a ClusterIP and a unit of its namespace's ResourceQuota); its newest exports beyond are not imported, and its Configuration says so (ServicesWithinBudget=False)")
 	maxEndpoints := fs.Int("max-endpoints-per-peer", controller.DefaultMaxEndpointsPerPeer, "endpoints of one peer imported, across its imports, shared out oldest export first")
-	maxObjects := fs.Int("max-objects-per-peer", controller.DefaultMaxObjectsPerPeer, "Services, EndpointSlices and ServiceExports of one peer the controller holds (metadata only): a peer with more is not read, and what was imported from it goes")
+	maxObjects := fs.Int("max-objects-per-peer", controller.DefaultMaxObjectsPerPeer, "PublishedServices and EndpointSlice copies of one peer's published namespace the controller holds (trimmed): a peer with more is not read, and what was imported from it goes")
 	published := fs.String("published-namespace", controller.DefaultPublishedNamespace, "namespace where this cluster publishes its exported services (a PublishedService and EndpointSlice copies for each) for its peers' services readers, which read that namespace and nothing else; it must exist (the chart makes it) and hold nothing else")
 	maxPorts := fs.Int("max-ports-per-import", mcs.DefaultMaxPortsPerImport, "ports of one import (1-100: an EndpointSlice lists at most 100)")
 	logLevel := fs.String("log-level", "info", logging.LevelUsage)

@@ -428,7 +428,7 @@ func (r *ServiceImportReconciler) startExporter(ctx context.Context, key, id, pu
 				// What it holds goes with the cache; what was imported from it goes too, as
 				// when its credentials are refused, until it is read again within the cap.
 				r.tally.setPeer(id, 0, 0, true)
-				fail(fmt.Errorf("cluster %s has more than %d Services, EndpointSlices and ServiceExports (--max-objects-per-peer): not read; read again in %s", id, r.Budget.MaxObjects, r.Retry))
+				fail(fmt.Errorf("cluster %s publishes more than %d objects (PublishedServices and EndpointSlices; --max-objects-per-peer): not read; read again in %s", id, r.Budget.MaxObjects, r.Retry))
 				x.cancel()
 				go func() {
 					if err := r.peerCondition(parent, x, nil); err != nil {
