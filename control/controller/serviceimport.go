@@ -48,10 +48,11 @@ import (
 	"github.com/skein-net/skein/dataplane/nat"
 )
 
-// Multi-cluster services (the MCS API, multicluster.x-k8s.io/v1alpha1). Each cluster reads its
-// peers' ServiceExports, Services and EndpointSlices with a read-only identity in each peer
-// (PeerCredentialsLabel Secrets, written by skeinctl network connect), and its own through
-// its own client. For each exported namespace/name it holds a ServiceImport, a derived
+// Multi-cluster services (the MCS API, multicluster.x-k8s.io/v1alpha1). Each cluster reads what
+// its peers publish of their exports (publish.go: PublishedServices and EndpointSlice copies in
+// one namespace) with a read-only identity in each peer (PeerCredentialsLabel Secrets, written
+// by skeinctl network connect, renewed by tokenrenew.go), and its own ServiceExports, Services
+// and EndpointSlices through its own client; it publishes its own for the peers. For each exported namespace/name it holds a ServiceImport, a derived
 // ClusterIP Service and EndpointSlices whose addresses are the exporters' endpoints as this
 // cluster reaches them (mcs.Build); and it sets the Valid and Conflict conditions of its own
 // ServiceExports.
