@@ -103,8 +103,8 @@ func trimPublishedMetadata(o any) (any, error) {
 	out := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, ResourceVersion: m.ResourceVersion}}
 	ns, svc := m.Labels[svcv1alpha1.SourceNamespaceLabel], m.Labels[svcv1alpha1.SourceServiceLabel]
-	if ns != "" && svc != "" {
-		out.Labels = map[string]string{svcv1alpha1.SourceNamespaceLabel: ns, svcv1alpha1.SourceServiceLabel: svc}
+	if ns != "" && svc != "" && m.Labels[discoveryv1.LabelManagedBy] == mcs.ManagedBy {
+		out.Labels = map[string]string{svcv1alpha1.SourceNamespaceLabel: ns, svcv1alpha1.SourceServiceLabel: svc, discoveryv1.LabelManagedBy: mcs.ManagedBy}
 	}
 	return out, nil
 }
@@ -211,7 +211,8 @@ func (x *exporter) publishedOf(ctx context.Context, key types.NamespacedName) (*
 // slicesOf: where x's EndpointSlices of namespace/name are, and the labels that select them.
 func (x *exporter) slicesOf(key types.NamespacedName) (string, labels.Selector, error) {
 	if x.published != "" {
-		return x.published, labels.SelectorFromSet(labels.Set{svcv1alpha1.SourceNamespaceLabel: key.Namespace, svcv1alpha1.SourceServiceLabel: key.Name}), nil
+		return x.published, labels.SelectorFromSet(labels.Set{svcv1alpha1.SourceNamespaceLabel: key.Namespace, svcv1alpha1.SourceServiceLabel: key.Name,
+			discoveryv1.LabelManagedBy: mcs.ManagedBy}), nil
 	}
 	sel := notImportedHere()
 	req, err := labels.NewRequirement(discoveryv1.LabelServiceName, selection.Equals, []string{key.Name})

@@ -122,7 +122,9 @@ func (r *ServiceImportReconciler) publish(ctx context.Context, key types.Namespa
 		return err
 	}
 	if apierrors.IsNotFound(err) || !labelsHold(p.Labels, want.Labels) || !equality.Semantic.DeepEqual(p.Spec, want.Spec) {
-		if err := applyObject(ctx, r.Client, want); err != nil {
+		if err := applyObject(ctx, r.Client, want); apierrors.IsNotFound(err) {
+			return fmt.Errorf("publish %s: the published namespace %s does not exist (the chart makes it; skein-controller --published-namespace names it): %w", key, ns, err)
+		} else if err != nil {
 			return fmt.Errorf("publish %s: %w", key, err)
 		}
 	}
