@@ -52,10 +52,10 @@ import (
 // its peers publish of their exports (publish.go: PublishedServices and EndpointSlice copies in
 // one namespace) with a read-only identity in each peer (PeerCredentialsLabel Secrets, written
 // by skeinctl network connect, renewed by tokenrenew.go), and its own ServiceExports, Services
-// and EndpointSlices through its own client; it publishes its own for the peers. For each exported namespace/name it holds a ServiceImport, a derived
-// ClusterIP Service and EndpointSlices whose addresses are the exporters' endpoints as this
-// cluster reaches them (mcs.Build); and it sets the Valid and Conflict conditions of its own
-// ServiceExports.
+// and EndpointSlices through its own client; it publishes its own for the peers. For each
+// exported namespace/name it holds a ServiceImport, a derived ClusterIP Service and
+// EndpointSlices whose addresses are the exporters' endpoints as this cluster reaches them
+// (mcs.Build); and it sets the Valid and Conflict conditions of its own ServiceExports.
 
 // PeerCredentialsLabel marks a Secret holding a peer's read-only credentials (keys server,
 // ca.crt, token); its liqo.io/remote-cluster-id label names the peer.
@@ -393,9 +393,9 @@ func (r *ServiceImportReconciler) reconcileCredentials(ctx context.Context, req 
 // unreachable, its credentials refused) waits before it tries again.
 const DefaultExporterRetry = 30 * time.Second
 
-// startExporter starts a cache of one cluster's ServiceExports, Services and EndpointSlices
-// (not the slices skein itself writes there; metadata only, peercache.go) whose events enqueue
-// the namespace/name. A peer's cache that grows past Budget.MaxObjects is stopped.
+// startExporter starts a cache of one cluster's exports (this cluster's ServiceExports,
+// Services and EndpointSlices, not the slices skein itself writes; a peer's published
+// namespace; peercache.go) whose events enqueue the namespace/name. A peer's cache that grows past Budget.MaxObjects is stopped.
 func (r *ServiceImportReconciler) startExporter(ctx context.Context, key, id, published string, secret types.NamespacedName, rv string, cfg *rest.Config) {
 	x := &exporter{id: id, published: published, secret: secret, rv: rv, since: time.Now(), held: map[types.NamespacedName]*heldExport{}}
 	parent := ctx // outlives the exporter: what it imported is computed again after it stops
