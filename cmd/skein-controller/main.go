@@ -30,6 +30,7 @@ import (
 	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	svcv1alpha1 "github.com/skein-net/skein/control/api/services/v1alpha1"
 	"github.com/skein-net/skein/control/buildinfo"
 	"github.com/skein-net/skein/control/buildinfo/buildmetric"
 	"github.com/skein-net/skein/control/controller"
@@ -254,6 +255,10 @@ func main() {
 			log.Info("multi-cluster services off: the MCS API (ServiceExport, ServiceImport of multicluster.x-k8s.io/v1alpha1) is not installed; install the CRDs from the chart's crds/ and restart", "error", err.Error())
 		} else {
 			opts.ClusterID, opts.ServicesFrom, opts.PublishedNamespace = id, cfg, *published
+			if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: svcv1alpha1.GroupName, Kind: "PublishedService"}, "v1alpha1"); err != nil {
+				opts.NoPublishing = true
+				log.Info("this cluster's exports are not published for its peers: the PublishedService CRD (services.skein.io/v1alpha1) is not installed; apply the CRDs of this version (deploy/README.md, CRDs) and restart", "error", err.Error())
+			}
 			// Never into skein's own namespace: a peer's export there would put a Service
 			// beside the controller and its Secrets.
 			opts.ImportExcludedNamespaces = []string{*namespace}

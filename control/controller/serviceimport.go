@@ -188,6 +188,12 @@ func (r *ServiceImportReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Retry = DefaultExporterRetry
 	}
 	r.Budget = r.Budget.withDefaults()
+	if r.Published != "" {
+		// Started with the manager's caches, not by the first export's reconcile.
+		if _, err := mgr.GetCache().GetInformer(context.Background(), &svcv1alpha1.PublishedService{}); err != nil {
+			return fmt.Errorf("published services: %w (is the services.skein.io CRD installed?)", err)
+		}
+	}
 	if err := mgr.Add(runnable(func(ctx context.Context) error {
 		r.mu.Lock()
 		r.started = ctx
@@ -552,10 +558,15 @@ func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.R
 	// (publish.go), whatever becomes of the import here.
 	var local *mcs.Source
 	localRead := false
+	// A failure to publish is retried after Retry, not with the import's backoff: the import
+	// here does not wait on it (nor does a missing published namespace make it fail).
 	defer func() {
 		if localRead && err == nil {
 			if perr := r.publish(ctx, req.NamespacedName, local); perr != nil {
-				err = fmt.Errorf("publishing %s: %w", req.NamespacedName, perr)
+				log.FromContext(ctx).Error(perr, "publishing an export for the peers", "export", req.NamespacedName)
+				if res.RequeueAfter == 0 || res.RequeueAfter > r.Retry {
+					res.RequeueAfter = r.Retry
+				}
 			}
 		}
 	}()

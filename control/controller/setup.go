@@ -51,6 +51,9 @@ type Options struct {
 	// PublishedNamespace is where this cluster publishes its exports for its peers' services
 	// readers (publish.go; "": DefaultPublishedNamespace).
 	PublishedNamespace string
+	// NoPublishing: this cluster's exports are not published (its peers import none of them);
+	// skein-controller sets it when the PublishedService CRD is not installed.
+	NoPublishing bool
 	// TokenRenewFraction of a peer's services reader token lifetime passes before it is
 	// renewed (0: DefaultTokenRenewFraction).
 	TokenRenewFraction float64
@@ -146,6 +149,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			Local: o.ServicesFrom, Excluded: o.ImportExcludedNamespaces, Retry: o.ImportRetry,
 			Budget: o.ImportBudget, Limits: mcs.Limits{MaxPortsPerImport: o.MaxPortsPerImport}, Namespaces: o.ImportNamespaces,
 			Published: cmp.Or(o.PublishedNamespace, DefaultPublishedNamespace), RenewFraction: o.TokenRenewFraction}
+		if o.NoPublishing {
+			r.Published = ""
+		}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
 		}
