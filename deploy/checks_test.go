@@ -190,7 +190,7 @@ func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 	return nil
 }
 
-var clusterScoped = map[string]bool{"CustomResourceDefinition": true, "ClusterRole": true, "ClusterRoleBinding": true,
+var clusterScoped = map[string]bool{"CustomResourceDefinition": true, "Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true,
 	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 
 // checkRender checks a rendering of the chart against the values it was rendered with and

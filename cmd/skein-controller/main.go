@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -28,6 +30,7 @@ import (
 	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	svcv1alpha1 "github.com/skein-net/skein/control/api/services/v1alpha1"
 	"github.com/skein-net/skein/control/buildinfo"
 	"github.com/skein-net/skein/control/buildinfo/buildmetric"
 	"github.com/skein-net/skein/control/controller"
@@ -136,7 +139,8 @@ func main() {
 	importNamespaces := fs.String("import-namespace-selector", "", "import only into the namespaces this label selector selects, such as skein.io/import=true (empty: every namespace that exists and is not excluded)")
 	maxImports := fs.Int("max-imports-per-peer", controller.DefaultMaxImportsPerPeer, "names one peer may have imported here (each a Service: a ClusterIP and a unit of its namespace's ResourceQuota); its newest exports beyond are not imported, and its Configuration says so (ServicesWithinBudget=False)")
 	maxEndpoints := fs.Int("max-endpoints-per-peer", controller.DefaultMaxEndpointsPerPeer, "endpoints of one peer imported, across its imports, shared out oldest export first")
-	maxObjects := fs.Int("max-objects-per-peer", controller.DefaultMaxObjectsPerPeer, "Services, EndpointSlices and ServiceExports of one peer the controller holds (metadata only): a peer with more is not read, and what was imported from it goes")
+	maxObjects := fs.Int("max-objects-per-peer", controller.DefaultMaxObjectsPerPeer, "PublishedServices and EndpointSlice copies of one peer's published namespace the controller holds (trimmed): a peer with more is not read, and what was imported from it goes")
+	published := fs.String("published-namespace", controller.DefaultPublishedNamespace, "namespace where this cluster publishes its exported services (a PublishedService and EndpointSlice copies for each) for its peers' services readers, which read that namespace and nothing else; it must exist (the chart makes it) and hold nothing else")
 	maxPorts := fs.Int("max-ports-per-import", mcs.DefaultMaxPortsPerImport, "ports of one import (1-100: an EndpointSlice lists at most 100)")
 	logLevel := fs.String("log-level", "info", logging.LevelUsage)
 	logFormat := fs.String("log-format", logging.FormatText, logging.FormatUsage)
@@ -240,13 +244,21 @@ func main() {
 		if err != nil {
 			fail(fmt.Errorf("multi-cluster services off: removing the imports: %w", err))
 		}
-		log.Info("multi-cluster services off: imports removed (this cluster's exports are still readable by peers holding credentials: unexport them, or disconnect)", "objects", n)
+		p, err := controller.RemovePublished(ctx, direct, *published)
+		if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+			fail(fmt.Errorf("multi-cluster services off: removing what was published: %w", err))
+		}
+		log.Info("multi-cluster services off: imports and published exports removed (peers import nothing from this cluster)", "objects", n+p)
 	}
 	if *services {
 		if err := mcsErr; err != nil {
 			log.Info("multi-cluster services off: the MCS API (ServiceExport, ServiceImport of multicluster.x-k8s.io/v1alpha1) is not installed; install the CRDs from the chart's crds/ and restart", "error", err.Error())
 		} else {
-			opts.ClusterID, opts.ServicesFrom = id, cfg
+			opts.ClusterID, opts.ServicesFrom, opts.PublishedNamespace = id, cfg, *published
+			if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: svcv1alpha1.GroupName, Kind: "PublishedService"}, "v1alpha1"); err != nil {
+				opts.NoPublishing = true
+				log.Info("this cluster's exports are not published for its peers: the PublishedService CRD (services.skein.io/v1alpha1) is not installed; apply the CRDs of this version (deploy/README.md, CRDs) and restart", "error", err.Error())
+			}
 			// Never into skein's own namespace: a peer's export there would put a Service
 			// beside the controller and its Secrets.
 			opts.ImportExcludedNamespaces = []string{*namespace}

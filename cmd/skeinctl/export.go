@@ -57,7 +57,9 @@ Valid and Conflict conditions (docs/services.md explains them).`,
 			} else if err != nil {
 				return err
 			}
+			hasService := true
 			if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Service{}); apierrors.IsNotFound(err) {
+				hasService = false
 				fmt.Fprintf(g.out, "WARN   There is no Service %s/%s yet: the export stays invalid (NoService) until there is\n", ns, name)
 			} else if err != nil {
 				return err
@@ -76,7 +78,11 @@ Valid and Conflict conditions (docs/services.md explains them).`,
 			}
 			if err := waitFor(ctx, func() (bool, error) {
 				err := cl.Get(ctx, client.ObjectKeyFromObject(exp), exp)
-				return err == nil && meta.FindStatusCondition(exp.Status.Conditions, string(mcsv1a1.ServiceExportConditionValid)) != nil, err
+				c := meta.FindStatusCondition(exp.Status.Conditions, string(mcsv1a1.ServiceExportConditionValid))
+				// An export that existed before its Service may still carry the verdict of then
+				// (NoService) until the controller has seen the Service: that one is waited out.
+				stale := c != nil && hasService && c.Reason == string(mcsv1a1.ServiceExportReasonNoService)
+				return err == nil && c != nil && !stale, err
 			}); err != nil {
 				return fmt.Errorf("waiting for skein-controller to judge ServiceExport %s/%s (is it running, with --multicluster-services?): %w", ns, name, err)
 			}

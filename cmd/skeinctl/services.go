@@ -39,7 +39,7 @@ type servicesOpts struct {
 func (o *servicesOpts) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.apiServerURL, "api-server-url", "", "URL of this cluster's API server as the remote cluster's skein-controller reaches it, to import the services this cluster exports (default: the server of the local kubeconfig)")
 	cmd.Flags().StringVar(&o.remoteAPIServerURL, "remote-api-server-url", "", "URL of the remote cluster's API server as this cluster's skein-controller reaches it (default: the server of the remote kubeconfig)")
-	cmd.Flags().DurationVar(&o.ttl, "services-token-ttl", 365*24*time.Hour, "lifetime of the tokens each cluster's skein-controller reads the other's exported services with: at least 10m (the API server's minimum), which the API server may shorten; skeinctl network rotate-credentials issues new ones")
+	cmd.Flags().DurationVar(&o.ttl, "services-token-ttl", identity.DefaultServiceReaderTTL, "lifetime of the tokens each cluster's skein-controller reads the other's exported services with: at least 10m (the API server's minimum), which the API server may shorten; each controller renews its token when two thirds of it have passed, and skeinctl network rotate-credentials issues new ones (after a lapse, or to end the old ones)")
 }
 
 // credentialsName is the Secret in a cluster holding its reader credentials for peer peerID.
@@ -130,7 +130,11 @@ func (g *globals) exchangeServiceReaders(ctx context.Context, l, r *side, o *ser
 		if err != nil {
 			return err
 		}
-		tok, err := identity.GrantServiceReader(ctx, p.c, p.ns, s.id, o.ttl, renew)
+		published, err := identity.PublishedNamespace(ctx, p.c)
+		if err != nil {
+			return fmt.Errorf("(%s) %w", p.label, err)
+		}
+		tok, err := identity.GrantServiceReader(ctx, p.c, p.ns, s.id, published, o.ttl, renew)
 		if err != nil {
 			return fmt.Errorf("(%s) %w", p.label, err)
 		}
@@ -138,7 +142,8 @@ func (g *globals) exchangeServiceReaders(ctx context.Context, l, r *side, o *ser
 			Labels: map[string]string{controller.PeerCredentialsLabel: controller.PeerCredentialsServices,
 				netv1alpha1.RemoteClusterIDLabel: p.id, "app.kubernetes.io/managed-by": "skeinctl"}},
 			Type: corev1.SecretTypeOpaque,
-			Data: map[string][]byte{controller.PeerServerKey: []byte(urls[p]), controller.PeerCAKey: ca, controller.PeerTokenKey: []byte(tok.Token)}}
+			Data: map[string][]byte{controller.PeerServerKey: []byte(urls[p]), controller.PeerCAKey: ca, controller.PeerTokenKey: []byte(tok.Token),
+				controller.PeerNamespaceKey: []byte(published)}}
 		var have corev1.Secret
 		switch err := s.c.Get(ctx, client.ObjectKeyFromObject(secret), &have); {
 		case apierrors.IsNotFound(err):
@@ -174,7 +179,11 @@ func (g *globals) removeServiceReaders(ctx context.Context, l, r *side) error {
 				return fmt.Errorf("(%s) %w", s.label, err)
 			}
 		}
-		if err := identity.RevokeServiceReader(ctx, s.peer.c, s.peer.ns, s.id); err != nil {
+		published, err := identity.PublishedNamespace(ctx, s.peer.c)
+		if err != nil {
+			return fmt.Errorf("(%s) %w", s.peer.label, err)
+		}
+		if err := identity.RevokeServiceReader(ctx, s.peer.c, s.peer.ns, s.id, published); err != nil {
 			return fmt.Errorf("(%s) %w", s.peer.label, err)
 		}
 		if len(secrets.Items) > 0 {

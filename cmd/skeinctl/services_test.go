@@ -12,6 +12,7 @@ import (
 	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	svcv1alpha1 "github.com/skein-net/skein/control/api/services/v1alpha1"
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/internal/apitest"
@@ -66,13 +67,23 @@ func TestServicesCredentials(t *testing.T) {
 	}
 	secretA, readB := credentials(t, a, b, idB) // A reads B
 	_, readA := credentials(t, b, a, idA)
+	pub := client.InNamespace(identity.DefaultPublishedNamespace)
 	for name, c := range map[string]client.Client{"A's reader in B": readB, "B's reader in A": readA} {
-		if err := c.List(ctx, &mcsv1a1.ServiceExportList{}); err != nil {
-			t.Errorf("%s cannot list exports: %v", name, err)
+		if err := c.List(ctx, &svcv1alpha1.PublishedServiceList{}, pub); err != nil {
+			t.Errorf("%s cannot list the published exports: %v", name, err)
 		}
-		if err := c.List(ctx, &corev1.SecretList{}); !apierrors.IsForbidden(err) {
-			t.Errorf("%s may list Secrets: %v", name, err)
+		for what, err := range map[string]error{
+			"list Secrets":  c.List(ctx, &corev1.SecretList{}),
+			"list Services": c.List(ctx, &corev1.ServiceList{}),
+			"list exports":  c.List(ctx, &mcsv1a1.ServiceExportList{}),
+		} {
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("%s may %s: %v", name, what, err)
+			}
 		}
+	}
+	if string(secretA.Data[controller.PeerNamespaceKey]) != identity.DefaultPublishedNamespace {
+		t.Errorf("credentials name the published namespace %q, want %s", secretA.Data[controller.PeerNamespaceKey], identity.DefaultPublishedNamespace)
 	}
 	// What the reader is and where: the peering's namespace in B, named for A.
 	sa := &corev1.ServiceAccount{}
@@ -87,11 +98,13 @@ func TestServicesCredentials(t *testing.T) {
 	if string(rotated.Data[controller.PeerTokenKey]) == string(secretA.Data[controller.PeerTokenKey]) {
 		t.Error("rotate-credentials kept the token")
 	}
-	if err := readB2.List(ctx, &corev1.ServiceList{}); err != nil {
+	if err := readB2.List(ctx, &svcv1alpha1.PublishedServiceList{}, pub); err != nil {
 		t.Errorf("the rotated token: %v", err)
 	}
-	waitFor(ctx, func() (bool, error) { return apierrors.IsUnauthorized(readB.List(ctx, &corev1.ServiceList{})), nil })
-	if err := readB.List(ctx, &corev1.ServiceList{}); !apierrors.IsUnauthorized(err) {
+	waitFor(ctx, func() (bool, error) {
+		return apierrors.IsUnauthorized(readB.List(ctx, &svcv1alpha1.PublishedServiceList{}, pub)), nil
+	})
+	if err := readB.List(ctx, &svcv1alpha1.PublishedServiceList{}, pub); !apierrors.IsUnauthorized(err) {
 		t.Errorf("the token from before the rotation: %v, want Unauthorized", err)
 	}
 

@@ -44,9 +44,9 @@ type PeerBudget struct {
 	MaxImports int
 	// MaxEndpoints: endpoints of the peer imported, across its imports.
 	MaxEndpoints int
-	// MaxObjects: Services, EndpointSlices and ServiceExports of the peer the controller's
-	// informers hold (metadata only); past it the peer is not read (its imports go) and read
-	// again DefaultExporterRetry later.
+	// MaxObjects: PublishedServices and EndpointSlice copies of the peer's published namespace
+	// the controller's informers hold (trimmed); past it the peer is not read (its imports go)
+	// and read again DefaultExporterRetry later.
 	MaxObjects int
 }
 
@@ -97,14 +97,14 @@ type ledger struct {
 
 // computeLedger shares x's budget out among its exports in namespaces that import.
 func (r *ServiceImportReconciler) computeLedger(ctx context.Context, x *exporter) (ledger, error) {
-	var exps mcsv1a1.ServiceExportList
-	if err := x.cache.List(ctx, &exps, client.UnsafeDisableDeepCopy); err != nil {
+	exps, err := x.exports(ctx, "")
+	if err != nil {
 		return ledger{}, fmt.Errorf("exporter %s: %w", x.id, err)
 	}
 	ok := map[string]bool{}
 	var keys []*mcsv1a1.ServiceExport
-	for i := range exps.Items {
-		e := &exps.Items[i]
+	for i := range exps {
+		e := &exps[i]
 		imp, seen := ok[e.Namespace]
 		if !seen {
 			var err error
@@ -196,7 +196,7 @@ func (r *ServiceImportReconciler) peerCondition(ctx context.Context, x *exporter
 	switch {
 	case l == nil:
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonTooManyObjects
-		c.Message = fmt.Sprintf("cluster %s has more than %d Services, EndpointSlices and ServiceExports the controller can read (--max-objects-per-peer): nothing is imported from it; it is read again every %s", x.id, r.Budget.MaxObjects, r.Retry)
+		c.Message = fmt.Sprintf("cluster %s publishes more than %d objects (PublishedServices and EndpointSlices; --max-objects-per-peer): nothing is imported from it; it is read again every %s", x.id, r.Budget.MaxObjects, r.Retry)
 	case len(l.refused) > 0 || l.overBudget > 0:
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonOverBudget
 		var parts []string

@@ -21,9 +21,12 @@ import (
 
 // BenchmarkPeerAtBudget: cluster B exports 200 Services of 100 endpoints (the default budget:
 // 200 imports, 20,000 endpoints) and has 1,000 more Services of 100 endpoints it does not
-// export. Reported: the heap in use of the test process (skein-controller and the benchmark's
-// clients) with the peering idle, with B's exports imported, and with B's unexported Services
-// besides; and the bytes each unexported endpoint adds. Both clusters are real API servers.
+// export. Reported: the heap in use of the test process (both clusters' skein-controllers, B's
+// publishing its exports since issue #40, and the benchmark's clients) with the peering idle,
+// with B's exports imported, and with B's unexported Services besides; the bytes each
+// unexported endpoint adds (in B's controller, which reads its own cluster: A does not read
+// them); and A's share, what leaves the heap when A stops reading B. Both clusters are real API
+// servers.
 func BenchmarkPeerAtBudget(b *testing.B) {
 	ctrllog.SetLogger(logr.Discard())
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -79,6 +82,18 @@ func BenchmarkPeerAtBudget(b *testing.B) {
 		if err := x.ca.List(ctx, &imps, client.InNamespace("shop")); err != nil || len(imps.Items) != exported {
 			b.Fatalf("%d imports (%v), want %d", len(imps.Items), err, exported)
 		}
+		// A stops reading B (its credentials go): what A held of B and imported from it goes,
+		// and what is left is B's controller (publishing its exports, importing its own).
+		if err := x.ca.Delete(ctx, x.creds); err != nil {
+			b.Fatal(err)
+		}
+		waitUntil(b, ctx, "A's imports of B gone", func() bool {
+			var imps mcsv1a1.ServiceImportList
+			return x.ca.List(ctx, &imps, client.InNamespace("shop")) == nil && len(imps.Items) == 0
+		})
+		time.Sleep(3 * time.Second)
+		bOnly := heap()
+		b.ReportMetric(withOthers-bOnly, "A-share-MiB")
 		b.ReportMetric(idle, "idle-heap-MiB")
 		b.ReportMetric(atBudget, "budget-heap-MiB")
 		b.ReportMetric(withOthers, "with-unexported-heap-MiB")

@@ -261,24 +261,41 @@ func TestImportNamespaceSelector(t *testing.T) {
 }
 
 // TestImportObjectCap (attack review): the controller cached every Service and EndpointSlice of
-// a peer, so a peer making enough of them pushed it past its memory limit. Its informers hold
-// metadata now, and a peer holding more objects than MaxObjects is not read: what was imported
-// from it goes, its Configuration says TooManyObjects, the gauge counts it.
+// a peer, so a peer making enough of them pushed it past its memory limit. It reads the peer's
+// published namespace only now (unexported Services cost nothing here: issue #40), holds
+// little of each object, and a peer publishing more objects than MaxObjects is not read: what
+// was imported from it goes, its Configuration says TooManyObjects, the gauge counts it.
 func TestImportObjectCap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	reg := prometheus.NewRegistry()
 	x := startImportPairOpts(t, ctx, netip.MustParsePrefix("10.244.0.0/16"), "", time.Second, func(o *controller.Options) {
-		o.ImportBudget = controller.PeerBudget{MaxObjects: 10} // default/kubernetes and its slice, and 8 more
+		o.ImportBudget = controller.PeerBudget{MaxObjects: 4} // orders' PublishedService and slice, and 2 more
 		o.Metrics = reg
 	})
 	exportService(t, ctx, x.cb, "shop", "orders", nil, "10.244.1.1")
 	waitUntil(t, ctx, "orders imported", func() bool { return slices.Equal(importNames(ctx, x.ca, "shop"), []string{"orders"}) })
-	for i := range 6 {
-		if err := x.cb.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("filler-%d", i)},
+	// Unexported Services and slices in B: not read, not counted.
+	for i := range 10 {
+		if err := x.cb.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("private-%d", i)},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}); err != nil {
 			t.Fatal(err)
 		}
+		if err := x.cb.Create(ctx, endpointSlice("shop", fmt.Sprintf("private-%d", i), fmt.Sprintf("private-%d", i), []string{"10.244.9.9"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	var conf netv1alpha1.Configuration
+	if err := x.ca.Get(ctx, client.ObjectKey{Namespace: "liqo-tenant", Name: "b"}, &conf); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(conf.Status.Conditions, controller.ConditionServicesWithinBudget); !slices.Equal(importNames(ctx, x.ca, "shop"), []string{"orders"}) ||
+		(c != nil && c.Reason == controller.ReasonTooManyObjects) {
+		t.Fatalf("20 unexported objects in B: imports %v, condition %v; want orders imported, within its budget", importNames(ctx, x.ca, "shop"), c)
+	}
+	for i := range 3 {
+		exportService(t, ctx, x.cb, "shop", fmt.Sprintf("filler-%d", i), nil)
 	}
 	waitUntil(t, ctx, "B's import gone, its Configuration TooManyObjects", func() bool {
 		var conf netv1alpha1.Configuration
@@ -292,8 +309,8 @@ func TestImportObjectCap(t *testing.T) {
 		t.Errorf("skein_controller_import_limited{limit=objects} %v, want 1", v)
 	}
 	// Back under the cap: read again (every second here), imported again.
-	for i := range 6 {
-		if err := x.cb.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("filler-%d", i)}}); err != nil {
+	for i := range 3 {
+		if err := x.cb.Delete(ctx, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("filler-%d", i)}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -18,10 +18,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
+	svcv1alpha1 "github.com/skein-net/skein/control/api/services/v1alpha1"
 	"github.com/skein-net/skein/control/controller/mcs"
 )
 
-// What an exporter's cache holds (a peer's, or this cluster's). A peer decides how many
+// What an exporter's cache holds (a peer's, or this cluster's). A peer is read in its published
+// namespace only (publish.go), with the services reader it granted this cluster, whose Role
+// covers that namespace and nothing else: its PublishedServices (trimmed) and the metadata of the
+// EndpointSlice copies there; this cluster is read whole, with its own identity. A peer decides how many
 // Services and EndpointSlices it has and how large they are, so the informers hold metadata
 // only: a ServiceExport's name, creation time and status; a Service's or an EndpointSlice's
 // name and resourceVersion (a slice's service-name label too). Their events say what changed.
@@ -62,6 +66,160 @@ func exporterCacheOptions(o cache.Options) cache.Options {
 		metadataOf(endpointSliceGVK): {Label: notImportedHere(), Transform: trimMetadata},
 	}
 	return o
+}
+
+// publishedCacheOptions: a peer's published namespace only; PublishedServices trimmed to what
+// the import reads, EndpointSlices as metadata trimmed to name, resourceVersion and the labels
+// naming their Service.
+func publishedCacheOptions(o cache.Options, ns string) cache.Options {
+	o.DefaultNamespaces = map[string]cache.Config{ns: {}}
+	o.ByObject = map[client.Object]cache.ByObject{
+		&svcv1alpha1.PublishedService{}: {Transform: trimPublished},
+		metadataOf(endpointSliceGVK):    {Transform: trimPublishedMetadata},
+	}
+	return o
+}
+
+// maxPublishedPorts bounds the ports of a PublishedService held (the CRD's own bound).
+const maxPublishedPorts = 1000
+
+func trimPublished(o any) (any, error) {
+	p, ok := o.(*svcv1alpha1.PublishedService)
+	if !ok {
+		return o, nil
+	}
+	out := &svcv1alpha1.PublishedService{TypeMeta: p.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion},
+		Spec:       p.Spec}
+	out.Spec.Ports = p.Spec.Ports[:min(len(p.Spec.Ports), maxPublishedPorts)]
+	return out, nil
+}
+
+func trimPublishedMetadata(o any) (any, error) {
+	m, ok := o.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return o, nil
+	}
+	out := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, ResourceVersion: m.ResourceVersion}}
+	ns, svc := m.Labels[svcv1alpha1.SourceNamespaceLabel], m.Labels[svcv1alpha1.SourceServiceLabel]
+	if ns != "" && svc != "" && m.Labels[discoveryv1.LabelManagedBy] == mcs.ManagedBy {
+		out.Labels = map[string]string{svcv1alpha1.SourceNamespaceLabel: ns, svcv1alpha1.SourceServiceLabel: svc, discoveryv1.LabelManagedBy: mcs.ManagedBy}
+	}
+	return out, nil
+}
+
+// watchedKind is an informer of an exporter's cache and the namespace/name its objects are of.
+type watchedKind struct {
+	o   client.Object
+	key func(client.Object) types.NamespacedName
+}
+
+// watched are the informers of x's cache.
+func (x *exporter) watched() []watchedKind {
+	if x.published != "" {
+		return []watchedKind{
+			{&svcv1alpha1.PublishedService{}, func(o client.Object) types.NamespacedName {
+				if p, ok := o.(*svcv1alpha1.PublishedService); ok {
+					return types.NamespacedName{Namespace: p.Spec.Namespace, Name: p.Spec.Name}
+				}
+				return types.NamespacedName{}
+			}},
+			{metadataOf(endpointSliceGVK), func(o client.Object) types.NamespacedName {
+				return types.NamespacedName{Namespace: o.GetLabels()[svcv1alpha1.SourceNamespaceLabel], Name: o.GetLabels()[svcv1alpha1.SourceServiceLabel]}
+			}},
+		}
+	}
+	own := func(o client.Object) types.NamespacedName { return client.ObjectKeyFromObject(o) }
+	return []watchedKind{{&mcsv1a1.ServiceExport{}, own}, {metadataOf(serviceGVK), own},
+		{metadataOf(endpointSliceGVK), func(o client.Object) types.NamespacedName {
+			return types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetLabels()[discoveryv1.LabelServiceName]}
+		}}}
+}
+
+// exportOfPublished is the ServiceExport a PublishedService stands for (what the import reads
+// of one: its namespace, name and creation time).
+func exportOfPublished(p *svcv1alpha1.PublishedService) mcsv1a1.ServiceExport {
+	return mcsv1a1.ServiceExport{TypeMeta: metav1.TypeMeta{APIVersion: mcsv1a1.GroupVersion.String(), Kind: "ServiceExport"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Spec.Namespace, Name: p.Spec.Name, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			CreationTimestamp: p.Spec.ExportCreated}}
+}
+
+// validPublished: a PublishedService's name is the one the publisher gives its Service's
+// (another name could stand for a second export of the same Service).
+func validPublished(p *svcv1alpha1.PublishedService) bool {
+	return p.Spec.Namespace != "" && p.Spec.Name != "" && p.Name == publishedName(types.NamespacedName{Namespace: p.Spec.Namespace, Name: p.Spec.Name})
+}
+
+// exports lists x's exports (in namespace ns, or all with ""), as read from its cache: shared
+// with the cache, never to be changed.
+func (x *exporter) exports(ctx context.Context, ns string) ([]mcsv1a1.ServiceExport, error) {
+	if x.published != "" {
+		// The cache holds them trimmed of their labels: selected by spec.
+		var l svcv1alpha1.PublishedServiceList
+		if err := x.cache.List(ctx, &l, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, err
+		}
+		out := make([]mcsv1a1.ServiceExport, 0, len(l.Items))
+		for i := range l.Items {
+			if p := &l.Items[i]; validPublished(p) && (ns == "" || p.Spec.Namespace == ns) {
+				out = append(out, exportOfPublished(p))
+			}
+		}
+		return out, nil
+	}
+	var l mcsv1a1.ServiceExportList
+	opts := []client.ListOption{client.UnsafeDisableDeepCopy}
+	if ns != "" {
+		opts = append(opts, client.InNamespace(ns))
+	}
+	if err := x.cache.List(ctx, &l, opts...); err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// export is x's export of namespace/name (a NotFound error when there is none).
+func (x *exporter) export(ctx context.Context, key types.NamespacedName) (*mcsv1a1.ServiceExport, error) {
+	if x.published != "" {
+		p, err := x.publishedOf(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		e := exportOfPublished(p)
+		return &e, nil
+	}
+	var e mcsv1a1.ServiceExport
+	if err := x.cache.Get(ctx, key, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// publishedOf is the PublishedService of namespace/name in x's cache.
+func (x *exporter) publishedOf(ctx context.Context, key types.NamespacedName) (*svcv1alpha1.PublishedService, error) {
+	var p svcv1alpha1.PublishedService
+	if err := x.cache.Get(ctx, types.NamespacedName{Namespace: x.published, Name: publishedName(key)}, &p); err != nil {
+		return nil, err
+	}
+	if !validPublished(&p) || p.Spec.Namespace != key.Namespace || p.Spec.Name != key.Name {
+		return nil, apierrors.NewNotFound(svcv1alpha1.SchemeGroupVersion.WithResource("publishedservices").GroupResource(), p.Name)
+	}
+	return &p, nil
+}
+
+// slicesOf: where x's EndpointSlices of namespace/name are, and the labels that select them.
+func (x *exporter) slicesOf(key types.NamespacedName) (string, labels.Selector, error) {
+	if x.published != "" {
+		return x.published, labels.SelectorFromSet(labels.Set{svcv1alpha1.SourceNamespaceLabel: key.Namespace, svcv1alpha1.SourceServiceLabel: key.Name,
+			discoveryv1.LabelManagedBy: mcs.ManagedBy}), nil
+	}
+	sel := notImportedHere()
+	req, err := labels.NewRequirement(discoveryv1.LabelServiceName, selection.Equals, []string{key.Name})
+	if err != nil {
+		return "", nil, err
+	}
+	return key.Namespace, sel.Add(*req), nil
 }
 
 func trimExport(o any) (any, error) {
@@ -127,16 +285,30 @@ type heldExport struct {
 // fingerprint is the informers' view of namespace/name: the Service's resourceVersion (also
 // returned alone) and each slice's.
 func (x *exporter) fingerprint(ctx context.Context, key types.NamespacedName) (string, string, error) {
-	svc := metadataOf(serviceGVK)
 	var b strings.Builder
-	if err := x.cache.Get(ctx, key, svc); err == nil {
-		b.WriteString(svc.ResourceVersion)
-	} else if !apierrors.IsNotFound(err) {
+	var svcRV string
+	if x.published != "" {
+		if p, err := x.publishedOf(ctx, key); err == nil {
+			svcRV = p.ResourceVersion
+		} else if !apierrors.IsNotFound(err) {
+			return "", "", err
+		}
+	} else {
+		svc := metadataOf(serviceGVK)
+		if err := x.cache.Get(ctx, key, svc); err == nil {
+			svcRV = svc.ResourceVersion
+		} else if !apierrors.IsNotFound(err) {
+			return "", "", err
+		}
+	}
+	b.WriteString(svcRV)
+	ns, sel, err := x.slicesOf(key)
+	if err != nil {
 		return "", "", err
 	}
 	sls := &metav1.PartialObjectMetadataList{}
 	sls.SetGroupVersionKind(endpointSliceGVK.GroupVersion().WithKind("EndpointSliceList"))
-	if err := x.cache.List(ctx, sls, client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+	if err := x.cache.List(ctx, sls, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return "", "", err
 	}
 	rvs := make([]string, 0, len(sls.Items))
@@ -147,7 +319,7 @@ func (x *exporter) fingerprint(ctx context.Context, key types.NamespacedName) (s
 	for _, rv := range rvs {
 		b.WriteString("|" + rv)
 	}
-	return b.String(), svc.ResourceVersion, nil
+	return b.String(), svcRV, nil
 }
 
 // heldFor returns namespace/name's Service and slices with at most allowance endpoints, read
@@ -167,6 +339,13 @@ func (x *exporter) heldFor(ctx context.Context, key types.NamespacedName, allowa
 	h := &heldExport{fingerprint: fp, allowance: allowance, svcRV: svcRV}
 	if old != nil && svcRV != "" && old.svcRV == svcRV {
 		h.svc = old.svc // only slices changed (a pod became ready): one request, not two
+	} else if x.published != "" {
+		// The cache holds the PublishedService itself (trimmed): nothing more to read.
+		if p, err := x.publishedOf(ctx, key); err == nil {
+			h.svc = serviceOfPublished(p)
+		} else if !apierrors.IsNotFound(err) {
+			return nil, err
+		}
 	} else {
 		var svc corev1.Service
 		if err := x.direct.Get(ctx, key, &svc); err == nil {
@@ -175,17 +354,15 @@ func (x *exporter) heldFor(ctx context.Context, key types.NamespacedName, allowa
 			return nil, fmt.Errorf("exporter %s: read Service %s: %w", x.id, key, err)
 		}
 	}
-	sel := notImportedHere()
-	req, err := labels.NewRequirement(discoveryv1.LabelServiceName, selection.Equals, []string{key.Name})
+	sliceNS, sel, err := x.slicesOf(key)
 	if err != nil {
 		return nil, err
 	}
-	sel = sel.Add(*req)
 	seen := 0
 	for cont := ""; ; {
 		var page discoveryv1.EndpointSliceList
 		// Pages of 20 slices: what is held while reading is at most 20,000 endpoints.
-		if err := x.direct.List(ctx, &page, client.InNamespace(key.Namespace), client.MatchingLabelsSelector{Selector: sel},
+		if err := x.direct.List(ctx, &page, client.InNamespace(sliceNS), client.MatchingLabelsSelector{Selector: sel},
 			client.Limit(20), client.Continue(cont)); err != nil {
 			return nil, fmt.Errorf("exporter %s: read the EndpointSlices of %s: %w", x.id, key, err)
 		}

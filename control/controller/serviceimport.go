@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -43,17 +44,19 @@ import (
 	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	svcv1alpha1 "github.com/skein-net/skein/control/api/services/v1alpha1"
 	"github.com/skein-net/skein/control/controller/mcs"
 	"github.com/skein-net/skein/dataplane/nat"
 )
 
-// Multi-cluster services (the MCS API, multicluster.x-k8s.io/v1alpha1). Each cluster reads its
-// peers' ServiceExports, Services and EndpointSlices with a read-only identity in each peer
-// (PeerCredentialsLabel Secrets, written by skeinctl network connect), and its own through
-// its own client. For each exported namespace/name it holds a ServiceImport, a derived
-// ClusterIP Service and EndpointSlices whose addresses are the exporters' endpoints as this
-// cluster reaches them (mcs.Build); and it sets the Valid and Conflict conditions of its own
-// ServiceExports.
+// Multi-cluster services (the MCS API, multicluster.x-k8s.io/v1alpha1). Each cluster reads what
+// its peers publish of their exports (publish.go: PublishedServices and EndpointSlice copies in
+// one namespace) with a read-only identity in each peer (PeerCredentialsLabel Secrets, written
+// by skeinctl network connect, renewed by tokenrenew.go), and its own ServiceExports, Services
+// and EndpointSlices through its own client; it publishes its own for the peers. For each
+// exported namespace/name it holds a ServiceImport, a derived ClusterIP Service and
+// EndpointSlices whose addresses are the exporters' endpoints as this cluster reaches them
+// (mcs.Build); and it sets the Valid and Conflict conditions of its own ServiceExports.
 
 // PeerCredentialsLabel marks a Secret holding a peer's read-only credentials (keys server,
 // ca.crt, token); its liqo.io/remote-cluster-id label names the peer.
@@ -62,11 +65,13 @@ const PeerCredentialsLabel = "skein.io/peer-credentials"
 // PeerCredentialsServices is PeerCredentialsLabel's value for the services reader.
 const PeerCredentialsServices = "services"
 
-// Keys of a peer credentials Secret.
+// Keys of a peer credentials Secret. PeerNamespaceKey, optional, is the peer's published
+// namespace (default DefaultPublishedNamespace): the only one read there.
 const (
-	PeerServerKey = "server"
-	PeerCAKey     = "ca.crt"
-	PeerTokenKey  = "token"
+	PeerServerKey    = "server"
+	PeerCAKey        = "ca.crt"
+	PeerTokenKey     = "token"
+	PeerNamespaceKey = "namespace"
 )
 
 // DefaultImportExcludedNamespaces are never imported into: a peer's export of a name there
@@ -75,12 +80,15 @@ var DefaultImportExcludedNamespaces = []string{"kube-system", "kube-public", "ku
 
 // exporter is one cluster whose exports are read: this one (creds nil) or a peer.
 type exporter struct {
-	id     string
-	secret types.NamespacedName
-	rv     string // the Secret's resourceVersion the cache was started from
-	cache  cache.Cache
-	cancel context.CancelFunc
-	since  time.Time
+	id string
+	// published is the namespace a peer publishes its exports in, the only one read there
+	// ("" for this cluster, read whole with its own identity).
+	published string
+	secret    types.NamespacedName
+	rv        string // the Secret's resourceVersion the cache was started from
+	cache     cache.Cache
+	cancel    context.CancelFunc
+	since     time.Time
 
 	// direct reads the exporter's API server without a cache: the Services and slices of the
 	// names imported (peercache.go), and now and then a check of the credentials (a watch
@@ -140,6 +148,12 @@ type ServiceImportReconciler struct {
 	// Namespaces, when set, imports only into the namespaces it selects (by their labels).
 	Namespaces labels.Selector
 	Limits     mcs.Limits
+	// RenewFraction of a peer's token lifetime passes before this cluster renews it
+	// (tokenrenew.go; 0: DefaultTokenRenewFraction).
+	RenewFraction float64
+	// Published is the namespace this cluster publishes its exports in for its peers
+	// (publish.go; "": none is published).
+	Published string
 	// Budget limits what each peer causes here (importbudget.go).
 	Budget PeerBudget
 	// Retry is how long an exporter that failed waits before it starts again (0:
@@ -175,6 +189,12 @@ func (r *ServiceImportReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Retry = DefaultExporterRetry
 	}
 	r.Budget = r.Budget.withDefaults()
+	if r.Published != "" {
+		// Started with the manager's caches, not by the first export's reconcile.
+		if _, err := mgr.GetCache().GetInformer(context.Background(), &svcv1alpha1.PublishedService{}); err != nil {
+			return fmt.Errorf("published services: %w (is the services.skein.io CRD installed?)", err)
+		}
+	}
 	if err := mgr.Add(runnable(func(ctx context.Context) error {
 		r.mu.Lock()
 		r.started = ctx
@@ -183,7 +203,7 @@ func (r *ServiceImportReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			<-ctx.Done()
 			return nil
 		}
-		r.startExporter(ctx, "", r.ClusterID, types.NamespacedName{}, "", r.Local)
+		r.startExporter(ctx, "", r.ClusterID, "", types.NamespacedName{}, "", r.Local)
 		for {
 			select {
 			case <-ctx.Done():
@@ -195,7 +215,7 @@ func (r *ServiceImportReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			r.mu.Unlock()
 			if _, err := x.state(); err != nil {
 				r.stopExporter(ctx, "")
-				r.startExporter(ctx, "", r.ClusterID, types.NamespacedName{}, "", r.Local)
+				r.startExporter(ctx, "", r.ClusterID, "", types.NamespacedName{}, "", r.Local)
 			}
 		}
 	})); err != nil {
@@ -237,9 +257,8 @@ func (r *ServiceImportReconciler) exportsIn(ctx context.Context, o client.Object
 		if ok, _ := x.state(); !ok {
 			continue
 		}
-		var exps mcsv1a1.ServiceExportList
-		if err := x.cache.List(ctx, &exps, client.InNamespace(o.GetName())); err == nil {
-			for _, e := range exps.Items {
+		if exps, err := x.exports(ctx, o.GetName()); err == nil {
+			for _, e := range exps {
 				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&e)})
 			}
 		}
@@ -334,12 +353,16 @@ func (r *ServiceImportReconciler) reconcileCredentials(ctx context.Context, req 
 		// was unreachable when it started, say), else checked again later.
 		if synced, err := old.state(); err == nil {
 			if synced && old.direct != nil && old.id != r.ClusterID {
-				if err := old.direct.List(ctx, &mcsv1a1.ServiceExportList{}, client.Limit(1)); refusedError(err) {
+				if err := old.direct.List(ctx, &svcv1alpha1.PublishedServiceList{}, client.InNamespace(old.published), client.Limit(1)); refusedError(err) {
 					old.mu.Lock()
 					old.err, old.synced, old.refused = err, false, true
 					old.mu.Unlock()
 					r.Events.Eventf(&s, nil, corev1.EventTypeWarning, "CredentialsRefused", "Import", "cluster %s refuses these credentials (%v): what was imported from it is removed; skeinctl network rotate-credentials issues new ones", old.id, err)
 					r.enqueueAll(ctx, old.id)
+				} else if err == nil {
+					if _, err := r.renewToken(ctx, old, &s); err != nil {
+						r.Events.Eventf(&s, nil, corev1.EventTypeWarning, "TokenNotRenewed", "Import", "%v", err)
+					}
 				}
 			}
 			return reconcile.Result{RequeueAfter: r.Retry}, nil
@@ -386,7 +409,12 @@ func (r *ServiceImportReconciler) reconcileCredentials(ctx context.Context, req 
 		r.Events.Eventf(&s, nil, corev1.EventTypeWarning, "InvalidCredentials", "Import", "%v", err)
 		return reconcile.Result{}, nil
 	}
-	r.startExporter(started, key, id, req.NamespacedName, s.ResourceVersion, cfg)
+	published := cmp.Or(string(s.Data[PeerNamespaceKey]), DefaultPublishedNamespace)
+	if errs := validation.IsDNS1123Label(published); len(errs) > 0 {
+		r.Events.Eventf(&s, nil, corev1.EventTypeWarning, "InvalidCredentials", "Import", "key %s: %q is no namespace name: %s", PeerNamespaceKey, published, strings.Join(errs, "; "))
+		return reconcile.Result{}, nil
+	}
+	r.startExporter(started, key, id, published, req.NamespacedName, s.ResourceVersion, cfg)
 	return reconcile.Result{RequeueAfter: r.Retry}, nil
 }
 
@@ -394,11 +422,11 @@ func (r *ServiceImportReconciler) reconcileCredentials(ctx context.Context, req 
 // unreachable, its credentials refused) waits before it tries again.
 const DefaultExporterRetry = 30 * time.Second
 
-// startExporter starts a cache of one cluster's ServiceExports, Services and EndpointSlices
-// (not the slices skein itself writes there; metadata only, peercache.go) whose events enqueue
-// the namespace/name. A peer's cache that grows past Budget.MaxObjects is stopped.
-func (r *ServiceImportReconciler) startExporter(ctx context.Context, key, id string, secret types.NamespacedName, rv string, cfg *rest.Config) {
-	x := &exporter{id: id, secret: secret, rv: rv, since: time.Now(), held: map[types.NamespacedName]*heldExport{}}
+// startExporter starts a cache of one cluster's exports (this cluster's ServiceExports,
+// Services and EndpointSlices, not the slices skein itself writes; a peer's published
+// namespace; peercache.go) whose events enqueue the namespace/name. A peer's cache that grows past Budget.MaxObjects is stopped.
+func (r *ServiceImportReconciler) startExporter(ctx context.Context, key, id, published string, secret types.NamespacedName, rv string, cfg *rest.Config) {
+	x := &exporter{id: id, published: published, secret: secret, rv: rv, since: time.Now(), held: map[types.NamespacedName]*heldExport{}}
 	parent := ctx // outlives the exporter: what it imported is computed again after it stops
 	ctx, x.cancel = context.WithCancel(ctx)
 	r.mu.Lock()
@@ -430,7 +458,7 @@ func (r *ServiceImportReconciler) startExporter(ctx context.Context, key, id str
 				// What it holds goes with the cache; what was imported from it goes too, as
 				// when its credentials are refused, until it is read again within the cap.
 				r.tally.setPeer(id, 0, 0, true)
-				fail(fmt.Errorf("cluster %s has more than %d Services, EndpointSlices and ServiceExports (--max-objects-per-peer): not read; read again in %s", id, r.Budget.MaxObjects, r.Retry))
+				fail(fmt.Errorf("cluster %s publishes more than %d objects (PublishedServices and EndpointSlices; --max-objects-per-peer): not read; read again in %s", id, r.Budget.MaxObjects, r.Retry))
 				x.cancel()
 				go func() {
 					if err := r.peerCondition(parent, x, nil); err != nil {
@@ -441,24 +469,23 @@ func (r *ServiceImportReconciler) startExporter(ctx context.Context, key, id str
 		}
 	}
 	go func() {
-		c, err := cache.New(cfg, exporterCacheOptions(cache.Options{Scheme: r.scheme}))
+		opts := exporterCacheOptions(cache.Options{Scheme: r.scheme})
+		if x.published != "" {
+			opts = publishedCacheOptions(cache.Options{Scheme: r.scheme}, x.published)
+		}
+		c, err := cache.New(cfg, opts)
 		if err != nil {
 			fail(err)
 			return
 		}
 		x.cache = c
-		nameOf := func(o client.Object) string { return o.GetName() }
-		sliceService := func(o client.Object) string { return o.GetLabels()[discoveryv1.LabelServiceName] }
-		for _, w := range []struct {
-			o    client.Object
-			name func(client.Object) string
-		}{{&mcsv1a1.ServiceExport{}, nameOf}, {metadataOf(serviceGVK), nameOf}, {metadataOf(endpointSliceGVK), sliceService}} {
+		for _, w := range x.watched() {
 			inf, err := c.GetInformer(ctx, w.o)
 			if err != nil {
-				fail(fmt.Errorf("%s: %w (is the MCS API installed there?)", w.o.GetObjectKind().GroupVersionKind().Kind, err))
+				fail(fmt.Errorf("%s: %w (is the MCS API installed there, and skein's services.skein.io API?)", w.o.GetObjectKind().GroupVersionKind().Kind, err))
 				return
 			}
-			name := w.name
+			name := w.key
 			if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 				AddFunc:    func(o any) { count(1); r.enqueueObject(o, name) },
 				UpdateFunc: func(_, o any) { r.enqueueObject(o, name) },
@@ -524,23 +551,22 @@ func (r *ServiceImportReconciler) enqueueAll(ctx context.Context, id string) {
 		if ok, _ := x.state(); !ok {
 			continue
 		}
-		var exps mcsv1a1.ServiceExportList
-		if err := x.cache.List(ctx, &exps); err == nil {
-			for _, e := range exps.Items {
+		if exps, err := x.exports(ctx, ""); err == nil {
+			for _, e := range exps {
 				r.enqueue(client.ObjectKeyFromObject(&e))
 			}
 		}
 	}
 }
 
-// enqueueObject enqueues the namespace/name an exporter's object is of (nameOf it).
-func (r *ServiceImportReconciler) enqueueObject(o any, nameOf func(client.Object) string) {
+// enqueueObject enqueues the namespace/name an exporter's object is of (keyOf it).
+func (r *ServiceImportReconciler) enqueueObject(o any, keyOf func(client.Object) types.NamespacedName) {
 	obj, ok := o.(client.Object)
 	if !ok {
 		return
 	}
-	if name := nameOf(obj); name != "" {
-		r.enqueue(types.NamespacedName{Namespace: obj.GetNamespace(), Name: name})
+	if k := keyOf(obj); k.Namespace != "" && k.Name != "" {
+		r.enqueue(k)
 	}
 }
 
@@ -549,8 +575,24 @@ func (r *ServiceImportReconciler) enqueue(k types.NamespacedName) {
 }
 
 // Reconcile computes the import of one namespace/name from every exporter and writes it.
-func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, err error) {
 	ns, name := req.Namespace, req.Name
+	// This cluster's own export of the name, as read: what is published of it for the peers
+	// (publish.go), whatever becomes of the import here.
+	var local *mcs.Source
+	localRead := false
+	// A failure to publish is retried after Retry, not with the import's backoff: the import
+	// here does not wait on it (nor does a missing published namespace make it fail).
+	defer func() {
+		if localRead && err == nil {
+			if perr := r.publish(ctx, req.NamespacedName, local); perr != nil {
+				log.FromContext(ctx).Error(perr, "publishing an export for the peers", "export", req.NamespacedName)
+				if res.RequeueAfter == 0 || res.RequeueAfter > r.Retry {
+					res.RequeueAfter = r.Retry
+				}
+			}
+		}
+	}()
 	r.mu.Lock()
 	xs := make([]*exporter, 0, len(r.byKey))
 	for _, x := range r.byKey {
@@ -580,6 +622,12 @@ func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.R
 		if err != nil {
 			return reconcile.Result{}, err
 		}
+		if x.id == r.ClusterID && x.published == "" {
+			localRead = true
+			if ok {
+				local = &src
+			}
+		}
 		if !ok {
 			continue
 		}
@@ -592,6 +640,10 @@ func (r *ServiceImportReconciler) Reconcile(ctx context.Context, req reconcile.R
 	importable, err := r.importable(ctx, ns)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if local != nil {
+		c := *local // Build does not change its sources; publish reads this copy after it
+		local = &c
 	}
 	imp := mcs.Build(ns, name, sources, r.Limits)
 	for i := range imp.Sources {
@@ -685,8 +737,8 @@ func (r *ServiceImportReconciler) source(ctx context.Context, x *exporter, key t
 		}
 		allowance = min(a, ceiling)
 	}
-	var exp mcsv1a1.ServiceExport
-	if err := x.cache.Get(ctx, key, &exp); apierrors.IsNotFound(err) {
+	exp, err := x.export(ctx, key)
+	if apierrors.IsNotFound(err) {
 		x.forget(key)
 		return mcs.Source{}, 0, false, nil
 	} else if err != nil {
@@ -703,7 +755,7 @@ func (r *ServiceImportReconciler) source(ctx context.Context, x *exporter, key t
 			return mcs.Source{}, 0, false, err
 		}
 	}
-	src = mcs.Source{ClusterID: x.id, Export: &exp, Service: h.svc, Slices: h.slices}
+	src = mcs.Source{ClusterID: x.id, Export: exp, Service: h.svc, Slices: h.slices}
 	if x.id != r.ClusterID {
 		src.MaxEndpoints = &allowance // what was read already fits; Build holds to it too
 	}

@@ -34,6 +34,7 @@ import (
 	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	svcv1alpha1 "github.com/skein-net/skein/control/api/services/v1alpha1"
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/controller/mcs"
 	"github.com/skein-net/skein/control/identity"
@@ -105,7 +106,7 @@ func startImportPairOpts(tb testing.TB, ctx context.Context, localPod netip.Pref
 	a, b := apitest.Start(tb), apitest.Start(tb)
 	x := &importPair{a: a, b: b, ca: a.Client, cb: b.Client, idA: "cluster-a", idB: "cluster-b"}
 	for _, e := range []*apitest.Env{a, b} {
-		for _, ns := range []string{"shop", "liqo", "liqo-tenant"} {
+		for _, ns := range []string{"shop", "liqo", "liqo-tenant", controller.DefaultPublishedNamespace} {
 			if err := e.EnsureNamespace(ctx, ns); err != nil {
 				tb.Fatal(err)
 			}
@@ -125,11 +126,23 @@ func startImportPairOpts(tb testing.TB, ctx context.Context, localPod netip.Pref
 	if err := controller.Setup(mgr, o); err != nil {
 		tb.Fatal(err)
 	}
+	// B's skein-controller: it publishes B's exports for A's reader (and imports nothing: it
+	// holds no credentials of A's).
+	mgrB, err := ctrl.NewManager(b.Config, ctrl.Options{Scheme: b.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: controller.CacheOptions(), Controller: crconfig.Controller{SkipNameValidation: &skipNameValidation}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := controller.Setup(mgrB, controller.Options{PodCIDRs: []netip.Prefix{p("10.244.0.0/16")}, ServiceCIDRs: []netip.Prefix{p("10.96.0.0/12")},
+		ExternalCIDR: p("10.70.0.0/16"), InternalCIDR: p("10.80.0.0/16"), ClusterID: x.idB, ServicesFrom: b.Config, ImportRetry: retry}); err != nil {
+		tb.Fatal(err)
+	}
 	mctx, mcancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- mgr.Start(mctx) }()
+	go func() { done <- mgrB.Start(mctx) }()
 	var once sync.Once
-	x.stop = func() { once.Do(func() { mcancel(); <-done }) }
+	x.stop = func() { once.Do(func() { mcancel(); <-done; <-done }) }
 	tb.Cleanup(x.stop)
 	cf := &netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Namespace: "liqo-tenant", Name: "b", Labels: map[string]string{netv1alpha1.RemoteClusterIDLabel: x.idB}},
 		Spec: netv1alpha1.ConfigurationSpec{Remote: netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: "10.244.0.0/16", External: "10.70.0.0/16"}}}}
@@ -149,7 +162,7 @@ func startImportPairOpts(tb testing.TB, ctx context.Context, localPod netip.Pref
 			ClientTemplateRef: netv1alpha1.TemplateRef{APIVersion: "networking.liqo.io/v1alpha1", Kind: "WgGatewayClientTemplate", Name: "wireguard-client", Namespace: "liqo"}}}); err != nil {
 		tb.Fatal(err)
 	}
-	if x.token, err = identity.GrantServiceReader(ctx, x.cb, "liqo-tenant", x.idA, time.Hour, false); err != nil {
+	if x.token, err = identity.GrantServiceReader(ctx, x.cb, "liqo-tenant", x.idA, controller.DefaultPublishedNamespace, time.Hour, false); err != nil {
 		tb.Fatal(err)
 	}
 	x.creds = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "liqo-tenant", Name: "b-services",
@@ -250,20 +263,30 @@ func testServiceImport(t *testing.T, localPod netip.Prefix, remapped bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range []client.ObjectList{&mcsv1a1.ServiceExportList{}, &corev1.ServiceList{}, &discoveryv1.EndpointSliceList{}} {
-		if err := rc.List(ctx, l); err != nil {
-			t.Errorf("the reader cannot list %T: %v", l, err)
+	pub := client.InNamespace(controller.DefaultPublishedNamespace)
+	for _, l := range []client.ObjectList{&svcv1alpha1.PublishedServiceList{}, &discoveryv1.EndpointSliceList{}} {
+		if err := rc.List(ctx, l, pub); err != nil {
+			t.Errorf("the reader cannot list %T in the published namespace: %v", l, err)
 		}
 	}
 	for what, err := range map[string]error{
-		"list secrets":        rc.List(ctx, &corev1.SecretList{}),
-		"list pods":           rc.List(ctx, &corev1.PodList{}),
-		"list configmaps":     rc.List(ctx, &corev1.ConfigMapList{}),
-		"list configurations": rc.List(ctx, &netv1alpha1.ConfigurationList{}),
-		"create a service":    rc.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "evil"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 1}}}}),
-		"delete an export":    rc.Delete(ctx, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}),
-		"patch a slice":       rc.Patch(ctx, bSlice.DeepCopy(), client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"x":"y"}}}`))),
-		"create an export":    rc.Create(ctx, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "other"}}),
+		"list exports":              rc.List(ctx, &mcsv1a1.ServiceExportList{}),
+		"list services":             rc.List(ctx, &corev1.ServiceList{}),
+		"list slices":               rc.List(ctx, &discoveryv1.EndpointSliceList{}),
+		"get the exported Service":  rc.Get(ctx, key, &corev1.Service{}),
+		"get the exported slice":    rc.Get(ctx, client.ObjectKeyFromObject(bSlice), &discoveryv1.EndpointSlice{}),
+		"list the slices of shop":   rc.List(ctx, &discoveryv1.EndpointSliceList{}, client.InNamespace("shop")),
+		"get default/kubernetes":    rc.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &corev1.Service{}),
+		"write a published copy":    rc.Create(ctx, &svcv1alpha1.PublishedService{ObjectMeta: metav1.ObjectMeta{Namespace: controller.DefaultPublishedNamespace, Name: "shop.evil"}, Spec: svcv1alpha1.PublishedServiceSpec{Namespace: "shop", Name: "evil"}}),
+		"list services (published)": rc.List(ctx, &corev1.ServiceList{}, pub),
+		"list secrets":              rc.List(ctx, &corev1.SecretList{}),
+		"list pods":                 rc.List(ctx, &corev1.PodList{}),
+		"list configmaps":           rc.List(ctx, &corev1.ConfigMapList{}),
+		"list configurations":       rc.List(ctx, &netv1alpha1.ConfigurationList{}),
+		"create a service":          rc.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "evil"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 1}}}}),
+		"delete an export":          rc.Delete(ctx, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"}}),
+		"patch a slice":             rc.Patch(ctx, bSlice.DeepCopy(), client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"x":"y"}}}`))),
+		"create an export":          rc.Create(ctx, &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "other"}}),
 	} {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("the services reader may %s in B: %v", what, err)
@@ -344,30 +367,30 @@ func testServiceImport(t *testing.T, localPod netip.Prefix, remapped bool) {
 		return apierrors.IsNotFound(ca.Get(ctx, key, &si)) && apierrors.IsNotFound(ca.Get(ctx, client.ObjectKeyFromObject(&derived), &derived))
 	})
 	// Renewing ends the old token; revoking ends the new one.
-	tok2, err := identity.GrantServiceReader(ctx, cb, "liqo-tenant", idA, time.Hour, true)
+	tok2, err := identity.GrantServiceReader(ctx, cb, "liqo-tenant", idA, controller.DefaultPublishedNamespace, time.Hour, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The API server looks service accounts up through its own cache: allow it a moment.
 	waitUntil(t, ctx, "the reader's first token refused after a renewal", func() bool {
-		return apierrors.IsUnauthorized(rc.List(ctx, &corev1.ServiceList{}))
+		return apierrors.IsUnauthorized(rc.List(ctx, &svcv1alpha1.PublishedServiceList{}, pub))
 	})
 	reader.BearerToken = tok2.Token
 	rc2, err := client.New(reader, client.Options{Scheme: b.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rc2.List(ctx, &corev1.ServiceList{}); err != nil {
+	if err := rc2.List(ctx, &svcv1alpha1.PublishedServiceList{}, pub); err != nil {
 		t.Errorf("the renewed token: %v", err)
 	}
-	if err := identity.RevokeServiceReader(ctx, cb, "liqo-tenant", idA); err != nil {
+	if err := identity.RevokeServiceReader(ctx, cb, "liqo-tenant", idA, controller.DefaultPublishedNamespace); err != nil {
 		t.Fatal(err)
 	}
-	if err := rc2.List(ctx, &corev1.ServiceList{}); !apierrors.IsUnauthorized(err) && !apierrors.IsForbidden(err) {
+	if err := rc2.List(ctx, &svcv1alpha1.PublishedServiceList{}, pub); !apierrors.IsUnauthorized(err) && !apierrors.IsForbidden(err) {
 		t.Errorf("the reader's token after RevokeServiceReader: %v, want Unauthorized or Forbidden", err)
 	}
 	waitUntil(t, ctx, "the reader's token refused after RevokeServiceReader", func() bool {
-		return apierrors.IsUnauthorized(rc2.List(ctx, &corev1.ServiceList{}))
+		return apierrors.IsUnauthorized(rc2.List(ctx, &svcv1alpha1.PublishedServiceList{}, pub))
 	})
 }
 
@@ -486,7 +509,7 @@ func TestServiceImportUntrustedCredentials(t *testing.T) {
 	}
 
 	// B revokes A's reader: A's endpoints of B go.
-	if err := identity.RevokeServiceReader(ctx, x.cb, "liqo-tenant", x.idA); err != nil {
+	if err := identity.RevokeServiceReader(ctx, x.cb, "liqo-tenant", x.idA, controller.DefaultPublishedNamespace); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -47,6 +48,15 @@ type Options struct {
 	// ServicesFrom reads this cluster's ServiceExports, Services and EndpointSlices (the
 	// manager's configuration); nil turns multi-cluster services off.
 	ServicesFrom *rest.Config
+	// PublishedNamespace is where this cluster publishes its exports for its peers' services
+	// readers (publish.go; "": DefaultPublishedNamespace).
+	PublishedNamespace string
+	// NoPublishing: this cluster's exports are not published (its peers import none of them);
+	// skein-controller sets it when the PublishedService CRD is not installed.
+	NoPublishing bool
+	// TokenRenewFraction of a peer's services reader token lifetime passes before it is
+	// renewed (0: DefaultTokenRenewFraction).
+	TokenRenewFraction float64
 	// ImportExcludedNamespaces are never imported into (nil: DefaultImportExcludedNamespaces).
 	ImportExcludedNamespaces []string
 	// ImportRetry is how long reading a cluster's exports waits after a failure before it
@@ -137,7 +147,11 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		}
 		r := &ServiceImportReconciler{Client: c, Events: ev, ClusterID: o.ClusterID, PodCIDRs: o.PodCIDRs,
 			Local: o.ServicesFrom, Excluded: o.ImportExcludedNamespaces, Retry: o.ImportRetry,
-			Budget: o.ImportBudget, Limits: mcs.Limits{MaxPortsPerImport: o.MaxPortsPerImport}, Namespaces: o.ImportNamespaces}
+			Budget: o.ImportBudget, Limits: mcs.Limits{MaxPortsPerImport: o.MaxPortsPerImport}, Namespaces: o.ImportNamespaces,
+			Published: cmp.Or(o.PublishedNamespace, DefaultPublishedNamespace), RenewFraction: o.TokenRenewFraction}
+		if o.NoPublishing {
+			r.Published = ""
+		}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
 		}

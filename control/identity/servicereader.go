@@ -16,31 +16,80 @@ import (
 
 // The services reader: the identity a peer's skein-controller uses in this cluster to import
 // the services this cluster exports (Multi-Cluster Services API). One ServiceAccount per peer,
-// in the peer's tenant namespace here, bound to ServiceReaderRole: read ServiceExports,
-// Services and EndpointSlices, nothing else.
+// in the peer's tenant namespace here, bound in the published namespace (where this cluster's
+// skein-controller publishes its exports: a PublishedService and EndpointSlice copies for each)
+// to ServiceReaderRole, get/list/watch on those two kinds there and nothing else; and in its own
+// namespace to a Role that lets it request tokens for itself alone, so that the peer's
+// controller renews its short-lived token before it expires.
 
-// ServiceReaderRoleName is the ClusterRole every services reader is bound to.
+// ServiceReaderRoleName is the Role every services reader is bound to in the published
+// namespace (and the ClusterRole of the readers before issue #40, removed on a grant).
 const ServiceReaderRoleName = "skein-service-reader"
+
+// DefaultPublishedNamespace is where skein-controller publishes this cluster's exports unless
+// told otherwise (--published-namespace; the chart's multiclusterServices.publishedNamespace).
+const DefaultPublishedNamespace = "skein-published"
+
+// PublishedNamespaceLabel marks the published namespace (the chart labels it; GrantServiceReader
+// labels the one it makes): PublishedNamespace finds it by it.
+const PublishedNamespaceLabel = "services.skein.io/published"
+
+// DefaultServiceReaderTTL is the default lifetime of a services reader token: a day. The peer's
+// controller renews it when two thirds of it have passed (ServiceReaderRenewAt), so a token
+// copied out of the peer (a backup, a log, a decommissioned cluster) is good for a day at most
+// unless renewed, and the peer's controller may be down, or this API server unreachable, for
+// eight hours before the token lapses (then skeinctl network rotate-credentials issues anew).
+const DefaultServiceReaderTTL = 24 * time.Hour
 
 // ServiceReaderName is the ServiceAccount of peer peerID's services reader (in the peering's
 // namespace, which the manual flow may share between peers: hence the peer's name in it).
 func ServiceReaderName(peerID string) string { return ServiceReaderRoleName + "-" + PeerName(peerID) }
 
-// ServiceReaderBindingName is the ClusterRoleBinding of peer peerID's services reader.
+// ServiceReaderBindingName is the RoleBinding of peer peerID's services reader in the published
+// namespace (and the name of its ClusterRoleBinding before issue #40).
 func ServiceReaderBindingName(peerID string) string { return ServiceReaderRoleName + "-" + peerID }
 
-// ServiceReaderRole is the services reader's ClusterRole: get, list and watch on the three kinds
-// the import reads, cluster-wide (an export may be in any namespace).
-func ServiceReaderRole() *rbacv1.ClusterRole {
+// ServiceReaderTokenRoleName is the Role and RoleBinding, in the reader's own namespace, that let
+// peer peerID's reader request tokens for its own ServiceAccount and no other.
+func ServiceReaderTokenRoleName(peerID string) string { return ServiceReaderName(peerID) + "-token" }
+
+// PublishedGroup is the API group of the published kinds.
+const PublishedGroup = "services.skein.io"
+
+// ServiceReaderRole is the services reader's Role in the published namespace ns: get, list and
+// watch on PublishedServices and EndpointSlices there.
+func ServiceReaderRole(ns string) *rbacv1.Role {
 	read := []string{"get", "list", "watch"}
-	return &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: ServiceReaderRoleName, Labels: map[string]string{"app.kubernetes.io/part-of": "skein", "app.kubernetes.io/managed-by": "skeinctl"}},
+	return &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderRoleName, Labels: map[string]string{"app.kubernetes.io/part-of": "skein", "app.kubernetes.io/managed-by": "skeinctl"}},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"multicluster.x-k8s.io"}, Resources: []string{"serviceexports"}, Verbs: read},
-			{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: read},
+			{APIGroups: []string{PublishedGroup}, Resources: []string{"publishedservices"}, Verbs: read},
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
 		},
 	}
+}
+
+// serviceReaderTokenRole lets peer peerID's reader, in namespace ns, request its own tokens.
+func serviceReaderTokenRole(ns, peerID string, labels map[string]string) *rbacv1.Role {
+	return &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderTokenRoleName(peerID), Labels: labels},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"},
+			ResourceNames: []string{ServiceReaderName(peerID)}}}}
+}
+
+// PublishedNamespace is this cluster's published namespace: the one namespace labelled
+// PublishedNamespaceLabel=true, else DefaultPublishedNamespace.
+func PublishedNamespace(ctx context.Context, c client.Client) (string, error) {
+	var l corev1.NamespaceList
+	if err := c.List(ctx, &l, client.MatchingLabels{PublishedNamespaceLabel: "true"}); err != nil {
+		return "", fmt.Errorf("services reader: the published namespace: %w", err)
+	}
+	switch len(l.Items) {
+	case 0:
+		return DefaultPublishedNamespace, nil
+	case 1:
+		return l.Items[0].Name, nil
+	}
+	return "", fmt.Errorf("services reader: %d namespaces are labelled %s=true: want one, the namespace skein-controller publishes exports in", len(l.Items), PublishedNamespaceLabel)
 }
 
 // ServiceReaderToken is a services reader's credentials for the peer.
@@ -50,12 +99,18 @@ type ServiceReaderToken struct {
 }
 
 // GrantServiceReader makes (or keeps) peer peerID's services reader in namespace ns: the
-// ClusterRole, the ServiceAccount and its ClusterRoleBinding; then it issues a token valid for
-// ttl (TokenRequest: it ends with the ServiceAccount, so RevokeServiceReader ends it too).
-// With renew, the ServiceAccount is made anew first, ending every token issued before.
-func GrantServiceReader(ctx context.Context, c client.Client, ns, peerID string, ttl time.Duration, renew bool) (ServiceReaderToken, error) {
+// published namespace (made when missing), the Role there, the ServiceAccount, its RoleBinding
+// there and its token Role here; it removes what readers were given before issue #40 (a
+// ClusterRoleBinding to the ClusterRole skein-service-reader, which read every Service and
+// EndpointSlice of the cluster); then it issues a token valid for ttl (TokenRequest: it ends
+// with the ServiceAccount, so RevokeServiceReader ends it too). With renew, the ServiceAccount
+// is made anew first, ending every token issued before.
+func GrantServiceReader(ctx context.Context, c client.Client, ns, peerID, published string, ttl time.Duration, renew bool) (ServiceReaderToken, error) {
 	if peerID == "" {
 		return ServiceReaderToken{}, errors.New("services reader: no peer cluster id")
+	}
+	if published == "" || published == ns {
+		return ServiceReaderToken{}, fmt.Errorf("services reader: published namespace %q: want one of its own, not the peering's", published)
 	}
 	if renew {
 		old := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderName(peerID)}}
@@ -70,42 +125,45 @@ func GrantServiceReader(ctx context.Context, c client.Client, ns, peerID string,
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	if err := removeClusterWideReader(ctx, c, peerID); err != nil {
+		return ServiceReaderToken{}, err
+	}
 	labels := map[string]string{"app.kubernetes.io/part-of": "skein", "app.kubernetes.io/managed-by": "skeinctl", "liqo.io/remote-cluster-id": peerID}
-	role := ServiceReaderRole()
-	if err := c.Create(ctx, role); err != nil && !apierrors.IsAlreadyExists(err) {
-		return ServiceReaderToken{}, fmt.Errorf("services reader: ClusterRole %s: %w", role.Name, err)
-	} else if err != nil {
-		var have rbacv1.ClusterRole
-		if err := c.Get(ctx, client.ObjectKeyFromObject(role), &have); err != nil {
-			return ServiceReaderToken{}, err
-		}
-		have.Rules, have.AggregationRule = role.Rules, nil // never broader than this, whatever it was edited to
-		if err := c.Update(ctx, &have); err != nil {
-			return ServiceReaderToken{}, fmt.Errorf("services reader: ClusterRole %s: %w", role.Name, err)
-		}
+	pns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: published, Labels: map[string]string{PublishedNamespaceLabel: "true",
+		"app.kubernetes.io/part-of": "skein", "app.kubernetes.io/managed-by": "skeinctl"}}}
+	if err := c.Create(ctx, pns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return ServiceReaderToken{}, fmt.Errorf("services reader: namespace %s: %w", published, err)
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderName(peerID), Labels: labels},
 		AutomountServiceAccountToken: new(bool)}
 	if err := c.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
 		return ServiceReaderToken{}, fmt.Errorf("services reader: ServiceAccount %s/%s: %w", ns, sa.Name, err)
 	}
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ServiceReaderBindingName(peerID), Labels: labels},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ServiceReaderRoleName},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: ServiceReaderName(peerID)}}}
-	if err := c.Create(ctx, crb); apierrors.IsAlreadyExists(err) {
-		var have rbacv1.ClusterRoleBinding
-		if err := c.Get(ctx, client.ObjectKeyFromObject(crb), &have); err != nil {
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: ServiceReaderName(peerID)}}
+	for _, g := range []struct {
+		role    *rbacv1.Role
+		binding string
+	}{{ServiceReaderRole(published), ServiceReaderBindingName(peerID)}, {serviceReaderTokenRole(ns, peerID, labels), ServiceReaderTokenRoleName(peerID)}} {
+		if err := ensureRole(ctx, c, g.role); err != nil {
 			return ServiceReaderToken{}, err
 		}
-		if have.RoleRef != crb.RoleRef {
-			return ServiceReaderToken{}, fmt.Errorf("services reader: ClusterRoleBinding %s binds %s, not %s: delete it and connect again", crb.Name, have.RoleRef.Name, ServiceReaderRoleName)
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: g.role.Namespace, Name: g.binding, Labels: labels},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: g.role.Name}, Subjects: subjects}
+		if err := c.Create(ctx, rb); apierrors.IsAlreadyExists(err) {
+			var have rbacv1.RoleBinding
+			if err := c.Get(ctx, client.ObjectKeyFromObject(rb), &have); err != nil {
+				return ServiceReaderToken{}, err
+			}
+			if have.RoleRef != rb.RoleRef {
+				return ServiceReaderToken{}, fmt.Errorf("services reader: RoleBinding %s/%s binds %s, not %s: delete it and connect again", rb.Namespace, rb.Name, have.RoleRef.Name, rb.RoleRef.Name)
+			}
+			have.Subjects = subjects
+			if err := c.Update(ctx, &have); err != nil {
+				return ServiceReaderToken{}, err
+			}
+		} else if err != nil {
+			return ServiceReaderToken{}, fmt.Errorf("services reader: RoleBinding %s/%s: %w", rb.Namespace, rb.Name, err)
 		}
-		have.Subjects = crb.Subjects
-		if err := c.Update(ctx, &have); err != nil {
-			return ServiceReaderToken{}, err
-		}
-	} else if err != nil {
-		return ServiceReaderToken{}, fmt.Errorf("services reader: ClusterRoleBinding %s: %w", crb.Name, err)
 	}
 	secs := int64(ttl / time.Second)
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}
@@ -115,17 +173,77 @@ func GrantServiceReader(ctx context.Context, c client.Client, ns, peerID string,
 	return ServiceReaderToken{Token: tr.Status.Token, Expires: tr.Status.ExpirationTimestamp.Time}, nil
 }
 
-// RevokeServiceReader removes peer peerID's services reader from namespace ns: its binding and
-// its ServiceAccount (every token issued to it stops working). The ClusterRole stays for the
+// ensureRole makes role, or gives the one there its rules (never broader than these, whatever
+// it was edited to).
+func ensureRole(ctx context.Context, c client.Client, role *rbacv1.Role) error {
+	if err := c.Create(ctx, role); err == nil {
+		return nil
+	} else if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("services reader: Role %s/%s: %w", role.Namespace, role.Name, err)
+	}
+	var have rbacv1.Role
+	if err := c.Get(ctx, client.ObjectKeyFromObject(role), &have); err != nil {
+		return err
+	}
+	have.Rules = role.Rules
+	if err := c.Update(ctx, &have); err != nil {
+		return fmt.Errorf("services reader: Role %s/%s: %w", role.Namespace, role.Name, err)
+	}
+	return nil
+}
+
+// removeClusterWideReader removes peer peerID's reader binding of before issue #40 (the
+// ClusterRoleBinding to ClusterRole skein-service-reader), and the ClusterRole once no binding
+// refers to it.
+func removeClusterWideReader(ctx context.Context, c client.Client, peerID string) error {
+	var crb rbacv1.ClusterRoleBinding
+	if err := c.Get(ctx, client.ObjectKey{Name: ServiceReaderBindingName(peerID)}, &crb); err == nil {
+		if crb.RoleRef.Kind == "ClusterRole" && crb.RoleRef.Name == ServiceReaderRoleName {
+			if err := c.Delete(ctx, &crb); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("services reader: delete the cluster-wide ClusterRoleBinding %s: %w", crb.Name, err)
+			}
+		}
+	} else if client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	var all rbacv1.ClusterRoleBindingList
+	if err := c.List(ctx, &all); err != nil {
+		return err
+	}
+	for _, b := range all.Items {
+		if b.RoleRef.Kind == "ClusterRole" && b.RoleRef.Name == ServiceReaderRoleName && b.DeletionTimestamp == nil {
+			return nil // another peer's reader, not granted again yet: its own grant removes it
+		}
+	}
+	cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ServiceReaderRoleName}}
+	var have rbacv1.ClusterRole
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cr), &have); err == nil && have.Labels["app.kubernetes.io/part-of"] == "skein" {
+		if err := c.Delete(ctx, &have); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("services reader: delete the cluster-wide ClusterRole %s: %w", cr.Name, err)
+		}
+	} else if client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	return nil
+}
+
+// RevokeServiceReader removes peer peerID's services reader from namespace ns: its bindings
+// (in published and in ns), its token Role and its ServiceAccount (every token issued to it
+// stops working), and a binding of before issue #40. The Role in published stays for the
 // other peers.
-func RevokeServiceReader(ctx context.Context, c client.Client, ns, peerID string) error {
-	for _, o := range []client.Object{
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ServiceReaderBindingName(peerID)}},
+func RevokeServiceReader(ctx context.Context, c client.Client, ns, peerID, published string) error {
+	objs := []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderName(peerID)}},
-	} {
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderTokenRoleName(peerID)}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderTokenRoleName(peerID)}},
+	}
+	if published != "" {
+		objs = append(objs, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: published, Name: ServiceReaderBindingName(peerID)}})
+	}
+	for _, o := range objs {
 		if err := c.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("services reader: delete %T %s: %w", o, o.GetName(), err)
 		}
 	}
-	return nil
+	return removeClusterWideReader(ctx, c, peerID)
 }

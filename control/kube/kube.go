@@ -15,10 +15,11 @@ import (
 	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	svcv1alpha1 "github.com/skein-net/skein/control/api/services/v1alpha1"
 )
 
 // Scheme returns a scheme with the core Kubernetes kinds, networking.liqo.io/v1alpha1 and the
-// Multi-Cluster Services API (multicluster.x-k8s.io/v1alpha1).
+// Multi-Cluster Services API (multicluster.x-k8s.io/v1alpha1), and skein's services.skein.io/v1alpha1.
 func Scheme() *k8sruntime.Scheme {
 	s := k8sruntime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
@@ -28,6 +29,9 @@ func Scheme() *k8sruntime.Scheme {
 		panic(err)
 	}
 	if err := mcsv1a1.Install(s); err != nil {
+		panic(err)
+	}
+	if err := svcv1alpha1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	return s
