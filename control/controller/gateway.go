@@ -774,6 +774,9 @@ func gatewayOwnRules(name string) []rbacv1.PolicyRule {
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{name}, Verbs: []string{"get", "update"}},
 		{APIGroups: []string{netv1alpha1.SchemeGroupVersion.Group}, Resources: []string{"connections"}, ResourceNames: []string{name}, Verbs: []string{"get", "update"}},
 		{APIGroups: []string{netv1alpha1.SchemeGroupVersion.Group}, Resources: []string{"connections/status"}, ResourceNames: []string{name}, Verbs: []string{"update"}},
+		// Its own status only: a gateway publishes its endpoint and VTEP there, which every
+		// node's agent routes to, so another gateway's status is another peering's traffic.
+		{APIGroups: []string{netv1alpha1.SchemeGroupVersion.Group}, Resources: []string{"gatewayservers/status", "gatewayclients/status"}, ResourceNames: []string{name}, Verbs: []string{"patch"}},
 	}
 }
 
