@@ -46,6 +46,7 @@ import (
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	svcv1alpha1 "github.com/skein-net/skein/control/api/services/v1alpha1"
 	"github.com/skein-net/skein/control/controller/mcs"
+	"github.com/skein-net/skein/control/kube"
 	"github.com/skein-net/skein/dataplane/nat"
 )
 
@@ -384,12 +385,14 @@ func (r *ServiceImportReconciler) reconcileCredentials(ctx context.Context, req 
 	}
 	// Only the peering's own namespace holds its credentials: a Secret someone planted
 	// elsewhere, naming a peer, must not make this cluster import anything in its name.
+	// The peering is the oldest Configuration of the id (a later one elsewhere is
+	// DuplicateClusterID): credentials beside a later one are not the peering's.
 	var confs netv1alpha1.ConfigurationList
-	if err := r.Client.List(ctx, &confs, client.InNamespace(s.Namespace), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: id}); err != nil {
+	if err := r.Client.List(ctx, &confs, client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: id}); err != nil {
 		return reconcile.Result{}, err
 	}
-	if len(confs.Items) == 0 {
-		r.Events.Eventf(&s, nil, corev1.EventTypeWarning, "InvalidCredentials", "Import", "no Configuration of cluster %s in namespace %s: a peer's credentials are used only in the namespace of its peering", id, s.Namespace)
+	if first := kube.Oldest(confs.Items); first == nil || first.Namespace != s.Namespace {
+		r.Events.Eventf(&s, nil, corev1.EventTypeWarning, "InvalidCredentials", "Import", "no Configuration of cluster %s in namespace %s, or an older one elsewhere: a peer's credentials are used only in the namespace of its peering", id, s.Namespace)
 		return reconcile.Result{}, nil
 	}
 	r.mu.Lock()
@@ -783,22 +786,29 @@ func (r *ServiceImportReconciler) addressMap(ctx context.Context, id string) (*n
 	if err := r.Client.List(ctx, &confs, client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: id}); err != nil {
 		return nil, err
 	}
-	if len(confs.Items) != 1 || confs.Items[0].Status.Remote == nil || !meta.IsStatusConditionTrue(confs.Items[0].Status.Conditions, netv1alpha1.ConditionReady) {
+	// The peering is the oldest Configuration of the id, as the Configuration reconciler
+	// decides (a later one is DuplicateClusterID and mapped to nothing): a second one, which
+	// anyone who may write Configurations somewhere can add, neither stops this peer's imports
+	// nor stands in for it.
+	if len(confs.Items) == 0 {
 		return nil, nil
 	}
-	// No gateway towards the peer (disconnected): nothing routes to its pods, so none of its
-	// endpoints is imported.
+	cf := kube.Oldest(confs.Items)
+	if cf.Status.Remote == nil || !meta.IsStatusConditionTrue(cf.Status.Conditions, netv1alpha1.ConditionReady) {
+		return nil, nil
+	}
+	// No gateway towards the peer in the peering's namespace (disconnected): nothing routes to
+	// its pods, so none of its endpoints is imported.
 	var servers netv1alpha1.GatewayServerList
 	var clients netv1alpha1.GatewayClientList
 	for _, l := range []client.ObjectList{&servers, &clients} {
-		if err := r.Client.List(ctx, l, client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: id}); err != nil {
+		if err := r.Client.List(ctx, l, client.InNamespace(cf.Namespace), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: id}); err != nil {
 			return nil, err
 		}
 	}
 	if len(servers.Items)+len(clients.Items) == 0 {
 		return nil, nil
 	}
-	cf := confs.Items[0]
 	real, seen := cf.Spec.Remote.CIDR.Pods(), cf.Status.Remote.CIDR.Pods()
 	if len(real) != len(seen) {
 		return nil, nil
