@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/netip"
@@ -308,8 +309,68 @@ func peerRESTConfig(s *corev1.Secret) (*rest.Config, error) {
 	}
 	// No client timeout: it would cut every watch; the reflectors time their own requests.
 	return &rest.Config{Host: "https://" + u.Host + u.EscapedPath(), BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca},
-		QPS: 20, Burst: 40, UserAgent: "skein-controller (service import)", WrapTransport: refuseRedirects}, nil
+		QPS: 20, Burst: 40, UserAgent: "skein-controller (service import)", WrapTransport: peerTransport}, nil
 }
+
+// peerTransport is how the controller talks to a peer's API server: no redirect followed, and
+// no response longer than MaxPeerResponseBytes read.
+func peerTransport(rt http.RoundTripper) http.RoundTripper {
+	return limitResponses(refuseRedirects(rt))
+}
+
+// MaxPeerResponseBytes bounds one response of a peer's API server (a list, or a watch
+// stream over its life). The object cap counts objects, not bytes, and the informers decode
+// a whole list before they trim it: 200 published Services of half a megabyte each grew the
+// controller's heap by 185 MiB. A peer at its budgets publishes about 3 MB in all; a
+// response past the bound fails (a list: the peer is not read and says why; a watch: it
+// starts again from where it was).
+const MaxPeerResponseBytes = 16 << 20
+
+func limitResponses(rt http.RoundTripper) http.RoundTripper { return responseLimiter{rt} }
+
+type responseLimiter struct{ next http.RoundTripper }
+
+func (r responseLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.next.RoundTrip(req)
+	if err != nil || resp.Body == nil {
+		return resp, err
+	}
+	if resp.ContentLength > MaxPeerResponseBytes {
+		_ = resp.Body.Close()
+		return nil, fmt.Errorf("%s %s: the peer's API server answers with %d bytes, more than %d: not read", req.Method, req.URL.Redacted(), resp.ContentLength, MaxPeerResponseBytes)
+	}
+	resp.Body = &limitedBody{rc: resp.Body, left: MaxPeerResponseBytes, what: req.URL.Redacted()}
+	return resp, nil
+}
+
+// WrappedRoundTripper lets client-go's transport debugging see through the wrapper.
+func (r responseLimiter) WrappedRoundTripper() http.RoundTripper { return r.next }
+
+// limitedBody fails a read past left bytes (io.LimitReader would end it quietly: a list cut
+// short must not look like a short list).
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+	what string
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		var one [1]byte
+		if n, err := b.rc.Read(one[:]); n == 0 && err == io.EOF {
+			return 0, io.EOF // exactly at the bound
+		}
+		return 0, fmt.Errorf("%s: the peer's API server sent more than %d bytes in one response: not read further", b.what, MaxPeerResponseBytes)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
 
 // refuseRedirects makes every redirect a peer's API server answers an error. Go's HTTP client
 // follows redirects, and client-go adds the bearer token inside the transport, so a followed

@@ -3,8 +3,10 @@ package controller
 import (
 	"context"
 	"encoding/pem"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -94,5 +96,78 @@ func TestPeerRedirectRefused(t *testing.T) {
 	}
 	if n := reached.Load(); n != 0 || tokenSeen.Load() {
 		t.Errorf("the redirect target got %d requests (the peer's token among them: %v)", n, tokenSeen.Load())
+	}
+}
+
+// TestPeerResponseLimited: a peer's API server cannot make the controller read (and decode)
+// more than MaxPeerResponseBytes in one response, whether it says so in advance
+// (Content-Length) or streams it (a watch, chunked); a response at the bound is read whole.
+func TestPeerResponseLimited(t *testing.T) {
+	list := func(n int) []byte {
+		// A ServiceExportList padded with an annotation of n bytes.
+		return []byte(`{"kind":"ServiceExportList","apiVersion":"multicluster.x-k8s.io/v1alpha1","metadata":{},"items":[{"metadata":{"name":"a","namespace":"b","annotations":{"x":"` +
+			strings.Repeat("y", n) + `"}}}]}`)
+	}
+	var body []byte
+	chunked := false
+	peer := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if chunked {
+			for off := 0; off < len(body); off += 1 << 20 {
+				_, _ = w.Write(body[off:min(off+1<<20, len(body))])
+				w.(http.Flusher).Flush()
+			}
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body)
+	}))
+	defer peer.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: peer.Certificate().Raw})
+	cfg, err := peerRESTConfig(&corev1.Secret{Data: map[string][]byte{PeerServerKey: []byte(peer.URL), PeerCAKey: ca, PeerTokenKey: []byte("t")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() (int, error) {
+		resp, err := hc.Get(peer.URL + "/apis/multicluster.x-k8s.io/v1alpha1/serviceexports")
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return len(b), err
+	}
+	for _, c := range []struct {
+		size    int
+		chunked bool
+		ok      bool
+	}{
+		{1 << 10, false, true},
+		{MaxPeerResponseBytes + 1, false, false},
+		{MaxPeerResponseBytes + 1, true, false},
+		{4 * MaxPeerResponseBytes, true, false},
+	} {
+		body, chunked = list(c.size), c.chunked
+		n, err := get()
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("%d bytes (chunked %v): %v", len(body), c.chunked, err)
+		case !c.ok && err == nil:
+			t.Errorf("%d bytes (chunked %v) read whole: %d", len(body), c.chunked, n)
+		case !c.ok && n > MaxPeerResponseBytes:
+			t.Errorf("%d bytes (chunked %v): %d read, more than the bound", len(body), c.chunked, n)
+		case !c.ok && !strings.Contains(err.Error(), "more than"):
+			t.Errorf("%d bytes: %v does not say why", len(body), err)
+		}
+	}
+	// Exactly at the bound.
+	body, chunked = list(0), true
+	body = append(body, make([]byte, MaxPeerResponseBytes-len(body))...)
+	if n, err := get(); err != nil || n != MaxPeerResponseBytes {
+		t.Errorf("a response of exactly %d bytes: %d, %v", MaxPeerResponseBytes, n, err)
 	}
 }
