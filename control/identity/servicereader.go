@@ -98,13 +98,19 @@ type ServiceReaderToken struct {
 	Expires time.Time
 }
 
+// TokenAuthCacheTTL is how long a kube-apiserver may keep accepting a ServiceAccount token it
+// authenticated once after the ServiceAccount is gone (its token authentication cache keeps
+// successes 10 s), with a second of margin.
+const TokenAuthCacheTTL = 11 * time.Second
+
 // GrantServiceReader makes (or keeps) peer peerID's services reader in namespace ns: the
 // published namespace (made when missing), the Role there, the ServiceAccount, its RoleBinding
 // there and its token Role here; it removes what readers were given before issue #40 (a
 // ClusterRoleBinding to the ClusterRole skein-service-reader, which read every Service and
 // EndpointSlice of the cluster); then it issues a token valid for ttl (TokenRequest: it ends
-// with the ServiceAccount, so RevokeServiceReader ends it too). With renew, the ServiceAccount
-// is made anew first, ending every token issued before.
+// with the ServiceAccount, so RevokeServiceReader ends it too). With renew, the bindings and
+// the ServiceAccount are made anew first, TokenAuthCacheTTL apart, ending every token issued
+// before and every token those could still ask for.
 func GrantServiceReader(ctx context.Context, c client.Client, ns, peerID, published string, ttl time.Duration, renew bool) (ServiceReaderToken, error) {
 	if peerID == "" {
 		return ServiceReaderToken{}, errors.New("services reader: no peer cluster id")
@@ -113,6 +119,20 @@ func GrantServiceReader(ctx context.Context, c client.Client, ns, peerID, publis
 		return ServiceReaderToken{}, fmt.Errorf("services reader: published namespace %q: want one of its own, not the peering's", published)
 	}
 	if renew {
+		// The bindings go first: from then on no token of the old ServiceAccount may ask for
+		// a token of that name, nor read. The API server keeps accepting a token it has
+		// seen for up to TokenAuthCacheTTL after its ServiceAccount is gone, and the new
+		// ServiceAccount has the same name, so the new grant waits that long: a holder of an
+		// old token asking for tokens during a rotation gets none of the new one.
+		for _, b := range []client.Object{
+			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderTokenRoleName(peerID)}},
+			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: published, Name: ServiceReaderBindingName(peerID)}},
+		} {
+			if err := c.Delete(ctx, b); client.IgnoreNotFound(err) != nil {
+				return ServiceReaderToken{}, fmt.Errorf("services reader: delete RoleBinding %s/%s: %w", b.GetNamespace(), b.GetName(), err)
+			}
+		}
+		revoked := time.Now()
 		old := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderName(peerID)}}
 		if err := c.Delete(ctx, old); client.IgnoreNotFound(err) != nil {
 			return ServiceReaderToken{}, fmt.Errorf("services reader: delete ServiceAccount %s/%s: %w", ns, old.Name, err)
@@ -123,6 +143,11 @@ func GrantServiceReader(ctx context.Context, c client.Client, ns, peerID, publis
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
+		}
+		select {
+		case <-ctx.Done():
+			return ServiceReaderToken{}, fmt.Errorf("services reader: waiting for the old tokens to lapse: %w", ctx.Err())
+		case <-time.After(time.Until(revoked.Add(TokenAuthCacheTTL))):
 		}
 	}
 	if err := removeClusterWideReader(ctx, c, peerID); err != nil {
