@@ -324,7 +324,7 @@ func peerTransport(rt http.RoundTripper) http.RoundTripper {
 // controller's heap by 185 MiB. A peer at its budgets publishes about 3 MB in all; a
 // response past the bound fails (a list: the peer is not read and says why; a watch: it
 // starts again from where it was).
-const MaxPeerResponseBytes = 16 << 20
+const MaxPeerResponseBytes = 8 << 20
 
 func limitResponses(rt http.RoundTripper) http.RoundTripper { return responseLimiter{rt} }
 
