@@ -148,6 +148,7 @@ func TestE2E(t *testing.T) {
 		return
 	}
 	e.probes(ctx)
+	t.Run("cluster-dns", func(t *testing.T) { e.t = t; e.clusterDNS(ctx) })
 	if !t.Run("connect", func(t *testing.T) { e.t = t; e.connect(ctx) }) {
 		return
 	}
