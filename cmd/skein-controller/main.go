@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -314,6 +315,16 @@ func serveDNS(ctx context.Context, mgr ctrl.Manager, direct client.Client, addr,
 	}
 	srv := skeindns.New(mgr.GetCache(), skeindns.DefaultLimits)
 	if err := mgr.Add(anyReplica(func(ctx context.Context) error {
+		// A standby replica runs no controller that would start these informers: start them
+		// here, so that no query waits for a first sync.
+		for _, o := range []client.Object{&mcsv1a1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
+			if _, err := mgr.GetCache().GetInformer(ctx, o); err != nil {
+				return fmt.Errorf("dns: %w", err)
+			}
+		}
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return ctx.Err()
+		}
 		ctrl.Log.Info("answering clusterset.local", "listen", addr)
 		return srv.Serve(ctx, addr)
 	})); err != nil {

@@ -103,7 +103,7 @@ func headless(ns, name string, ports ...mcsv1a1.ServicePort) *mcsv1a1.ServiceImp
 func slice(ns, name, sliceName, cluster string, at discoveryv1.AddressType, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
 	return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sliceName,
 		Labels: map[string]string{mcsv1a1.LabelServiceName: name, mcsv1a1.LabelSourceCluster: cluster,
-			discoveryv1.LabelServiceName: "derived-x", discoveryv1.LabelManagedBy: "skein-controller"}},
+			discoveryv1.LabelServiceName: "derived-x", discoveryv1.LabelManagedBy: "skein"}},
 		AddressType: at, Endpoints: eps}
 }
 
