@@ -414,6 +414,8 @@ func (s *Server) ServeConns(ctx context.Context, udp net.PacketConn, tcp net.Lis
 	for _, srv := range servers {
 		_ = srv.Shutdown()
 	}
+	// A server not started yet when ctx ended would start later: its sockets go now.
+	_, _ = udp.Close(), tcp.Close()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("dns: %w", err)
 	}
