@@ -11,7 +11,7 @@
 //	skein-probe rr-serve [--tcp :7073]
 //	skein-probe rr [--count 2000] [--size 1] HOST:PORT
 //	skein-probe get [--timeout 5s] URL
-//	skein-probe resolve [--timeout 5s] [--srv] NAME
+//	skein-probe resolve [--timeout 5s] [--srv] [--server HOST:PORT] NAME
 //	skein-probe check [--timeout 2s] [--pings 3] [--mtu 0] [--route] ADDR...
 //	skein-probe tput [--duration 10s] [--streams 1] [--reverse] HOST
 //	skein-probe rate [--duration 10s] [--size 64] HOST
@@ -73,7 +73,8 @@ skeinctl bench run in their pods).
   skein-probe tput [--duration 10s] [--streams 1] [--reverse] HOST   TCP throughput, as JSON
   skein-probe rate [--duration 10s] [--size 64] HOST            UDP packet rate and loss, as JSON
   skein-probe latency [--duration 10s] [--size 1] HOST          request/response latency, as JSON
-  skein-probe resolve [--timeout 5s] [--srv] NAME               look a name up through the pod's resolv.conf
+  skein-probe resolve [--timeout 5s] [--srv] [--server HOST:PORT] NAME
+                                                                look a name up through the pod's resolv.conf
   skein-probe stream | rr-serve | rr | get | idle | version     used by skein's own tests
 
 In a pod kept by skeinctl test network --keep:
@@ -243,13 +244,22 @@ func resolve(args []string) error {
 	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
 	srv := fs.Bool("srv", false, "look up the SRV records of NAME (such as _http._tcp.web.default.svc.cluster.local)")
+	server := fs.String("server", "", "ask this DNS server (HOST:PORT) instead of resolv.conf's nameservers (its search list and ndots still apply)")
 	parseFlags(fs, args)
 	if fs.NArg() != 1 || *timeout <= 0 || *timeout > time.Minute {
-		return errors.New("usage: skein-probe resolve [--timeout 5s (at most 1m)] [--srv] NAME (flags first)")
+		return errors.New("usage: skein-probe resolve [--timeout 5s (at most 1m)] [--srv] [--server HOST:PORT] NAME (flags first)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	r := &net.Resolver{PreferGo: true}
+	if *server != "" {
+		if _, _, err := net.SplitHostPort(*server); err != nil {
+			return fmt.Errorf("--server %q: %w", *server, err)
+		}
+		r.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, *server)
+		}
+	}
 	if *srv {
 		_, recs, err := r.LookupSRV(ctx, "", "", fs.Arg(0))
 		if err != nil {
