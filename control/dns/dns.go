@@ -331,7 +331,8 @@ func (s *Server) serviceImport(ctx context.Context, ns, name string) (*mcsv1a1.S
 // at most MaxRecords, in a stable order.
 func (s *Server) endpoints(ctx context.Context, ns, name string) ([]endpoint, error) {
 	var list discoveryv1.EndpointSliceList
-	if err := s.Reader.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{SliceIndex: ns + "/" + name}); err != nil {
+	// Read only, never changed: the cache's own objects, not a copy of each slice per query.
+	if err := s.Reader.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{SliceIndex: ns + "/" + name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("EndpointSlices of %s/%s: %w", ns, name, err)
 	}
 	slices.SortFunc(list.Items, func(a, b discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
