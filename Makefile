@@ -39,7 +39,7 @@ build: ## Compile every package, the commands and the lab's into ./bin.
 	if [ -n "$$cmds" ]; then go build -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/ $$cmds; fi
 
 .PHONY: k8s-binaries
-k8s-binaries: ## Build etcd, the Kubernetes control plane, helm and the lab nodes' stack (kubelet, containerd, runc, CNI plugins, flannel) from the module proxy into the cache (idempotent).
+k8s-binaries: ## Build etcd, the Kubernetes control plane, helm, the lab nodes' stack (kubelet, containerd, runc, CNI plugins, flannel) and CoreDNS from the module proxy into the cache (idempotent).
 	go run ./bench/cmd/k8s-binaries
 
 .PHONY: test

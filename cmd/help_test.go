@@ -68,6 +68,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"skein-probe", "--help"}, "skein-probe serve"},
 		{[]string{"skein-probe", "serve", "--help"}, "-tcp"},
 		{[]string{"skein-probe", "check", "-h"}, "-mtu"},
+		{[]string{"skein-probe", "resolve", "-h"}, "-srv"},
 		{[]string{"skeinctl", "--help"}, "network"},
 		{[]string{"skeinctl", "network", "connect", "--help"}, "--remote-kubeconfig"},
 	} {

@@ -141,6 +141,8 @@ func setupLab(t *testing.T, keepAlways bool, opts lab.Options) *env {
 // TestE2E runs the scenarios in order on one lab.
 func TestE2E(t *testing.T) {
 	e := setup(t, false)
+	// skein keeps CoreDNS forwarding clusterset.local to it (step clusterset-dns).
+	e.installSets = append(e.installSets, "multiclusterServices.dns.configureCoreDNS=kube-system/coredns")
 	defer func() { fmt.Printf("\n=== skein end-to-end report\n%s\n", e.report.String()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 16*time.Minute)
 	defer cancel()
@@ -148,10 +150,12 @@ func TestE2E(t *testing.T) {
 		return
 	}
 	e.probes(ctx)
+	t.Run("cluster-dns", func(t *testing.T) { e.t = t; e.clusterDNS(ctx) })
 	if !t.Run("connect", func(t *testing.T) { e.t = t; e.connect(ctx) }) {
 		return
 	}
 	gens, since := e.gatewayGenerations(ctx), time.Now()
+	t.Run("clusterset-dns", func(t *testing.T) { e.t = t; e.clustersetDNS(ctx) })
 	t.Run("matrix", func(t *testing.T) { e.t = t; e.matrix(ctx) })
 	t.Run("diagnose", func(t *testing.T) { e.t = t; e.diagnose(ctx) })
 	t.Run("test-network", func(t *testing.T) { e.t = t; e.testNetworkHealthy(ctx) })

@@ -50,6 +50,7 @@ func TestE2EIPv6Only(t *testing.T) {
 	if !t.Run("ipv6-only-pods", func(t *testing.T) { e.t = t; e.ipv6OnlyPods(ctx) }) {
 		return
 	}
+	t.Run("cluster-dns", func(t *testing.T) { e.t = t; e.clusterDNS(ctx) })
 	if !t.Run("connect", func(t *testing.T) { e.t = t; e.connect(ctx) }) {
 		return
 	}

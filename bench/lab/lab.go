@@ -164,6 +164,9 @@ type Config struct {
 	// own (see node.go), pulling every image from the lab's registry, which serves the pod
 	// sandbox image (from BinDir's pause) and an iperf3 image besides ImageLayout.
 	NodeStack string
+	// CoreDNS is the CoreDNS binary (internal/k8sbin.EnsureCoreDNS) the clusters' DNS runs,
+	// packed into an image in the lab's registry; empty: the cached one (CoreDNSReady).
+	CoreDNS string
 }
 
 // PauseImage is the pod sandbox image of the real node stack, in the lab's registry
@@ -257,6 +260,12 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			}
 		}
 	}
+	if cfg.CoreDNS == "" {
+		var ok bool
+		if cfg.CoreDNS, ok = k8sbin.CoreDNSReady(); !ok {
+			return nil, errors.New("lab: CoreDNS (the clusters' DNS) is not built: run make k8s-binaries")
+		}
+	}
 	if err := checkInotify(cfg.Options); err != nil {
 		return nil, err
 	}
@@ -286,6 +295,9 @@ func Start(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			return nil, err
 		}
 		if err := iperfLayout(dir); err != nil {
+			return nil, err
+		}
+		if err := corednsLayout(cfg.CoreDNS, dir); err != nil {
 			return nil, err
 		}
 		layouts = append(layouts, dir)
@@ -482,7 +494,8 @@ func startCluster(cfg Config, stateDir string, cl Cluster) (ClusterState, error)
 		{
 			nc := NodeConfig{Name: name, Addr: n.Addr, Dir: filepath.Join(stateDir, name), LogDir: logs, Cluster: cl.Name,
 				StackBin: cfg.NodeStack, Kubeconfig: kcfg["kubelet-"+name], FlannelKubeconfig: kcfg["flannel"], CACert: p.path("ca.crt"),
-				CgroupRoot: cgroupParent + "/" + n.Name, ClusterCIDR: PodCIDR, Registry: cfg.registryAddr(), PauseImage: cfg.registryAddr() + "/" + PauseRef}
+				CgroupRoot: cgroupParent + "/" + n.Name, ClusterCIDR: PodCIDR, Registry: cfg.registryAddr(), PauseImage: cfg.registryAddr() + "/" + PauseRef,
+				ClusterDNS: clusterDNS(cfg.serviceCIDRs())[0]}
 			if cfg.IPv6Only {
 				// The IPv6 family of the dual-stack pod network, alone.
 				nc.ClusterCIDR = netip.Prefix{}
@@ -622,6 +635,11 @@ func (l *Lab) waitNodes(ctx context.Context, i int, log io.Writer) error {
 	}
 	if err := grantCNI(ctx, cs); err != nil {
 		return fmt.Errorf("lab: %s: %w", cl.Name, err)
+	}
+	if l.Registry != "" {
+		if err := deployCoreDNS(ctx, cs, l.Registry+"/"+CoreDNSRef, l.ClusterDNS()); err != nil {
+			return fmt.Errorf("lab: %s: %w", cl.Name, err)
+		}
 	}
 	for {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})

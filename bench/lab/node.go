@@ -59,6 +59,8 @@ type NodeConfig struct {
 	// Registry is the lab's registry (host:port), served over plain HTTP; PauseImage the pod
 	// sandbox image in it.
 	Registry, PauseImage string
+	// ClusterDNS is the cluster DNS Service's ClusterIP (the kubelet's clusterDNS).
+	ClusterDNS netip.Addr `json:",omitzero"`
 	// PodBlock, when set, replaces flannel with a pod network like Calico's IPAM makes: the
 	// node's pods get addresses from PodBlock (outside the Node's spec.podCIDR), the node routes
 	// the other nodes' blocks to them (BlockRoutes), and pod traffic leaving PodPools is
@@ -442,17 +444,20 @@ address: "%[7]s"
 healthzPort: 10248
 resolvConf: %[4]s
 clusterDomain: cluster.local
-failSwapOn: false
+%[8]sfailSwapOn: false
 serializeImagePulls: false
 # Every node shares one disk: no image garbage collection or disk-pressure eviction.
 imageGCHighThresholdPercent: 100
 evictionHard: {nodefs.available: "0%%", nodefs.inodesFree: "0%%", imagefs.available: "0%%"}
 # The node's own FlexVolume directory (the default, /usr/libexec/kubernetes/..., is the machine's).
 volumePluginDir: %[5]s
-`, c.Name, c.CgroupRoot, c.CACert, filepath.Join(c.Dir, "resolv.conf"), filepath.Join(c.Dir, "volume-plugins"), c.loopback(), c.anyAddr())
-	resolver := "nameserver 127.0.0.1\nsearch cluster.local\n"
+`, c.Name, c.CgroupRoot, c.CACert, filepath.Join(c.Dir, "resolv.conf"), filepath.Join(c.Dir, "volume-plugins"), c.loopback(), c.anyAddr(), c.clusterDNSConfig())
+	// The node's own resolver (resolvConf: what pods with dnsPolicy Default, CoreDNS among
+	// them, get): nothing in the lab serves DNS there, so lookups fail at once instead of
+	// timing out.
+	resolver := "nameserver 127.0.0.1\n"
 	if c.IPv6Only {
-		resolver = "nameserver ::1\nsearch cluster.local\n"
+		resolver = "nameserver ::1\n"
 	}
 	files := map[string]string{
 		// An IPv6 registry's directory is named with its brackets ("[2001:db8:0:ff::1]:5000"),
@@ -460,8 +465,7 @@ volumePluginDir: %[5]s
 		filepath.Join(c.Dir, "containerd.toml"):                                     containerd,
 		filepath.Join(c.Dir, "etc-containerd", "certs.d", c.Registry, "hosts.toml"): hosts,
 		filepath.Join(c.Dir, "kubelet.yaml"):                                        kubelet,
-		// Nothing in the lab serves DNS: lookups in pods fail at once instead of timing out.
-		filepath.Join(c.Dir, "resolv.conf"): resolver,
+		filepath.Join(c.Dir, "resolv.conf"):                                         resolver,
 	}
 	if c.ClusterCIDR.IsValid() { // flannel's network (unused, but harmless, with the host-gw networks)
 		files[filepath.Join(c.Dir, "net-conf.json")] = fmt.Sprintf(`{"Network": %q, "EnableNFTables": true, "Backend": {"Type": "vxlan"}}`+"\n", c.ClusterCIDR.String())
@@ -475,6 +479,15 @@ volumePluginDir: %[5]s
 		}
 	}
 	return nil
+}
+
+// clusterDNSConfig is the kubelet's clusterDNS setting (pods with dnsPolicy ClusterFirst get
+// this nameserver), or a comment when the node has none.
+func (c NodeConfig) clusterDNSConfig() string {
+	if !c.ClusterDNS.IsValid() {
+		return "# No cluster DNS.\n"
+	}
+	return fmt.Sprintf("# The kube-dns Service's ClusterIP (CoreDNS, bench/lab/coredns.go).\nclusterDNS: [%q]\n", c.ClusterDNS.String())
 }
 
 // loopback is where the node's local endpoints listen: ::1 on an IPv6-only node.

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -36,6 +38,7 @@ import (
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/controller/ipam"
 	"github.com/skein-net/skein/control/controller/mcs"
+	skeindns "github.com/skein-net/skein/control/dns"
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/control/kube"
 	"github.com/skein-net/skein/control/logging"
@@ -142,6 +145,9 @@ func main() {
 	maxObjects := fs.Int("max-objects-per-peer", controller.DefaultMaxObjectsPerPeer, "PublishedServices and EndpointSlice copies of one peer's published namespace the controller holds (trimmed): a peer with more is not read, and what was imported from it goes")
 	published := fs.String("published-namespace", controller.DefaultPublishedNamespace, "namespace where this cluster publishes its exported services (a PublishedService and EndpointSlice copies for each) for its peers' services readers, which read that namespace and nothing else; it must exist (the chart makes it) and hold nothing else")
 	maxPorts := fs.Int("max-ports-per-import", mcs.DefaultMaxPortsPerImport, "ports of one import (1-100: an EndpointSlice lists at most 100)")
+	dnsListen := fs.String("dns-listen", "0", "address where the controller answers NAME.NAMESPACE.svc.clusterset.local over UDP and TCP from this cluster's ServiceImports, such as :5353 (\"0\": not served); every replica answers")
+	dnsService := fs.String("dns-service", "", "the Service in --namespace in front of --dns-listen (the chart's skein-dns): --dns-configure-coredns forwards clusterset.local to its ClusterIPs")
+	dnsCoreDNS := fs.String("dns-configure-coredns", "", "NAMESPACE/NAME of the cluster's CoreDNS ConfigMap, such as kube-system/coredns: the controller keeps a server block in its Corefile forwarding clusterset.local to --dns-service (empty: it never touches it)")
 	logLevel := fs.String("log-level", "info", logging.LevelUsage)
 	logFormat := fs.String("log-format", logging.FormatText, logging.FormatUsage)
 	buildinfo.ParseFlags(fs, "skein-controller", os.Args[1:])
@@ -272,6 +278,13 @@ func main() {
 	if err := controller.Setup(mgr, opts); err != nil {
 		fail(err)
 	}
+	if *dnsListen != "0" && *dnsListen != "" {
+		if mcsErr != nil || !*services {
+			log.Info("clusterset.local not served: multi-cluster services are off", "dnsListen", *dnsListen)
+		} else if err := serveDNS(ctx, mgr, direct, *dnsListen, *namespace, *dnsService, *dnsCoreDNS); err != nil {
+			fail(err)
+		}
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		fail(err)
 	}
@@ -290,6 +303,83 @@ func main() {
 	if err := mgr.Start(ctx); err != nil {
 		fail(err)
 	}
+}
+
+// anyReplica is a runnable every replica runs, leader or not.
+type anyReplica func(context.Context) error
+
+func (f anyReplica) Start(ctx context.Context) error { return f(ctx) }
+func (anyReplica) NeedLeaderElection() bool          { return false }
+
+// leaderOnly is a runnable only the elected replica runs.
+type leaderOnly func(context.Context) error
+
+func (f leaderOnly) Start(ctx context.Context) error { return f(ctx) }
+func (leaderOnly) NeedLeaderElection() bool          { return true }
+
+// serveDNS answers clusterset.local on addr from the manager's cache (every replica: the
+// Service in front balances over them), and, with coredns set, keeps CoreDNS's Corefile
+// forwarding the zone to the Service (the leader, once a minute, so that an edit that dropped
+// the block is repaired).
+func serveDNS(ctx context.Context, mgr ctrl.Manager, direct client.Client, addr, namespace, service, coredns string) error {
+	if err := skeindns.IndexSlices(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	srv := skeindns.New(mgr.GetCache(), skeindns.DefaultLimits)
+	if err := mgr.Add(anyReplica(func(ctx context.Context) error {
+		// A standby replica runs no controller that would start these informers: start them
+		// here, so that no query waits for a first sync.
+		for _, o := range []client.Object{&mcsv1a1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
+			if _, err := mgr.GetCache().GetInformer(ctx, o); err != nil {
+				return fmt.Errorf("dns: %w", err)
+			}
+		}
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return ctx.Err()
+		}
+		ctrl.Log.Info("answering clusterset.local", "listen", addr)
+		return srv.Serve(ctx, addr)
+	})); err != nil {
+		return err
+	}
+	if coredns == "" {
+		return nil
+	}
+	cmNS, cmName, ok := strings.Cut(coredns, "/")
+	if !ok || cmNS == "" || cmName == "" || service == "" {
+		return fmt.Errorf("--dns-configure-coredns %q: want NAMESPACE/NAME, and --dns-service", coredns)
+	}
+	return mgr.Add(leaderOnly(func(ctx context.Context) error {
+		log := ctrl.Log.WithName("coredns")
+		for {
+			var svc corev1.Service
+			err := direct.Get(ctx, client.ObjectKey{Namespace: namespace, Name: service}, &svc)
+			if err == nil {
+				var ips []netip.Addr
+				for _, ip := range svc.Spec.ClusterIPs {
+					if a, perr := netip.ParseAddr(ip); perr == nil {
+						ips = append(ips, a)
+					}
+				}
+				if len(ips) == 0 {
+					err = fmt.Errorf("Service %s/%s has no ClusterIP", namespace, service)
+				} else {
+					var changed bool
+					if changed, err = skeindns.ConfigureCoreDNS(ctx, direct, cmNS, cmName, ips); changed {
+						log.Info("CoreDNS forwards clusterset.local to skein", "configMap", coredns, "servers", ips)
+					}
+				}
+			}
+			if err != nil {
+				log.Error(err, "configuring CoreDNS")
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Minute):
+			}
+		}
+	}))
 }
 
 func envOr(k, def string) string {

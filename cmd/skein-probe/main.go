@@ -11,6 +11,7 @@
 //	skein-probe rr-serve [--tcp :7073]
 //	skein-probe rr [--count 2000] [--size 1] HOST:PORT
 //	skein-probe get [--timeout 5s] URL
+//	skein-probe resolve [--timeout 5s] [--srv] [--server HOST:PORT] NAME
 //	skein-probe check [--timeout 2s] [--pings 3] [--mtu 0] [--route] ADDR...
 //	skein-probe tput [--duration 10s] [--streams 1] [--reverse] HOST
 //	skein-probe rate [--duration 10s] [--size 64] HOST
@@ -25,7 +26,10 @@
 // it reads; rr does --count request/response round trips of --size bytes over one TCP
 // connection (TCP_NODELAY), one at a time, and prints the latency percentiles in microseconds:
 // "count N p50-us X p90-us Y p99-us Z". get prints an HTTP response's body and exits 1 unless
-// the status is 200 (tests scrape /metrics inside the lab's namespaces with it). check runs
+// the status is 200 (tests scrape /metrics inside the lab's namespaces with it). resolve looks a
+// name up as the pod's programs do (/etc/resolv.conf: its nameservers, search list and ndots)
+// and prints each address on a line, or with --srv each SRV record of NAME as "TARGET PORT
+// PRIORITY WEIGHT"; it exits 1 when the name has none (the lab's DNS tests). check runs
 // every connectivity check of control/probe against each address (a TCP and a UDP call to
 // its skein-probe server, ICMP echo, with --mtu the path MTU, with --route where this
 // namespace's kernel sends it) and prints one JSON document (probe.Report); skeinctl test
@@ -69,6 +73,8 @@ skeinctl bench run in their pods).
   skein-probe tput [--duration 10s] [--streams 1] [--reverse] HOST   TCP throughput, as JSON
   skein-probe rate [--duration 10s] [--size 64] HOST            UDP packet rate and loss, as JSON
   skein-probe latency [--duration 10s] [--size 1] HOST          request/response latency, as JSON
+  skein-probe resolve [--timeout 5s] [--srv] [--server HOST:PORT] NAME
+                                                                look a name up through the pod's resolv.conf
   skein-probe stream | rr-serve | rr | get | idle | version     used by skein's own tests
 
 In a pod kept by skeinctl test network --keep:
@@ -100,6 +106,8 @@ func main() {
 		err = get(os.Args[2:])
 	case "check":
 		err = check(os.Args[2:])
+	case "resolve":
+		err = resolve(os.Args[2:])
 	case "tput", "rate", "latency":
 		err = measure(os.Args[1], os.Args[2:])
 	case "idle":
@@ -109,7 +117,7 @@ func main() {
 		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 		<-sig
 	default:
-		err = fmt.Errorf("unknown command %q (serve, call, stream, rr-serve, rr, get, check, tput, rate, latency, idle, version)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (serve, call, stream, rr-serve, rr, get, resolve, check, tput, rate, latency, idle, version)", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "skein-probe %s: %v\n", os.Args[1], err)
@@ -228,6 +236,48 @@ func get(args []string) error {
 	}
 	_, err = io.Copy(os.Stdout, resp.Body)
 	return err
+}
+
+// resolve looks NAME up with Go's own resolver, which reads /etc/resolv.conf as the C library
+// does (the probe image has no C library).
+func resolve(args []string) error {
+	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
+	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
+	srv := fs.Bool("srv", false, "look up the SRV records of NAME (such as _http._tcp.web.default.svc.cluster.local)")
+	server := fs.String("server", "", "ask this DNS server (HOST:PORT) instead of resolv.conf's nameservers (its search list and ndots still apply)")
+	parseFlags(fs, args)
+	if fs.NArg() != 1 || *timeout <= 0 || *timeout > time.Minute {
+		return errors.New("usage: skein-probe resolve [--timeout 5s (at most 1m)] [--srv] [--server HOST:PORT] NAME (flags first)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	r := &net.Resolver{PreferGo: true}
+	if *server != "" {
+		if _, _, err := net.SplitHostPort(*server); err != nil {
+			return fmt.Errorf("--server %q: %w", *server, err)
+		}
+		r.Dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, *server)
+		}
+	}
+	if *srv {
+		_, recs, err := r.LookupSRV(ctx, "", "", fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		for _, s := range recs {
+			fmt.Printf("%s %d %d %d\n", s.Target, s.Port, s.Priority, s.Weight)
+		}
+		return nil
+	}
+	addrs, err := r.LookupHost(ctx, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		fmt.Println(a)
+	}
+	return nil
 }
 
 func call(args []string) error {

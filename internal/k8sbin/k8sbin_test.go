@@ -100,3 +100,17 @@ func TestHelmHasItsOwnCacheEntry(t *testing.T) {
 		t.Errorf("stamps: k8s %s, helm %s", k8sStamp, hs)
 	}
 }
+
+// TestCoreDNSMain: the CoreDNS wrapper's main links every plugin of the lab's Corefile and
+// runs CoreDNS's own main.
+func TestCoreDNSMain(t *testing.T) {
+	m := corednsMain()
+	for _, p := range []string{"kubernetes", "errors", "health", "ready", "metrics", "cache", "loop", "reload", "loadbalance"} {
+		if !strings.Contains(m, "\t_ \"github.com/coredns/coredns/plugin/"+p+"\"\n") {
+			t.Errorf("the CoreDNS main does not link plugin %s:\n%s", p, m)
+		}
+	}
+	if !strings.Contains(m, "coremain.Run()") {
+		t.Errorf("the CoreDNS main does not run coremain:\n%s", m)
+	}
+}

@@ -1,4 +1,4 @@
-// Command k8s-binaries builds etcd, the Kubernetes control-plane binaries, helm and the lab nodes' stack from the Go
+// Command k8s-binaries builds etcd, the Kubernetes control-plane binaries, helm, the lab nodes' stack and the lab's CoreDNS from the Go
 // module proxy into skein's cache (see package internal/k8sbin) and prints the directory holding
 // the Kubernetes binaries.
 //
@@ -27,11 +27,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "usage: k8s-binaries [-check] [-q] [-helm] [-node-stack]\n\n"+
 			"Builds etcd %s and Kubernetes %s (%v) into $SKEIN_CACHE/k8s, helm %s into\n"+
 			"$SKEIN_CACHE/helm and the lab nodes' stack (%v: kubelet, containerd %s, runc %s, CNI\n"+
-			"plugins %s, flannel %s) into $SKEIN_CACHE/nodestack (default ~/.cache/skein), from the Go\n"+
+			"plugins %s, flannel %s) into $SKEIN_CACHE/nodestack and CoreDNS %s (the lab's cluster DNS) into\n"+
+			"$SKEIN_CACHE/coredns (default ~/.cache/skein), from the Go\n"+
 			"module proxy, and prints the Kubernetes bin directory. A second run with a complete\n"+
 			"cache returns in seconds. runc needs gcc and libseccomp-dev (.ci/install-deps).\n\n",
 			k8sbin.EtcdVersion, k8sbin.KubernetesVersion, k8sbin.Binaries, k8sbin.HelmVersion, k8sbin.NodeStackBinaries,
-			k8sbin.ContainerdVersion, k8sbin.RuncVersion, k8sbin.CNIPluginsVersion, k8sbin.FlannelVersion)
+			k8sbin.ContainerdVersion, k8sbin.RuncVersion, k8sbin.CNIPluginsVersion, k8sbin.FlannelVersion, k8sbin.CoreDNSVersion)
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -66,6 +67,7 @@ func main() {
 		bin, ok := k8sbin.Ready()
 		helm, helmOK := k8sbin.HelmReady()
 		stack, stackOK := k8sbin.NodeStackReady()
+		coredns, corednsOK := k8sbin.CoreDNSReady()
 		if !ok {
 			fmt.Fprintf(os.Stderr, "k8s binaries are not built in %s; run 'make k8s-binaries'\n", bin)
 		}
@@ -75,7 +77,10 @@ func main() {
 		if !stackOK {
 			fmt.Fprintf(os.Stderr, "the node stack is not built in %s; run 'make k8s-binaries'\n", stack)
 		}
-		if !ok || !helmOK || !stackOK {
+		if !corednsOK {
+			fmt.Fprintf(os.Stderr, "CoreDNS (the lab's cluster DNS) is not built at %s; run 'make k8s-binaries'\n", coredns)
+		}
+		if !ok || !helmOK || !stackOK || !corednsOK {
 			os.Exit(1)
 		}
 		fmt.Println(bin)
@@ -97,6 +102,10 @@ func main() {
 		os.Exit(1)
 	}
 	if _, err := k8sbin.EnsureNodeStack(ctx, log); err != nil {
+		fmt.Fprintf(os.Stderr, "k8s-binaries: %v\n", err)
+		os.Exit(1)
+	}
+	if _, err := k8sbin.EnsureCoreDNS(ctx, log); err != nil {
 		fmt.Fprintf(os.Stderr, "k8s-binaries: %v\n", err)
 		os.Exit(1)
 	}

@@ -34,13 +34,16 @@ func Need(t testing.TB) (k8sBin string) {
 }
 
 // NeedNodeStack is Need for a lab: it returns the node stack's bin directory too, and fails
-// the test when the node stack is not in the cache.
+// the test when the node stack or CoreDNS is not in the cache.
 func NeedNodeStack(t testing.TB) (k8sBin, nodeStack string) {
 	t.Helper()
 	k8sBin = Need(t)
 	stack, ok := k8sbin.NodeStackReady()
 	if !ok {
 		t.Fatal("the node stack (kubelet, containerd, runc, CNI plugins, flannel) is not in the cache: run make k8s-binaries")
+	}
+	if _, ok := k8sbin.CoreDNSReady(); !ok {
+		t.Fatal("CoreDNS (the clusters' DNS) is not in the cache: run make k8s-binaries")
 	}
 	return k8sBin, stack
 }
