@@ -53,11 +53,15 @@ func TestRotationEndsTokens(t *testing.T) {
 	var stolen string
 	actx, stop := context.WithCancel(ctx)
 	finished := make(chan struct{})
+	attackSA := sa.DeepCopy() // the goroutine's own: the client writes an object's kind
 	go func() {
 		defer close(finished)
 		for actx.Err() == nil {
 			tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl}}
-			if err := old.SubResource("token").Create(actx, sa, tr); err == nil {
+			mu.Lock()
+			with := old
+			mu.Unlock()
+			if err := with.SubResource("token").Create(actx, attackSA, tr); err == nil {
 				mu.Lock()
 				stolen = tr.Status.Token
 				mu.Unlock()
@@ -88,7 +92,10 @@ func TestRotationEndsTokens(t *testing.T) {
 			t.Logf("rotation %d: a token the old one obtained still works 12 s after it; it is bound to ServiceAccount uid %s, the rotation's new one is %s", i+1, jwtSAUID(t, s), now.UID)
 		}
 		// The next round attacks with the rotation's own token, as a holder would.
-		old = readerAs(s)
+		next := readerAs(s)
+		mu.Lock()
+		old = next
+		mu.Unlock()
 	}
 	stop()
 	<-finished
