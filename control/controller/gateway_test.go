@@ -157,7 +157,7 @@ func TestGatewayServer(t *testing.T) {
 		}
 	}
 	if want := map[string]string{"secrets": "server-wg-key:get,list,watch", "leases": "server:get,update", "connections": "server:get,update",
-		"connections/status": "server:update"}; !maps.Equal(named, want) {
+		"connections/status": "server:update", "gatewayservers/status": "server:patch", "gatewayclients/status": "server:patch"}; !maps.Equal(named, want) {
 		t.Errorf("the gateway's own Role grants %v, want %v", named, want)
 	}
 	if args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--gateway-name=server") || !strings.Contains(args, "--listen-port=51820") {

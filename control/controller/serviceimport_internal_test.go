@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -108,9 +109,14 @@ func TestPeerResponseLimited(t *testing.T) {
 		return []byte(`{"kind":"ServiceExportList","apiVersion":"multicluster.x-k8s.io/v1alpha1","metadata":{},"items":[{"metadata":{"name":"a","namespace":"b","annotations":{"x":"` +
 			strings.Repeat("y", n) + `"}}}]}`)
 	}
+	var mu sync.Mutex
 	var body []byte
 	chunked := false
+	set := func(b []byte, c bool) { mu.Lock(); body, chunked = b, c; mu.Unlock() }
 	peer := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		body, chunked := body, chunked
+		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		if chunked {
 			for off := 0; off < len(body); off += 1 << 20 {
@@ -151,7 +157,8 @@ func TestPeerResponseLimited(t *testing.T) {
 		{MaxPeerResponseBytes + 1, true, false},
 		{4 * MaxPeerResponseBytes, true, false},
 	} {
-		body, chunked = list(c.size), c.chunked
+		body := list(c.size)
+		set(body, c.chunked)
 		n, err := get()
 		switch {
 		case c.ok && err != nil:
@@ -165,8 +172,9 @@ func TestPeerResponseLimited(t *testing.T) {
 		}
 	}
 	// Exactly at the bound.
-	body, chunked = list(0), true
-	body = append(body, make([]byte, MaxPeerResponseBytes-len(body))...)
+	exact := list(0)
+	exact = append(exact, make([]byte, MaxPeerResponseBytes-len(exact))...)
+	set(exact, true)
 	if n, err := get(); err != nil || n != MaxPeerResponseBytes {
 		t.Errorf("a response of exactly %d bytes: %d, %v", MaxPeerResponseBytes, n, err)
 	}
