@@ -47,7 +47,6 @@ func installChartRBAC(t *testing.T, env *apitest.Env, ns string, kinds ...string
 	t.Helper()
 	objs := renderChart(t, ns, map[string]any{})
 	ctx := context.Background()
-	var made []*unstructured.Unstructured
 	for _, o := range objs {
 		if !slices.Contains(kinds, o.GetKind()) {
 			continue
@@ -58,7 +57,6 @@ func installChartRBAC(t *testing.T, env *apitest.Env, ns string, kinds ...string
 		if err := env.Client.Create(ctx, o); err != nil {
 			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
-		made = append(made, o)
 		t.Cleanup(func() {
 			if err := env.Client.Delete(context.Background(), o); err != nil && !apierrors.IsNotFound(err) {
 				t.Errorf("delete %s %s: %v", o.GetKind(), o.GetName(), err)

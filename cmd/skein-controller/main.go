@@ -362,7 +362,7 @@ func serveDNS(ctx context.Context, mgr ctrl.Manager, direct client.Client, addr,
 					}
 				}
 				if len(ips) == 0 {
-					err = fmt.Errorf("Service %s/%s has no ClusterIP", namespace, service)
+					err = fmt.Errorf("the Service %s/%s has no ClusterIP", namespace, service)
 				} else {
 					var changed bool
 					if changed, err = skeindns.ConfigureCoreDNS(ctx, direct, cmNS, cmName, ips); changed {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -260,7 +260,7 @@ func TestGatewayRoleName(t *testing.T) {
 		if len(validation.IsDNS1123Subdomain(n)) == 0 {
 			t.Errorf("%s for gateway %s is a name a gateway may have", n, gw)
 		}
-		if errs := path.IsValidPathSegmentName(n); len(errs) > 0 {
+		if errs := content.IsPathSegmentName(n); len(errs) > 0 {
 			t.Errorf("%s for gateway %s: not a valid Role name: %v", n, gw, errs)
 		}
 	}
