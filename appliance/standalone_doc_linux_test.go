@@ -404,7 +404,7 @@ runuser -u skein -- skein-gateway --config /etc/skein/a.yaml
 `+"```"+`
 <!-- on: gw-a -->
 `+"```sh"+`
-skein-gateway --print-peer-config --config /etc/skein/a.yaml > /etc/skein/peer.sh
+runuser -u skein -- skein-gateway --print-peer-config --config /etc/skein/a.yaml > /etc/skein/peer.sh
 `+"```"+`
 <!-- copy: gw-a:/etc/skein/peer.sh s:/etc/wireguard/peer.sh -->
 <!-- on: s -->
