@@ -78,18 +78,33 @@ func serve(tb testing.TB, lim skeindns.Limits) (*skeindns.Server, string) {
 		tb.Fatal("cache not synced")
 	}
 	s := skeindns.New(c, lim)
-	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tcp, err := net.Listen("tcp", udp.LocalAddr().String())
-	if err != nil {
-		tb.Fatal(err)
-	}
+	udp, tcp := listenPair(tb)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.ServeConns(ctx, udp, tcp) }()
 	tb.Cleanup(func() { cancel(); <-done })
 	return s, udp.LocalAddr().String()
+}
+
+// listenPair listens for UDP and TCP on one loopback port, as a DNS server
+// does. The UDP port is free when chosen but its TCP twin may not be (another
+// test's connection can hold it), so a taken TCP port means another try.
+func listenPair(tb testing.TB) (net.PacketConn, net.Listener) {
+	tb.Helper()
+	var lastErr error
+	for range 20 {
+		udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tcp, err := net.Listen("tcp", udp.LocalAddr().String())
+		if err == nil {
+			return udp, tcp
+		}
+		lastErr = err
+		_ = udp.Close()
+	}
+	tb.Fatalf("no loopback port free for both UDP and TCP after 20 tries: %v", lastErr)
+	return nil, nil
 }
 
 func clusterSetIP(ns, name string, ips []string, ports ...mcsv1a1.ServicePort) *mcsv1a1.ServiceImport {
