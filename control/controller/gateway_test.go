@@ -349,7 +349,7 @@ func TestPodPolicy(t *testing.T) {
 		ctr["securityContext"] = map[string]any{"privileged": true, "capabilities": map[string]any{"add": []any{"SYS_ADMIN"}}}
 	})
 	variant("other-sa", func(pod map[string]any) { pod["serviceAccountName"] = "cluster-admin-sa" })
-	variant("invalid", func(pod map[string]any) { pod["hostname"] = "Not_A_DNS_Label" })
+	variant("invalid", func(pod map[string]any) { pod["nodeSelector"] = map[string]any{"zone": "Not_A_DNS_Label!"} })
 	variant("watcher", func(pod map[string]any) {
 		ctr := pod["containers"].([]any)[0].(map[string]any)
 		ctr["args"] = append(ctr["args"].([]any), "--watch-pods")

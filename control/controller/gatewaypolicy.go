@@ -12,6 +12,10 @@
 //   - the pod is one gateway container, with environment variables from an allow-list, no
 //     runtime class, resources no larger than --gateway-max-cpu/--gateway-max-memory, a
 //     priority class and tolerations only from the install's lists;
+//   - the pod and its container set only fields from allow-lists (gatewayPodFields,
+//     gatewayContainerFields): no exec hooks or probes, no probe or hook of another host, no
+//     resolver of the template's (dnsConfig, hostAliases, dnsPolicy None), volumes mounted only
+//     in scratch and skein directories (gatewayMountDirs), never over the gateway's program;
 //   - the Deployment selects the gateway's own pods, with at most --gateway-max-replicas;
 //   - a server's Service is built from the GatewayServer's spec (type, port, node port,
 //     load-balancer IP) and selects the gateway's own pods: the template may tune only what
@@ -30,6 +34,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 
@@ -191,6 +196,17 @@ func (p GatewayPolicy) constrainGateway(rd *render.Rendered, name, namespace str
 	if len(pod.Overhead) > 0 {
 		refuse("%s.overhead", at)
 	}
+	for _, f := range unlisted(pod, gatewayPodFields) {
+		refuse("%s.%s (not a field a gateway template may set)", at, f)
+	}
+	switch pod.DNSPolicy {
+	case "", corev1.DNSClusterFirst, corev1.DNSClusterFirstWithHostNet, corev1.DNSDefault:
+	default:
+		refuse("%s.dnsPolicy %s (the cluster's or the node's resolver only)", at, pod.DNSPolicy)
+	}
+	if pod.RestartPolicy != "" && pod.RestartPolicy != corev1.RestartPolicyAlways {
+		refuse("%s.restartPolicy %s", at, pod.RestartPolicy)
+	}
 	for i, t := range pod.Tolerations {
 		if !slices.ContainsFunc(p.Tolerations, func(a corev1.Toleration) bool { return equality.Semantic.DeepEqual(a, t) }) {
 			refuse("%s.tolerations[%d] (not one of --gateway-tolerations)", at, i)
@@ -256,7 +272,113 @@ func (p GatewayPolicy) gatewayContainer(c *corev1.Container, cat, name, namespac
 		refuse("%s.envFrom", cat)
 	}
 	bad = append(bad, p.resources(cat+".resources", c.Resources)...)
+	for _, f := range unlisted(c, gatewayContainerFields) {
+		refuse("%s.%s (not a field a gateway container may set)", cat, f)
+	}
+	for j, m := range c.VolumeMounts {
+		if !mountAllowed(m.MountPath) {
+			refuse("%s.volumeMounts[%d].mountPath %s (only under %s: a mount elsewhere could replace the gateway's program or what it trusts)", cat, j, m.MountPath, strings.Join(gatewayMountDirs, ", "))
+		}
+	}
+	for what, pr := range map[string]*corev1.Probe{"livenessProbe": c.LivenessProbe, "readinessProbe": c.ReadinessProbe, "startupProbe": c.StartupProbe} {
+		if pr != nil {
+			bad = append(bad, handlerRefusals(cat+"."+what, pr.Exec != nil, pr.HTTPGet, pr.TCPSocket)...)
+		}
+	}
+	if l := c.Lifecycle; l != nil {
+		for what, h := range map[string]*corev1.LifecycleHandler{"postStart": l.PostStart, "preStop": l.PreStop} {
+			if h != nil {
+				bad = append(bad, handlerRefusals(cat+".lifecycle."+what, h.Exec != nil, h.HTTPGet, h.TCPSocket)...)
+			}
+		}
+	}
 	return bad
+}
+
+// gatewayPodFields are the pod fields (by their JSON names) a gateway template may set; the
+// fields other checks bound are listed too (they are refused there with their reason: the
+// node-escape fields by podpolicy.go, priority, tolerations, resources and runtime class
+// above). Left out, and so refused: what a gateway never needs and what decides what it runs,
+// resolves or reaches: dnsConfig and hostAliases (every name the gateway resolves, a
+// GatewayClient's endpoint among them), schedulerName, shareProcessNamespace, hostname and
+// subdomain, activeDeadlineSeconds, readiness and scheduling gates, and fields newer than
+// this list (an allow-list: a field the API gains is refused until it is judged).
+var gatewayPodFields = []string{
+	"containers", "initContainers", "ephemeralContainers", "volumes",
+	"serviceAccountName", "serviceAccount", "automountServiceAccountToken",
+	"securityContext", "hostNetwork", "hostPID", "hostIPC", "hostUsers", "nodeName",
+	"restartPolicy", "terminationGracePeriodSeconds", "dnsPolicy", "enableServiceLinks",
+	"nodeSelector", "affinity", "tolerations", "topologySpreadConstraints", "os",
+	"priorityClassName", "priority", "preemptionPolicy", "runtimeClassName", "overhead",
+	"resources", "resourceClaims", "imagePullSecrets",
+}
+
+// gatewayContainerFields are the gateway container's fields a template may set, as
+// gatewayPodFields. Left out: workingDir, volumeDevices, terminationMessagePath (a file the
+// kubelet reads), stdin and tty, a container restart policy (init containers' only).
+var gatewayContainerFields = []string{
+	"name", "image", "imagePullPolicy", "command", "args", "env", "envFrom", "ports",
+	"resources", "resizePolicy", "volumeMounts", "livenessProbe", "readinessProbe", "startupProbe",
+	"lifecycle", "securityContext", "terminationMessagePolicy",
+}
+
+// gatewayMountDirs are where a gateway container may mount volumes: scratch space for a
+// read-only root filesystem and skein's own directories. Anywhere else a ConfigMap the
+// template's author wrote could take the place of the image's entrypoint (a subPath mount
+// over /usr/local/bin/skein-gateway) or of what the gateway trusts (the ServiceAccount's CA
+// and token, /etc/hosts, CA bundles).
+var gatewayMountDirs = []string{"/tmp", "/var/tmp", "/run/skein", "/var/run/skein", "/etc/skein"}
+
+// mountAllowed reports whether a volume may be mounted at mountPath: a clean absolute path
+// within one of gatewayMountDirs.
+func mountAllowed(mountPath string) bool {
+	if mountPath != path.Clean(mountPath) || !path.IsAbs(mountPath) {
+		return false
+	}
+	return slices.ContainsFunc(gatewayMountDirs, func(d string) bool {
+		return mountPath == d || strings.HasPrefix(mountPath, d+"/")
+	})
+}
+
+// handlerRefusals judges a probe's or lifecycle hook's action (at at): the kubelet runs it
+// with its own reach, so no command (exec runs anything in the gateway's container, with its
+// token) and no host (the kubelet would call any address from the node's network: a cloud
+// metadata server, a node-local service; Pod Security's baseline forbids it too). HTTP, TCP
+// and gRPC checks of the pod's own address, and sleep, remain.
+func handlerRefusals(at string, exec bool, get *corev1.HTTPGetAction, tcp *corev1.TCPSocketAction) []string {
+	var bad []string
+	if exec {
+		bad = append(bad, at+".exec (the kubelet would run a command of the template's in the gateway's container)")
+	}
+	if get != nil && get.Host != "" {
+		bad = append(bad, fmt.Sprintf("%s.httpGet.host %s (the kubelet would call it from the node: the pod's own address only)", at, get.Host))
+	}
+	if tcp != nil && tcp.Host != "" {
+		bad = append(bad, fmt.Sprintf("%s.tcpSocket.host %s (the kubelet would connect from the node: the pod's own address only)", at, tcp.Host))
+	}
+	return bad
+}
+
+// unlisted returns the fields v (a struct of the Kubernetes API) sets, by their JSON names,
+// that allowed does not list, sorted. Empty fields are omitted from the API's JSON, so what
+// remains is what the template set.
+func unlisted(v any, allowed []string) []string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return []string{fmt.Sprintf("(cannot encode: %v)", err)}
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return []string{fmt.Sprintf("(cannot decode: %v)", err)}
+	}
+	var out []string
+	for k := range m {
+		if !slices.Contains(allowed, k) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // allowedRepositories lists the repositories a gateway image may come from.

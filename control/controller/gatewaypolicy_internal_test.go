@@ -198,6 +198,43 @@ func TestGatewayPolicyRefuses(t *testing.T) {
 		{"annotations", func(m map[string]any) {
 			m["metadata"].(map[string]any)["annotations"] = map[string]any{"external-dns.alpha.kubernetes.io/hostname": "bank.example"}
 		}, "metadata.annotations external-dns.alpha.kubernetes.io/hostname"},
+		// What would run the author's code, or make the kubelet or the resolver work for them.
+		{"mount over the entrypoint", func(m map[string]any) {
+			p := podOf(m)
+			p["volumes"] = []any{map[string]any{"name": "mine", "configMap": map[string]any{"name": "authors-binary", "defaultMode": 0o755}}}
+			gatewayContainerOf(m)["volumeMounts"] = []any{map[string]any{"name": "mine", "mountPath": "/usr/local/bin/skein-gateway", "subPath": "skein-gateway"}}
+		}, "volumeMounts[0].mountPath /usr/local/bin/skein-gateway"},
+		{"mount over the token", func(m map[string]any) {
+			gatewayContainerOf(m)["volumeMounts"] = []any{map[string]any{"name": "mine", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}}
+		}, "volumeMounts[0].mountPath /var/run/secrets/kubernetes.io/serviceaccount"},
+		{"mount escaping scratch", func(m map[string]any) {
+			gatewayContainerOf(m)["volumeMounts"] = []any{map[string]any{"name": "mine", "mountPath": "/tmp/../usr/local/bin"}}
+		}, "volumeMounts[0].mountPath /tmp/../usr/local/bin"},
+		{"postStart exec", func(m map[string]any) {
+			gatewayContainerOf(m)["lifecycle"] = map[string]any{"postStart": map[string]any{"exec": map[string]any{
+				"command": []any{"/usr/local/bin/skein-gateway", "--kubeconfig=/etc/mine/kubeconfig"}}}}
+		}, "lifecycle.postStart.exec"},
+		{"preStop host", func(m map[string]any) {
+			gatewayContainerOf(m)["lifecycle"] = map[string]any{"preStop": map[string]any{"httpGet": map[string]any{"host": "10.0.0.1", "port": 80}}}
+		}, "lifecycle.preStop.httpGet.host 10.0.0.1"},
+		{"probe host", func(m map[string]any) {
+			gatewayContainerOf(m)["livenessProbe"] = map[string]any{"httpGet": map[string]any{"host": "169.254.169.254", "port": 80, "path": "/latest/meta-data/"}}
+		}, "livenessProbe.httpGet.host 169.254.169.254"},
+		{"probe tcp host", func(m map[string]any) {
+			gatewayContainerOf(m)["startupProbe"] = map[string]any{"tcpSocket": map[string]any{"host": "10.96.0.1", "port": 443}}
+		}, "startupProbe.tcpSocket.host 10.96.0.1"},
+		{"probe exec", func(m map[string]any) {
+			gatewayContainerOf(m)["readinessProbe"] = map[string]any{"exec": map[string]any{"command": []any{"sh", "-c", "id"}}}
+		}, "readinessProbe.exec"},
+		{"working dir", func(m map[string]any) { gatewayContainerOf(m)["workingDir"] = "/tmp" }, "containers[0].workingDir (not a field"},
+		{"dns policy", func(m map[string]any) { podOf(m)["dnsPolicy"] = "None" }, "dnsPolicy None"},
+		{"dns config", func(m map[string]any) {
+			podOf(m)["dnsConfig"] = map[string]any{"nameservers": []any{"203.0.113.53"}}
+		}, "template.spec.dnsConfig (not a field"},
+		{"host aliases", func(m map[string]any) {
+			podOf(m)["hostAliases"] = []any{map[string]any{"ip": "203.0.113.9", "hostnames": []any{"peer.example.com"}}}
+		}, "template.spec.hostAliases (not a field"},
+		{"scheduler", func(m map[string]any) { podOf(m)["schedulerName"] = "mine" }, "template.spec.schedulerName"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			gs := policyServer()
@@ -207,6 +244,30 @@ func TestGatewayPolicyRefuses(t *testing.T) {
 				t.Errorf("constrainGateway = %q, want it to name %q", bad, tc.want)
 			}
 		})
+	}
+}
+
+// TestGatewayPolicyAllowsHarmless: what a template may still tune about its pod is not
+// refused: scratch volumes, probes and hooks of the pod's own address, the resolvers a
+// host-network gateway needs, scheduling.
+func TestGatewayPolicyAllowsHarmless(t *testing.T) {
+	gs := policyServer()
+	rd := renderDefault(t, "wireguard-server.yaml", gs, func(m map[string]any) {
+		p := podOf(m)
+		p["volumes"] = []any{map[string]any{"name": "scratch", "emptyDir": map[string]any{}}}
+		p["dnsPolicy"] = "ClusterFirstWithHostNet"
+		p["terminationGracePeriodSeconds"] = 5
+		p["nodeSelector"] = map[string]any{"edge": "true"}
+		p["topologySpreadConstraints"] = []any{map[string]any{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}}
+		c := gatewayContainerOf(m)
+		c["volumeMounts"] = []any{map[string]any{"name": "scratch", "mountPath": "/tmp"}, map[string]any{"name": "scratch", "mountPath": "/run/skein/x", "subPath": "x"}}
+		c["livenessProbe"] = map[string]any{"httpGet": map[string]any{"path": "/healthz", "port": 9471}, "periodSeconds": 10}
+		c["startupProbe"] = map[string]any{"tcpSocket": map[string]any{"port": 9471}}
+		c["lifecycle"] = map[string]any{"preStop": map[string]any{"sleep": map[string]any{"seconds": 2}}}
+		c["imagePullPolicy"] = "IfNotPresent"
+	})
+	if bad := (GatewayPolicy{}).constrainGateway(rd, "gw", "tenant", true, gs); len(bad) > 0 {
+		t.Errorf("constrainGateway refused a harmless template: %q", bad)
 	}
 }
 

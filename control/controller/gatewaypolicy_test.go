@@ -49,7 +49,8 @@ func gatewayContainer(tmpl map[string]any) map[string]any {
 // skein-controller only a gateway: each template below asks for what its author could not
 // create alone (another image or command, a Service of another shape, hundreds of replicas, a
 // system priority, every toleration, a node's worth of CPU and memory, a disruption budget
-// over other pods). Each is refused as a whole, with a condition naming the fields, and
+// over other pods), or runs the author's code or requests as the gateway (a volume over its
+// program, an exec hook, a probe of another host, the author's resolver). Each is refused as a whole, with a condition naming the fields, and
 // nothing of it is applied; the default template still renders.
 func TestTemplateAuthorCannotBorrowTheController(t *testing.T) {
 	env := apitest.Start(t)
@@ -94,6 +95,32 @@ func TestTemplateAuthorCannotBorrowTheController(t *testing.T) {
 		{"resources", func(m map[string]any) {
 			gatewayContainer(m)["resources"] = map[string]any{"requests": map[string]any{"cpu": "32", "memory": "64Gi"}}
 		}, "resources.requests.cpu 32"},
+		// Code of the author's run by the kubelet in the gateway's container, or requests it
+		// makes for them, or names the gateway resolves their way.
+		{"entrypoint-mount", func(m map[string]any) {
+			pod(m)["volumes"] = []any{map[string]any{"name": "mine", "configMap": map[string]any{"name": "authors-binary", "defaultMode": 0o755}}}
+			gatewayContainer(m)["volumeMounts"] = []any{map[string]any{"name": "mine", "mountPath": "/usr/local/bin/skein-gateway", "subPath": "skein-gateway"}}
+		}, "volumeMounts[0].mountPath /usr/local/bin/skein-gateway"},
+		{"lifecycle-exec", func(m map[string]any) {
+			// The kubeconfig needs no ConfigMap: an allowed pod annotation written to a file by
+			// a downwardAPI volume, whose user's tokenFile is the pod's token.
+			dig(m, "spec", "deployment", "template", "metadata")["annotations"] = map[string]any{"prometheus.io/kubeconfig": "server: https://203.0.113.66"}
+			pod(m)["volumes"] = []any{map[string]any{"name": "kc", "downwardAPI": map[string]any{"items": []any{
+				map[string]any{"path": "kubeconfig", "fieldRef": map[string]any{"fieldPath": "metadata.annotations['prometheus.io/kubeconfig']"}}}}}}
+			gc := gatewayContainer(m)
+			gc["volumeMounts"] = []any{map[string]any{"name": "kc", "mountPath": "/tmp/kc"}}
+			gc["lifecycle"] = map[string]any{"postStart": map[string]any{"exec": map[string]any{
+				"command": []any{"/usr/local/bin/skein-gateway", "--mode=client", "--kubeconfig=/tmp/kc/kubeconfig"}}}}
+		}, "lifecycle.postStart.exec"},
+		{"probe-host", func(m map[string]any) {
+			gatewayContainer(m)["livenessProbe"] = map[string]any{"httpGet": map[string]any{"host": "169.254.169.254", "port": 80,
+				"path": "/latest/meta-data/iam/security-credentials/"}, "periodSeconds": 1}
+		}, "livenessProbe.httpGet.host 169.254.169.254"},
+		{"dns", func(m map[string]any) {
+			pod(m)["dnsPolicy"] = "None"
+			pod(m)["dnsConfig"] = map[string]any{"nameservers": []any{"203.0.113.53"}}
+			pod(m)["hostAliases"] = []any{map[string]any{"ip": "203.0.113.9", "hostnames": []any{"peer.example.com"}}}
+		}, "dnsPolicy None"},
 		{"pdb", func(m map[string]any) {
 			// Two replicas make a PodDisruptionBudget, which took the template's selector.
 			dig(m, "spec", "deployment")["replicas"] = 2
