@@ -92,6 +92,14 @@ func trimPublished(o any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion},
 		Spec:       p.Spec}
 	out.Spec.Ports = p.Spec.Ports[:min(len(p.Spec.Ports), maxPublishedPorts)]
+	// The export's age decides conflicts (mcs.Build: the oldest export's type and ports win),
+	// and spec.exportCreated is whatever the peer writes: no export is older than the
+	// PublishedService that announces it, whose creation time the peer's API server sets. A
+	// claim of an older export (a backdated copy of this cluster's own export, headless, would
+	// push this cluster's endpoints out of its own import) counts from the object's creation.
+	if out.Spec.ExportCreated.Before(&p.CreationTimestamp) {
+		out.Spec.ExportCreated = p.CreationTimestamp
+	}
 	return out, nil
 }
 

@@ -138,6 +138,10 @@ func refusedError(err error) bool { return apierrors.IsUnauthorized(err) || apie
 // ServiceImportReconciler imports exported services (one request per namespace/name).
 type ServiceImportReconciler struct {
 	Client client.Client
+	// Reader reads straight from the API server (the manager's APIReader): the cache holds only
+	// the Services and slices skein labelled, so an object of a name the import would create is
+	// looked up here before it is written (nil: not looked up, in tests of the import alone).
+	Reader client.Reader
 	Events events.EventRecorder
 	// ClusterID is this cluster's id; PodCIDRs its pod CIDRs (its own exports' endpoints are
 	// imported as they are).
@@ -891,9 +895,13 @@ func (r *ServiceImportReconciler) addressMap(ctx context.Context, id string) (*n
 	return m, nil
 }
 
-// importable: the namespace exists here, is not excluded, and is selected by Namespaces.
+// importable: the namespace exists here, is not excluded, and is selected by Namespaces. The
+// namespace this cluster publishes in and those holding a peer's credentials are excluded
+// whatever the settings: every peer's reader lists the first (an import there would be
+// published to the other peers), and the second hold secrets beside which no peer's name
+// should appear.
 func (r *ServiceImportReconciler) importable(ctx context.Context, ns string) (bool, error) {
-	if slices.Contains(r.Excluded, ns) {
+	if slices.Contains(r.Excluded, ns) || (r.Published != "" && ns == r.Published) || r.peeringNamespace(ns) {
 		return false, nil
 	}
 	var n corev1.Namespace
@@ -903,6 +911,18 @@ func (r *ServiceImportReconciler) importable(ctx context.Context, ns string) (bo
 		return false, err
 	}
 	return n.DeletionTimestamp == nil && (r.Namespaces == nil || r.Namespaces.Matches(labels.Set(n.Labels))), nil
+}
+
+// peeringNamespace: ns holds the credentials of one of this cluster's peers.
+func (r *ServiceImportReconciler) peeringNamespace(ns string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, x := range r.byKey {
+		if key != "" && x.secret.Namespace == ns {
+			return true
+		}
+	}
+	return false
 }
 
 // write applies the ServiceImport, the derived Service and the slices, and deletes the slices
@@ -953,6 +973,8 @@ func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import, unk
 		}
 	} else if !apierrors.IsNotFound(err) {
 		return err
+	} else if err := r.notForeign(ctx, &corev1.Service{}, svcKey, ManagedByLabel, FieldOwner); err != nil {
+		return fmt.Errorf("%w: ServiceImport %s/%s not written", err, si.Namespace, si.Name)
 	}
 	si.Labels = withManagedBy(si.Labels)
 	// Each write is skipped when the cache already holds what it would write: an endpoint
@@ -1005,14 +1027,43 @@ func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import, unk
 	for _, sl := range imp.Slices {
 		sl.OwnerReferences = []metav1.OwnerReference{sliceOwner}
 		sl.Labels = withManagedBy(sl.Labels)
-		if h := haveByName[sl.Name]; h != nil && sameSlice(h, sl) {
+		h := haveByName[sl.Name]
+		if h != nil && sameSlice(h, sl) {
 			continue
+		}
+		if h == nil {
+			if err := r.notForeign(ctx, &discoveryv1.EndpointSlice{}, client.ObjectKeyFromObject(sl), discoveryv1.LabelManagedBy, mcs.ManagedBy); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 		}
 		if err := applyObject(ctx, r.Client, sl); err != nil {
 			errs = append(errs, fmt.Errorf("slice %s/%s of cluster %s: %w", sl.Namespace, sl.Name, sl.Labels[mcs.SourceClusterLabel], err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// notForeign checks, before the import creates an object the cache does not hold (it holds
+// only what skein labelled), that no object of that key exists that skein did not create (its
+// label key is not value): a force-apply would take it over, and it would go with the import.
+func (r *ServiceImportReconciler) notForeign(ctx context.Context, obj client.Object, key client.ObjectKey, label, value string) error {
+	if r.Reader == nil {
+		return nil
+	}
+	if err := r.Reader.Get(ctx, key, obj); apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if obj.GetLabels()[label] == value {
+		return nil // skein's, not in the cache yet
+	}
+	kind := "service"
+	if _, ok := obj.(*discoveryv1.EndpointSlice); ok {
+		kind = "endpoint slice"
+	}
+	return fmt.Errorf("%s %s exists and was not created by skein: left alone", kind, key)
 }
 
 // sameDerivedService: have already holds what the import writes into want.

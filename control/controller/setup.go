@@ -145,7 +145,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		if o.ClusterID == "" {
 			return fmt.Errorf("controller: multi-cluster services need this cluster's id")
 		}
-		r := &ServiceImportReconciler{Client: c, Events: ev, ClusterID: o.ClusterID, PodCIDRs: o.PodCIDRs,
+		r := &ServiceImportReconciler{Client: c, Reader: reader, Events: ev, ClusterID: o.ClusterID, PodCIDRs: o.PodCIDRs,
 			Local: o.ServicesFrom, Excluded: o.ImportExcludedNamespaces, Retry: o.ImportRetry,
 			Budget: o.ImportBudget, Limits: mcs.Limits{MaxPortsPerImport: o.MaxPortsPerImport}, Namespaces: o.ImportNamespaces,
 			Published: cmp.Or(o.PublishedNamespace, DefaultPublishedNamespace), RenewFraction: o.TokenRenewFraction}

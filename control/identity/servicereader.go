@@ -2,8 +2,14 @@ package identity
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -98,6 +104,16 @@ type ServiceReaderToken struct {
 	Expires time.Time
 }
 
+// The reader's ServiceAccount records what its tokens may be (the chart's admission policy
+// RELEASE-reader-tokens holds the reader's own token requests to them): ServiceReaderLabel
+// marks it, TokenTTLAnnotation is the lifetime granted (seconds), TokenAudiencesAnnotation the
+// audiences of the token granted (the API server's own, comma-separated).
+const (
+	ServiceReaderLabel       = "services.skein.io/reader"
+	TokenTTLAnnotation       = "services.skein.io/token-ttl-seconds"
+	TokenAudiencesAnnotation = "services.skein.io/token-audiences"
+)
+
 // TokenAuthCacheTTL is how long a kube-apiserver may keep accepting a ServiceAccount token it
 // authenticated once after the ServiceAccount is gone (its token authentication cache keeps
 // successes 10 s), with a second of margin.
@@ -159,7 +175,9 @@ func GrantServiceReader(ctx context.Context, c client.Client, ns, peerID, publis
 	if err := c.Create(ctx, pns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return ServiceReaderToken{}, fmt.Errorf("services reader: namespace %s: %w", published, err)
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderName(peerID), Labels: labels},
+	saLabels := maps.Clone(labels)
+	saLabels[ServiceReaderLabel] = "true"
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ServiceReaderName(peerID), Labels: saLabels},
 		AutomountServiceAccountToken: new(bool)}
 	if err := c.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
 		return ServiceReaderToken{}, fmt.Errorf("services reader: ServiceAccount %s/%s: %w", ns, sa.Name, err)
@@ -195,7 +213,67 @@ func GrantServiceReader(ctx context.Context, c client.Client, ns, peerID, publis
 	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
 		return ServiceReaderToken{}, fmt.Errorf("services reader: token for %s/%s: %w", ns, ServiceReaderName(peerID), err)
 	}
+	if err := recordTokenBounds(ctx, c, sa, secs, tr.Status.Token); err != nil {
+		return ServiceReaderToken{}, err
+	}
 	return ServiceReaderToken{Token: tr.Status.Token, Expires: tr.Status.ExpirationTimestamp.Time}, nil
+}
+
+// recordTokenBounds writes on the reader's ServiceAccount what its own token requests may ask
+// for: the lifetime granted and the audiences of the token issued (the API server's own).
+func recordTokenBounds(ctx context.Context, c client.Client, sa *corev1.ServiceAccount, secs int64, token string) error {
+	aud, err := tokenAudiences(token)
+	if err != nil {
+		return fmt.Errorf("services reader: the token issued: %w", err)
+	}
+	var have corev1.ServiceAccount
+	if err := c.Get(ctx, client.ObjectKeyFromObject(sa), &have); err != nil {
+		return fmt.Errorf("services reader: ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
+	}
+	patch := client.MergeFrom(have.DeepCopy())
+	if have.Labels == nil {
+		have.Labels = map[string]string{}
+	}
+	if have.Annotations == nil {
+		have.Annotations = map[string]string{}
+	}
+	have.Labels[ServiceReaderLabel] = "true"
+	have.Annotations[TokenTTLAnnotation] = strconv.FormatInt(secs, 10)
+	have.Annotations[TokenAudiencesAnnotation] = strings.Join(aud, ",")
+	if err := c.Patch(ctx, &have, patch); err != nil {
+		return fmt.Errorf("services reader: ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
+	}
+	return nil
+}
+
+// tokenAudiences reads a JWT's audiences (a string or a list).
+func tokenAudiences(token string) ([]string, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return nil, errors.New("not a JWT")
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return nil, fmt.Errorf("JWT claims: %w", err)
+	}
+	var claims struct {
+		Aud json.RawMessage `json:"aud"`
+	}
+	if err := json.Unmarshal(b, &claims); err != nil {
+		return nil, fmt.Errorf("JWT claims: %w", err)
+	}
+	var list []string
+	if err := json.Unmarshal(claims.Aud, &list); err != nil {
+		var one string
+		if err := json.Unmarshal(claims.Aud, &one); err != nil {
+			return nil, fmt.Errorf("JWT audiences %s: %w", claims.Aud, err)
+		}
+		list = []string{one}
+	}
+	if len(list) == 0 || slices.Contains(list, "") {
+		return nil, errors.New("JWT without audiences")
+	}
+	return list, nil
 }
 
 // ensureRole makes role, or gives the one there its rules (never broader than these, whatever
