@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -350,35 +349,9 @@ func serveDNS(ctx context.Context, mgr ctrl.Manager, direct client.Client, addr,
 		return fmt.Errorf("--dns-configure-coredns %q: want NAMESPACE/NAME, and --dns-service", coredns)
 	}
 	return mgr.Add(leaderOnly(func(ctx context.Context) error {
-		log := ctrl.Log.WithName("coredns")
-		for {
-			var svc corev1.Service
-			err := direct.Get(ctx, client.ObjectKey{Namespace: namespace, Name: service}, &svc)
-			if err == nil {
-				var ips []netip.Addr
-				for _, ip := range svc.Spec.ClusterIPs {
-					if a, perr := netip.ParseAddr(ip); perr == nil {
-						ips = append(ips, a)
-					}
-				}
-				if len(ips) == 0 {
-					err = fmt.Errorf("the Service %s/%s has no ClusterIP", namespace, service)
-				} else {
-					var changed bool
-					if changed, err = skeindns.ConfigureCoreDNS(ctx, direct, cmNS, cmName, ips); changed {
-						log.Info("CoreDNS forwards clusterset.local to skein", "configMap", coredns, "servers", ips)
-					}
-				}
-			}
-			if err != nil {
-				log.Error(err, "configuring CoreDNS")
-			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(time.Minute):
-			}
-		}
+		skeindns.KeepCoreDNS(ctx, direct, client.ObjectKey{Namespace: namespace, Name: service}, client.ObjectKey{Namespace: cmNS, Name: cmName},
+			time.Minute, ctrl.Log.WithName("coredns"))
+		return nil
 	}))
 }
 

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -74,4 +76,44 @@ func ConfigureCoreDNS(ctx context.Context, c client.Client, namespace, name stri
 		return false, fmt.Errorf("CoreDNS ConfigMap %s/%s: %w", namespace, name, err)
 	}
 	return true, nil
+}
+
+// KeepCoreDNS keeps CoreDNS's ConfigMap (cm, namespace/name) forwarding clusterset.local to
+// the ClusterIPs of skein's DNS Service (svc): at once, then every interval until ctx ends, so
+// that a Corefile rewritten by someone else (an addon manager, a CoreDNS upgrade) or a Service
+// recreated with another address is set right again. Errors are logged and tried again.
+func KeepCoreDNS(ctx context.Context, c client.Client, svc, cm client.ObjectKey, interval time.Duration, log logr.Logger) {
+	for {
+		changed, ips, err := keepOnce(ctx, c, svc, cm)
+		switch {
+		case err != nil:
+			log.Error(err, "configuring CoreDNS")
+		case changed:
+			log.Info("CoreDNS forwards clusterset.local to skein", "configMap", cm.String(), "servers", ips)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
+}
+
+// keepOnce is one round of KeepCoreDNS.
+func keepOnce(ctx context.Context, c client.Client, svcKey, cm client.ObjectKey) (bool, []netip.Addr, error) {
+	var svc corev1.Service
+	if err := c.Get(ctx, svcKey, &svc); err != nil {
+		return false, nil, fmt.Errorf("skein's DNS Service %s: %w", svcKey, err)
+	}
+	var ips []netip.Addr
+	for _, ip := range svc.Spec.ClusterIPs {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			ips = append(ips, a)
+		}
+	}
+	if len(ips) == 0 {
+		return false, nil, fmt.Errorf("skein's DNS Service %s has no ClusterIP", svcKey)
+	}
+	changed, err := ConfigureCoreDNS(ctx, c, cm.Namespace, cm.Name, ips)
+	return changed, ips, err
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -85,4 +88,57 @@ func TestConfigureCoreDNS(t *testing.T) {
 	if _, err := skeindns.ConfigureCoreDNS(ctx, env.Client, ns, "missing", ip); err == nil {
 		t.Error("no error for a missing ConfigMap")
 	}
+}
+
+// TestKeepCoreDNS: the keep-loop sets the block from skein's DNS Service, sets it again when
+// someone else rewrites the Corefile, follows a new ClusterIP, and reports a Service without
+// one (and keeps trying) without touching the Corefile.
+func TestKeepCoreDNS(t *testing.T) {
+	requireAPI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := env.Namespace(t, "keep")
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "coredns"}, Data: map[string]string{"Corefile": kubeadmCorefile}}
+	apitest.Must(t, env.Client.Create(ctx, cm))
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "skein-dns"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}}}
+	apitest.Must(t, env.Client.Create(ctx, svc))
+	var logged atomic.Int64
+	log := funcr.New(func(prefix, args string) {
+		if strings.Contains(args, "configuring CoreDNS") {
+			logged.Add(1)
+		}
+	}, funcr.Options{})
+	kctx, kcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		skeindns.KeepCoreDNS(kctx, env.Client, client.ObjectKeyFromObject(svc), client.ObjectKeyFromObject(cm), 200*time.Millisecond, log)
+	}()
+	defer func() { kcancel(); <-done }()
+	corefile := func() string {
+		var got corev1.ConfigMap
+		apitest.Must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cm), &got))
+		return got.Data["Corefile"]
+	}
+	apitest.Must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(svc), svc))
+	want := kubeadmCorefile + skeindns.CorefileBlock([]netip.Addr{netip.MustParseAddr(svc.Spec.ClusterIP)})
+	apitest.Eventually(t, "the block set", 10*time.Second, func() bool { return corefile() == want })
+	// Someone else rewrites the Corefile without the block.
+	apitest.Must(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cm), cm))
+	cm.Data["Corefile"] = kubeadmCorefile
+	apitest.Must(t, env.Client.Update(ctx, cm))
+	apitest.Eventually(t, "the block set again", 10*time.Second, func() bool { return corefile() == want })
+	// The Service is gone: reported, the Corefile left as it is.
+	apitest.Must(t, env.Client.Delete(ctx, svc))
+	apitest.Eventually(t, "the missing Service reported", 10*time.Second, func() bool { return logged.Load() > 0 })
+	if got := corefile(); got != want {
+		t.Errorf("the Corefile changed while skein's Service was missing: %q", got)
+	}
+	// Made again with another address: followed.
+	svc = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "skein-dns"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}}}
+	apitest.Must(t, env.Client.Create(ctx, svc))
+	want = kubeadmCorefile + skeindns.CorefileBlock([]netip.Addr{netip.MustParseAddr(svc.Spec.ClusterIP)})
+	apitest.Eventually(t, "the new address followed", 10*time.Second, func() bool { return corefile() == want })
 }
