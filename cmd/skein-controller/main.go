@@ -26,6 +26,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
@@ -304,17 +305,12 @@ func main() {
 	}
 }
 
-// anyReplica is a runnable every replica runs, leader or not.
+// anyReplica is a runnable every replica runs, leader or not (manager.RunnableFunc runs on
+// the leader only).
 type anyReplica func(context.Context) error
 
 func (f anyReplica) Start(ctx context.Context) error { return f(ctx) }
 func (anyReplica) NeedLeaderElection() bool          { return false }
-
-// leaderOnly is a runnable only the elected replica runs.
-type leaderOnly func(context.Context) error
-
-func (f leaderOnly) Start(ctx context.Context) error { return f(ctx) }
-func (leaderOnly) NeedLeaderElection() bool          { return true }
 
 // serveDNS answers clusterset.local on addr from the manager's cache (every replica: the
 // Service in front balances over them), and, with coredns set, keeps CoreDNS's Corefile
@@ -348,7 +344,7 @@ func serveDNS(ctx context.Context, mgr ctrl.Manager, direct client.Client, addr,
 	if !ok || cmNS == "" || cmName == "" || service == "" {
 		return fmt.Errorf("--dns-configure-coredns %q: want NAMESPACE/NAME, and --dns-service", coredns)
 	}
-	return mgr.Add(leaderOnly(func(ctx context.Context) error {
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		skeindns.KeepCoreDNS(ctx, direct, client.ObjectKey{Namespace: namespace, Name: service}, client.ObjectKey{Namespace: cmNS, Name: cmName},
 			time.Minute, ctrl.Log.WithName("coredns"))
 		return nil

@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -201,7 +202,7 @@ func (r *ServiceImportReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return fmt.Errorf("published services: %w (is the services.skein.io CRD installed?)", err)
 		}
 	}
-	if err := mgr.Add(runnable(func(ctx context.Context) error {
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		r.mu.Lock()
 		r.started = ctx
 		r.mu.Unlock()
@@ -271,11 +272,6 @@ func (r *ServiceImportReconciler) exportsIn(ctx context.Context, o client.Object
 	}
 	return reqs
 }
-
-// runnable adapts a function to a manager Runnable (it runs on the leader only).
-type runnable func(context.Context) error
-
-func (m runnable) Start(ctx context.Context) error { return m(ctx) }
 
 // importsOfPeer: a peering's remapped CIDRs or gateways changed, so every import listing that
 // peer is computed again.
