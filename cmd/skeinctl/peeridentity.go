@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
@@ -26,8 +27,9 @@ import (
 // (routes to the other cluster's pods sent to the impostor), its gateways and its reader.
 //
 // So a peering records who the peer is in a way the peer cannot fake: the CA its API server
-// proved itself with when the peering was made (a server can present a certificate of a CA
-// only with that CA's key). Every network command that acts on both clusters compares the
+// proved itself with when the peering was made, and the name it proved (a server can present
+// a certificate of a CA for a name only if that CA issued one: where clusters share a CA, an
+// organisation's or a fleet's issuer, the CA alone would let any of them stand for another). Every network command that acts on both clusters compares the
 // peer it reached with the record, and refuses a different one unless told that the peer
 // really changed (rebuilt, or its CA rotated).
 
@@ -36,13 +38,18 @@ import (
 const PeerIdentityAnnotation = "skein.dev/peer-identity"
 
 // apiIdentity is how the API server cfg reaches proves itself: the SHA-256 of its CA bundle
-// (each certificate, parsed, in a stable order, so formatting and order do not matter);
-// without a CA in the kubeconfig (the system's roots verify the server), the host name those
-// roots verified; with TLS verification off, only the host, marked unverified.
+// (each certificate, parsed, in a stable order, so formatting and order do not matter) and
+// the server name its certificate was verified for (the kubeconfig's tls-server-name, else
+// the host without its port); without a CA in the kubeconfig (the system's roots verify the
+// server), the host name those roots verified; with TLS verification off, only the host,
+// marked unverified.
 func apiIdentity(cfg *rest.Config) (string, error) {
-	host := cfg.Host
+	host, name := cfg.Host, cfg.Host
 	if u, err := url.Parse(cfg.Host); err == nil && u.Host != "" {
-		host = u.Host
+		host, name = u.Host, u.Hostname()
+	}
+	if cfg.ServerName != "" {
+		name = cfg.ServerName
 	}
 	if cfg.Insecure {
 		return "unverified:" + host, nil
@@ -82,7 +89,22 @@ func apiIdentity(cfg *rest.Config) (string, error) {
 		_ = binary.Write(h, binary.BigEndian, uint32(len(d)))
 		h.Write(d)
 	}
-	return "ca-sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	return "ca-sha256:" + hex.EncodeToString(h.Sum(nil)) + identityNameSep + name, nil
+}
+
+// identityNameSep separates an identity's CA from the server name it was verified for.
+// Records made before the name was part of the identity have none.
+const identityNameSep = "/name:"
+
+// sameIdentity: an identity recorded (have) is the one proved now (want). A record without a
+// server name (made by an older skeinctl) is compared by its CA alone, and is then recorded
+// again with the name.
+func sameIdentity(have, want string) bool {
+	if have == want {
+		return true
+	}
+	ca, _, _ := strings.Cut(want, identityNameSep)
+	return !strings.Contains(have, identityNameSep) && strings.HasPrefix(have, "ca-sha256:") && have == ca
 }
 
 // checkPeerIdentity refuses to act on s's peering with s.peer when a Configuration here
@@ -106,8 +128,16 @@ func checkPeerIdentity(ctx context.Context, s *side, accept bool) error {
 	}
 	for _, c := range confs.Items {
 		have := c.Annotations[PeerIdentityAnnotation]
-		if have == "" || have == want || accept {
+		if have == "" || sameIdentity(have, want) || accept {
 			continue
+		}
+		haveCA, haveName, _ := strings.Cut(have, identityNameSep)
+		wantCA, wantName, _ := strings.Cut(want, identityNameSep)
+		if haveCA == wantCA && haveName != wantName {
+			return fmt.Errorf("cluster id %s is already peered here (Configuration %s/%s) with the API server %s, but the %s kubeconfig now reaches %s, "+
+				"with a certificate of the same CA: where clusters share a CA another cluster could be claiming that id. Check the %s kubeconfig; if it is the same cluster "+
+				"at another address, use the address of the peering (%s) or run the command again with --accept-new-peer-identity",
+				s.peer.id, c.Namespace, c.Name, haveName, s.peer.label, wantName, s.peer.label, haveName)
 		}
 		return fmt.Errorf("cluster id %s is already peered here (Configuration %s/%s) with a cluster whose API server proved itself as %s, "+
 			"but the %s cluster reached now proves itself as %s: another cluster may be claiming that id (a cluster id is only what the cluster says it is). "+

@@ -49,8 +49,23 @@ func TestAPIIdentity(t *testing.T) {
 	if !strings.HasPrefix(both, "ca-sha256:") {
 		t.Errorf("identity %q", both)
 	}
-	if other := id(&rest.Config{Host: "https://b:443", TLSClientConfig: rest.TLSClientConfig{CAData: append(append([]byte("\n\n"), ca2...), append(ca1, ca1...)...)}}); other != both {
-		t.Errorf("the same CAs reordered, repeated and at another address: %s, want %s", other, both)
+	if other := id(&rest.Config{Host: "https://a:443", TLSClientConfig: rest.TLSClientConfig{CAData: append(append([]byte("\n\n"), ca2...), append(ca1, ca1...)...)}}); other != both {
+		t.Errorf("the same CAs reordered, repeated and at another port: %s, want %s", other, both)
+	}
+	// Clusters whose API servers have certificates of one CA (an organisation's, a fleet's
+	// issuer) are told apart by the name their certificate was verified for (found by the
+	// attack review: the CA alone let any of them stand for another).
+	if other := id(&rest.Config{Host: "https://b:6443", TLSClientConfig: rest.TLSClientConfig{CAData: append(append([]byte{}, ca1...), ca2...)}}); other == both {
+		t.Errorf("another API server with a certificate of the same CA has the identity %s", other)
+	}
+	if named := id(&rest.Config{Host: "https://10.0.0.1:6443", TLSClientConfig: rest.TLSClientConfig{ServerName: "a", CAData: append(append([]byte{}, ca1...), ca2...)}}); named != both {
+		t.Errorf("an address verified as server name a: %s, want %s", named, both)
+	}
+	// A record of an older skeinctl (the CA alone) is the same identity; a name on top of it
+	// makes a record of another name another identity.
+	ca, _, _ := strings.Cut(both, identityNameSep)
+	if !sameIdentity(ca, both) || sameIdentity(ca+identityNameSep+"b", both) || sameIdentity("tls-host:a", both) {
+		t.Errorf("sameIdentity: old record %v, other name %v, other kind %v", sameIdentity(ca, both), sameIdentity(ca+identityNameSep+"b", both), sameIdentity("tls-host:a", both))
 	}
 	if one := id(&rest.Config{Host: "https://a:6443", TLSClientConfig: rest.TLSClientConfig{CAData: ca1}}); one == both {
 		t.Error("a bundle and one of its CAs have the same identity")
