@@ -52,7 +52,10 @@ type env struct {
 
 func (e *env) reportf(format string, a ...any) {
 	fmt.Fprintf(&e.report, format+"\n", a...)
-	e.t.Logf(format, a...)
+	if os.Getenv("SKEIN_DEMO") == "" {
+		// The demo prints its report once, at its end (TestDemo); the suites log each line.
+		e.t.Logf(format, a...)
+	}
 }
 
 // run runs a command in the workstation against cluster i.
@@ -1068,7 +1071,8 @@ func TestDemo(t *testing.T) {
 		t.Skip("the demo runs with make demo (SKEIN_DEMO=1); the end-to-end suite covers the same steps")
 	}
 	start := time.Now()
-	e := setup(t, true)
+	// Its own lab prefix (dm and the process id): a kept demo lab is not taken for a suite's.
+	e := setupLab(t, true, lab.Options{Prefix: fmt.Sprintf("dm%d", os.Getpid())})
 	defer func() {
 		fmt.Printf("\n=== skein demo: two clusters, both on pod CIDR 10.244.0.0/16, peered through userspace gateways\n%s", e.report.String())
 		fmt.Printf("=== total %.0fs\n", time.Since(start).Seconds())
