@@ -258,7 +258,8 @@ func trimMetadata(o any) (any, error) {
 func trimService(s *corev1.Service) *corev1.Service {
 	out := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, ResourceVersion: s.ResourceVersion},
 		Spec: corev1.ServiceSpec{Type: s.Spec.Type, ClusterIP: s.Spec.ClusterIP, SessionAffinity: s.Spec.SessionAffinity,
-			SessionAffinityConfig: s.Spec.SessionAffinityConfig}}
+			SessionAffinityConfig: s.Spec.SessionAffinityConfig, InternalTrafficPolicy: s.Spec.InternalTrafficPolicy,
+			TrafficDistribution: s.Spec.TrafficDistribution}}
 	for _, p := range s.Spec.Ports {
 		out.Spec.Ports = append(out.Spec.Ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, AppProtocol: p.AppProtocol})
 	}

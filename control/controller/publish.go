@@ -66,7 +66,8 @@ func publishedService(ns string, key types.NamespacedName, exp metav1.Time, svc 
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: publishedName(key), Labels: publishedLabels(key)},
 		Spec: svcv1alpha1.PublishedServiceSpec{Namespace: key.Namespace, Name: key.Name, ExportCreated: exp, Type: svc.Spec.Type,
 			Headless: svc.Spec.ClusterIP == corev1.ClusterIPNone, SessionAffinity: svc.Spec.SessionAffinity,
-			SessionAffinityConfig: svc.Spec.SessionAffinityConfig.DeepCopy()}}
+			SessionAffinityConfig: svc.Spec.SessionAffinityConfig.DeepCopy(),
+			InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy, TrafficDistribution: svc.Spec.TrafficDistribution}}
 	for _, sp := range svc.Spec.Ports {
 		p.Spec.Ports = append(p.Spec.Ports, svcv1alpha1.PublishedPort{Name: sp.Name, Protocol: sp.Protocol, Port: sp.Port, AppProtocol: sp.AppProtocol})
 	}
@@ -76,7 +77,8 @@ func publishedService(ns string, key types.NamespacedName, exp metav1.Time, svc 
 // serviceOfPublished is the Service a PublishedService says, as trimService keeps one.
 func serviceOfPublished(p *svcv1alpha1.PublishedService) *corev1.Service {
 	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: p.Spec.Namespace, Name: p.Spec.Name, ResourceVersion: p.ResourceVersion},
-		Spec: corev1.ServiceSpec{Type: p.Spec.Type, SessionAffinity: p.Spec.SessionAffinity, SessionAffinityConfig: p.Spec.SessionAffinityConfig}}
+		Spec: corev1.ServiceSpec{Type: p.Spec.Type, SessionAffinity: p.Spec.SessionAffinity, SessionAffinityConfig: p.Spec.SessionAffinityConfig,
+			InternalTrafficPolicy: p.Spec.InternalTrafficPolicy, TrafficDistribution: p.Spec.TrafficDistribution}}
 	if p.Spec.Headless {
 		s.Spec.ClusterIP = corev1.ClusterIPNone
 	}

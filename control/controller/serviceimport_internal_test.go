@@ -13,6 +13,9 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -177,5 +180,23 @@ func TestPeerResponseLimited(t *testing.T) {
 	set(exact, true)
 	if n, err := get(); err != nil || n != MaxPeerResponseBytes {
 		t.Errorf("a response of exactly %d bytes: %d, %v", MaxPeerResponseBytes, n, err)
+	}
+}
+
+// TestPublishedRoundTrip: what a peer reads of a PublishedService is the Service as the import
+// uses it, traffic policies included (the ServiceImport carries them: KEP-1645).
+func TestPublishedRoundTrip(t *testing.T) {
+	local, preferClose, one := corev1.ServiceInternalTrafficPolicyLocal, "PreferClose", int32(30)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: corev1.ClusterIPNone, SessionAffinity: corev1.ServiceAffinityClientIP,
+			SessionAffinityConfig: &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &one}},
+			InternalTrafficPolicy: &local, TrafficDistribution: &preferClose,
+			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
+	key := types.NamespacedName{Namespace: "shop", Name: "orders"}
+	got := serviceOfPublished(publishedService("skein-published", key, metav1.Now(), svc))
+	want := trimService(svc)
+	want.ResourceVersion = ""
+	if !equality.Semantic.DeepEqual(got.Spec, want.Spec) {
+		t.Errorf("read back %+v, want %+v", got.Spec, want.Spec)
 	}
 }

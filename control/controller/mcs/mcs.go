@@ -183,7 +183,8 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 		TypeMeta:   metav1.TypeMeta{APIVersion: mcsv1a1.GroupVersion.String(), Kind: mcsv1a1.ServiceImportKindName},
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: mcsv1a1.ServiceImportSpec{Type: typ, SessionAffinity: winner.Spec.SessionAffinity,
-			SessionAffinityConfig: winner.Spec.SessionAffinityConfig.DeepCopy(), IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}},
+			SessionAffinityConfig: winner.Spec.SessionAffinityConfig.DeepCopy(), IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			InternalTrafficPolicy: winner.Spec.InternalTrafficPolicy, TrafficDistribution: winner.Spec.TrafficDistribution},
 	}
 	if imp.Spec.SessionAffinity == "" {
 		imp.Spec.SessionAffinity = corev1.ServiceAffinityNone
@@ -201,17 +202,45 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 	ports := map[string]portDef{}
 	byNumber := map[portNumber]string{}
 	var order []string
+	// A conflict involves every export of it (the MCS API: each ServiceExport reports it), the
+	// one whose setting won too: won[source][reason] lists the clusters it won over.
+	index := map[string]int{}
+	for _, i := range valid {
+		index[srcs[i].ClusterID] = i
+	}
+	won := map[int]map[mcsv1a1.ServiceExportConditionReason][]string{}
+	lost := func(winner int, reason mcsv1a1.ServiceExportConditionReason, loser string) {
+		if won[winner] == nil {
+			won[winner] = map[mcsv1a1.ServiceExportConditionReason][]string{}
+		}
+		if !slices.Contains(won[winner][reason], loser) {
+			won[winner][reason] = append(won[winner][reason], loser)
+		}
+	}
+	first := valid[0]
 	for _, i := range valid {
 		s := srcs[i]
 		r := &out.Sources[i]
 		if got := importType(s.Service); got != typ {
 			r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonTypeConflict,
-				fmt.Sprintf("exported as %s, but the oldest export (cluster %s) is %s", got, srcs[valid[0]].ClusterID, typ)})
+				fmt.Sprintf("exported as %s, but the oldest export (cluster %s) is %s", got, srcs[first].ClusterID, typ)})
+			lost(first, mcsv1a1.ServiceExportReasonTypeConflict, s.ClusterID)
 			continue
 		}
 		if s.Service.Spec.SessionAffinity != winner.Spec.SessionAffinity && !(s.Service.Spec.SessionAffinity == "" || winner.Spec.SessionAffinity == "") {
 			r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonSessionAffinityConflict,
-				fmt.Sprintf("session affinity %s, but the oldest export (cluster %s) has %s", s.Service.Spec.SessionAffinity, srcs[valid[0]].ClusterID, winner.Spec.SessionAffinity)})
+				fmt.Sprintf("session affinity %s, but the oldest export (cluster %s) has %s", s.Service.Spec.SessionAffinity, srcs[first].ClusterID, winner.Spec.SessionAffinity)})
+			lost(first, mcsv1a1.ServiceExportReasonSessionAffinityConflict, s.ClusterID)
+		}
+		if got, want := trafficPolicy(s.Service), trafficPolicy(winner); got != want {
+			r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonInternalTrafficPolicyConflict,
+				fmt.Sprintf("internal traffic policy %s, but the oldest export (cluster %s) has %s", got, srcs[first].ClusterID, want)})
+			lost(first, mcsv1a1.ServiceExportReasonInternalTrafficPolicyConflict, s.ClusterID)
+		}
+		if got, want := trafficDistribution(s.Service), trafficDistribution(winner); got != want {
+			r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonTrafficDistributionConflict,
+				fmt.Sprintf("traffic distribution %q, but the oldest export (cluster %s) has %q", got, srcs[first].ClusterID, want)})
+			lost(first, mcsv1a1.ServiceExportReasonTrafficDistributionConflict, s.ClusterID)
 		}
 		for _, p := range s.Service.Spec.Ports {
 			proto := cmp.Or(p.Protocol, corev1.ProtocolTCP)
@@ -238,6 +267,7 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 				case clashes:
 					r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonPortConflict,
 						fmt.Sprintf("port %q is %d/%s, which the export of cluster %s names %q", p.Name, p.Port, proto, ports[clash].owner, clash)})
+					lost(index[ports[clash].owner], mcsv1a1.ServiceExportReasonPortConflict, s.ClusterID)
 				default:
 					appProtocol := p.AppProtocol
 					if appProtocol != nil && len(validation.IsQualifiedName(*appProtocol)) > 0 {
@@ -252,11 +282,23 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 			if d.p.Port != p.Port || d.p.Protocol != proto {
 				r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonPortConflict,
 					fmt.Sprintf("port %q is %d/%s, but the oldest export defining it (cluster %s) has %d/%s", p.Name, p.Port, proto, d.owner, d.p.Port, d.p.Protocol)})
+				lost(index[d.owner], mcsv1a1.ServiceExportReasonPortConflict, s.ClusterID)
 			}
 		}
 		if r.PortsOverLimit > 0 {
 			r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonPortConflict,
 				fmt.Sprintf("%d port(s) left out: an import holds at most %d ports", r.PortsOverLimit, lim.MaxPortsPerImport)})
+		}
+	}
+	// The exports that won: a conflict of theirs too, after their own.
+	for i, reasons := range won {
+		for _, reason := range []mcsv1a1.ServiceExportConditionReason{mcsv1a1.ServiceExportReasonTypeConflict, mcsv1a1.ServiceExportReasonPortConflict,
+			mcsv1a1.ServiceExportReasonSessionAffinityConflict, mcsv1a1.ServiceExportReasonInternalTrafficPolicyConflict, mcsv1a1.ServiceExportReasonTrafficDistributionConflict} {
+			if ids := reasons[reason]; len(ids) > 0 {
+				slices.Sort(ids)
+				out.Sources[i].Conflicts = append(out.Sources[i].Conflicts, Conflict{reason,
+					fmt.Sprintf("%s: this export's is used, as the oldest, over the export of cluster(s) %s, which differ", conflictSubject[reason], strings.Join(ids, ", "))})
+			}
 		}
 	}
 	slices.Sort(order)
@@ -282,8 +324,8 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 		s := srcs[i]
 		r := &out.Sources[i]
 		clusters = append(clusters, s.ClusterID)
-		if slices.ContainsFunc(r.Conflicts, func(c Conflict) bool { return c.Reason == mcsv1a1.ServiceExportReasonTypeConflict }) {
-			continue
+		if importType(s.Service) != typ {
+			continue // its endpoints would answer the wrong kind of service
 		}
 		// Ports this source may serve: the ones whose definition it agrees with.
 		agreed := map[string]bool{}
@@ -300,6 +342,30 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 	}
 	out.ServiceImport, out.Service = imp, svc
 	return out
+}
+
+// conflictSubject names what a conflict reason is about.
+var conflictSubject = map[mcsv1a1.ServiceExportConditionReason]string{
+	mcsv1a1.ServiceExportReasonTypeConflict: "type", mcsv1a1.ServiceExportReasonPortConflict: "ports",
+	mcsv1a1.ServiceExportReasonSessionAffinityConflict:       "session affinity",
+	mcsv1a1.ServiceExportReasonInternalTrafficPolicyConflict: "internal traffic policy",
+	mcsv1a1.ServiceExportReasonTrafficDistributionConflict:   "traffic distribution",
+}
+
+// trafficPolicy is s's internal traffic policy (unset: Cluster, the default).
+func trafficPolicy(s *corev1.Service) corev1.ServiceInternalTrafficPolicy {
+	if p := s.Spec.InternalTrafficPolicy; p != nil && *p != "" {
+		return *p
+	}
+	return corev1.ServiceInternalTrafficPolicyCluster
+}
+
+// trafficDistribution is s's traffic distribution ("" when unset).
+func trafficDistribution(s *corev1.Service) string {
+	if d := s.Spec.TrafficDistribution; d != nil {
+		return *d
+	}
+	return ""
 }
 
 func exportTime(s Source) metav1.Time {

@@ -166,6 +166,49 @@ func TestBuildImport(t *testing.T) {
 	}
 }
 
+// TestBuildTrafficPolicies: the ServiceImport carries the oldest export's internal traffic
+// policy and traffic distribution (KEP-1645); an export that differs reports the conflict, and
+// so does the oldest one; unset is Cluster and no distribution.
+func TestBuildTrafficPolicies(t *testing.T) {
+	local, preferClose := corev1.ServiceInternalTrafficPolicyLocal, "PreferClose"
+	cluster := corev1.ServiceInternalTrafficPolicyCluster
+	old := service(httpPort(80))
+	old.Spec.InternalTrafficPolicy, old.Spec.TrafficDistribution = &local, &preferClose
+	same := service(httpPort(80))
+	same.Spec.InternalTrafficPolicy, same.Spec.TrafficDistribution = &local, &preferClose
+	imp := Build("shop", "orders", []Source{
+		{ClusterID: "old", Export: export(time.Hour), Service: old, Map: mapping("10.244.0.0/16", "10.71.0.0/16")},
+		{ClusterID: "same", Export: export(30 * time.Minute), Service: same, Map: mapping("10.244.0.0/16", "10.72.0.0/16")},
+		{ClusterID: "unset", Export: export(time.Minute), Service: service(httpPort(80)), Map: mapping("10.244.0.0/16", "10.73.0.0/16")},
+	}, Limits{})
+	spec := imp.ServiceImport.Spec
+	if spec.InternalTrafficPolicy == nil || *spec.InternalTrafficPolicy != local || spec.TrafficDistribution == nil || *spec.TrafficDistribution != preferClose {
+		t.Errorf("ServiceImport internalTrafficPolicy %v, trafficDistribution %v; want Local, PreferClose", spec.InternalTrafficPolicy, spec.TrafficDistribution)
+	}
+	reasons := map[string][]mcsv1a1.ServiceExportConditionReason{}
+	for _, r := range imp.Sources {
+		for _, c := range r.Conflicts {
+			reasons[r.ClusterID] = append(reasons[r.ClusterID], c.Reason)
+		}
+	}
+	want := "map[old:[InternalTrafficPolicyConflict TrafficDistributionConflict] unset:[InternalTrafficPolicyConflict TrafficDistributionConflict]]"
+	if fmt.Sprint(reasons) != want {
+		t.Errorf("conflicts %v, want %s", reasons, want)
+	}
+	// Cluster written out is the same as unset.
+	explicit := service(httpPort(80))
+	explicit.Spec.InternalTrafficPolicy = &cluster
+	imp = Build("shop", "orders", []Source{
+		{ClusterID: "a", Export: export(time.Hour), Service: explicit, Map: mapping("10.244.0.0/16", "10.71.0.0/16")},
+		{ClusterID: "b", Export: export(time.Minute), Service: service(httpPort(80)), Map: mapping("10.244.0.0/16", "10.72.0.0/16")},
+	}, Limits{})
+	for _, r := range imp.Sources {
+		if len(r.Conflicts) > 0 {
+			t.Errorf("source %s: %+v, want no conflict", r.ClusterID, r.Conflicts)
+		}
+	}
+}
+
 func TestBuildConflicts(t *testing.T) {
 	headless := service(httpPort(80))
 	headless.Spec.ClusterIP = corev1.ClusterIPNone
@@ -183,8 +226,15 @@ func TestBuildConflicts(t *testing.T) {
 	want := map[string]mcsv1a1.ServiceExportConditionReason{
 		"new-port": mcsv1a1.ServiceExportReasonPortConflict, "headless": mcsv1a1.ServiceExportReasonTypeConflict,
 		"gone": mcsv1a1.ServiceExportReasonNoService, "external": mcsv1a1.ServiceExportReasonInvalidServiceType,
+		// The oldest export is involved in both conflicts (the MCS API: every export reports a
+		// conflict), its type and ports being the ones used.
+		"old": mcsv1a1.ServiceExportReasonTypeConflict,
 	}
 	for _, r := range imp.Sources {
+		if r.ClusterID == "old" && (len(r.Conflicts) != 2 || !strings.Contains(r.Conflicts[0].Message, "over the export of cluster(s) headless") ||
+			r.Conflicts[1].Reason != mcsv1a1.ServiceExportReasonPortConflict || !strings.Contains(r.Conflicts[1].Message, "new-port")) {
+			t.Errorf("the winning export's conflicts: %+v", r.Conflicts)
+		}
 		var got mcsv1a1.ServiceExportConditionReason
 		if r.Invalid != nil {
 			got = r.Invalid.Reason

@@ -45,6 +45,14 @@ type PublishedServiceSpec struct {
 	SessionAffinity corev1.ServiceAffinity `json:"sessionAffinity,omitempty"`
 	// +optional
 	SessionAffinityConfig *corev1.SessionAffinityConfig `json:"sessionAffinityConfig,omitempty"`
+	// InternalTrafficPolicy of the Service, carried to the ServiceImport.
+	// +optional
+	// +kubebuilder:validation:Enum=Cluster;Local
+	InternalTrafficPolicy *corev1.ServiceInternalTrafficPolicy `json:"internalTrafficPolicy,omitempty"`
+	// TrafficDistribution of the Service, carried to the ServiceImport.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	TrafficDistribution *string `json:"trafficDistribution,omitempty"`
 	// Ports of the Service.
 	// +optional
 	// +listType=atomic

@@ -96,6 +96,16 @@ func (in *PublishedServiceSpec) DeepCopyInto(out *PublishedServiceSpec) {
 		*out = new(v1.SessionAffinityConfig)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.InternalTrafficPolicy != nil {
+		in, out := &in.InternalTrafficPolicy, &out.InternalTrafficPolicy
+		*out = new(v1.ServiceInternalTrafficPolicy)
+		**out = **in
+	}
+	if in.TrafficDistribution != nil {
+		in, out := &in.TrafficDistribution, &out.TrafficDistribution
+		*out = new(string)
+		**out = **in
+	}
 	if in.Ports != nil {
 		in, out := &in.Ports, &out.Ports
 		*out = make([]PublishedPort, len(*in))
