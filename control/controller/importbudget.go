@@ -75,8 +75,11 @@ const (
 	ReasonWithinBudget   = "WithinBudget"
 	ReasonOverBudget     = "OverBudget"
 	ReasonTooManyObjects = "TooManyObjects"
-	ReasonWithinLimits   = "WithinLimits"
-	ReasonOverLimits     = "OverLimits"
+	// ReasonResponseTooLarge: the peer's API server answered a list or watch with more than
+	// MaxPeerResponseBytes.
+	ReasonResponseTooLarge = "ResponseTooLarge"
+	ReasonWithinLimits     = "WithinLimits"
+	ReasonOverLimits       = "OverLimits"
 )
 
 // budgetFieldOwner writes the peer's condition on its Configuration (whose other conditions the
@@ -182,7 +185,7 @@ func (r *ServiceImportReconciler) updateLedger(ctx context.Context, x *exporter,
 
 // peerCondition writes ServicesWithinBudget on the peer's Configuration (in the namespace of
 // its credentials) and an event when it changes. l nil: the peer has more objects than
-// MaxObjects.
+// MaxObjects, or answered more than MaxPeerResponseBytes.
 func (r *ServiceImportReconciler) peerCondition(ctx context.Context, x *exporter, l *ledger) error {
 	var confs netv1alpha1.ConfigurationList
 	if err := r.Client.List(ctx, &confs, client.InNamespace(x.secret.Namespace), client.MatchingLabels{netv1alpha1.RemoteClusterIDLabel: x.id}); err != nil {
@@ -193,7 +196,13 @@ func (r *ServiceImportReconciler) peerCondition(ctx context.Context, x *exporter
 	}
 	conf := &confs.Items[0]
 	c := metav1.Condition{Type: ConditionServicesWithinBudget, Status: metav1.ConditionTrue, Reason: ReasonWithinBudget, ObservedGeneration: conf.Generation}
+	x.mu.Lock()
+	tooLarge := x.tooLarge
+	x.mu.Unlock()
 	switch {
+	case l == nil && tooLarge:
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonResponseTooLarge
+		c.Message = fmt.Sprintf("cluster %s's API server answered with more than %d bytes at once (its published namespace is too large: huge PublishedServices or slices): nothing is imported from it; it is read again every %s", x.id, MaxPeerResponseBytes, r.Retry)
 	case l == nil:
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonTooManyObjects
 		c.Message = fmt.Sprintf("cluster %s publishes more than %d objects (PublishedServices and EndpointSlices; --max-objects-per-peer): nothing is imported from it; it is read again every %s", x.id, r.Budget.MaxObjects, r.Retry)

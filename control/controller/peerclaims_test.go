@@ -2,17 +2,22 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
+	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
 	svcv1alpha1 "github.com/skein-net/skein/control/api/services/v1alpha1"
 	"github.com/skein-net/skein/control/controller"
 	"github.com/skein-net/skein/control/controller/mcs"
@@ -132,4 +137,73 @@ func TestPeerClaimsHeld(t *testing.T) {
 			t.Errorf("A's own Service %s after B stopped exporting shop/api: %v", squat.Name, err)
 		}
 	})
+}
+
+// TestPeerTooLargeNotRead: a peer whose published namespace is answered with more than
+// MaxPeerResponseBytes at once (forty PublishedServices at the CRD's bounds, about 10 MB) is
+// not read: its Configuration says ResponseTooLarge, nothing of it is imported, and this
+// controller's heap keeps none of it (the attack review: before, its informers listed it again
+// and again and the heap grew by 114 MiB); once it publishes less it is read again.
+func TestPeerTooLargeNotRead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	x := startImportPairWith(t, ctx, netip.MustParsePrefix("10.243.0.0/16"), "", time.Second)
+	publishAsPeer(t, ctx, x.cb, "shop", "control", time.Now(), false, "10.244.7.9")
+	waitUntil(t, ctx, "the control import", func() bool { return len(importedByCluster(ctx, x.ca, "shop", "control")[x.idB]) == 1 })
+	heap := func() uint64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	// A stops reading B while B publishes (this process runs B's controller too, whose cache
+	// holds what B publishes: that is B's cost, measured before A reads B again).
+	creds := x.creds.DeepCopy()
+	if err := x.ca.Delete(ctx, x.creds); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "B's imports gone with the credentials", func() bool { return len(importedByCluster(ctx, x.ca, "shop", "control")) == 0 })
+	app := strings.Repeat("a", 200)
+	var big []client.Object
+	for i := range 40 {
+		p := &svcv1alpha1.PublishedService{ObjectMeta: metav1.ObjectMeta{Namespace: controller.DefaultPublishedNamespace, Name: fmt.Sprintf("shop.big-%d", i)},
+			Spec: svcv1alpha1.PublishedServiceSpec{Namespace: "shop", Name: fmt.Sprintf("big-%d", i), ExportCreated: metav1.Now()}}
+		for j := range 1000 {
+			p.Spec.Ports = append(p.Spec.Ports, svcv1alpha1.PublishedPort{Name: fmt.Sprintf("p%d", j), Protocol: corev1.ProtocolTCP, Port: int32(j + 1), AppProtocol: &app})
+		}
+		if err := x.cb.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		big = append(big, p)
+	}
+	time.Sleep(3 * time.Second) // B's own caches settle
+	base := heap()
+	creds.ResourceVersion, creds.UID = "", ""
+	if err := x.ca.Create(ctx, creds); err != nil {
+		t.Fatal(err)
+	}
+	var conf netv1alpha1.Configuration
+	waitUntil(t, ctx, "B's Configuration says ResponseTooLarge", func() bool {
+		if x.ca.Get(ctx, client.ObjectKey{Namespace: "liqo-tenant", Name: "b"}, &conf) != nil {
+			return false
+		}
+		c := meta.FindStatusCondition(conf.Status.Conditions, controller.ConditionServicesWithinBudget)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == controller.ReasonResponseTooLarge
+	})
+	waitUntil(t, ctx, "B's imports gone", func() bool { return len(importedByCluster(ctx, x.ca, "shop", "control")) == 0 })
+	time.Sleep(5 * time.Second) // retries come and go
+	if names := importNames(ctx, x.ca, "shop"); len(names) != 0 {
+		t.Errorf("imports of a peer that is not read: %v", names)
+	}
+	grown := int64(heap()) - int64(base)
+	t.Logf("heap after B published ~10 MB and A tried to read it: %+d KiB", grown>>10)
+	if grown > 16<<20 {
+		t.Errorf("the heap kept %d MiB of a peer that is not read", grown>>20)
+	}
+	for _, o := range big {
+		if err := x.cb.Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, ctx, "B read again: the control import back", func() bool { return len(importedByCluster(ctx, x.ca, "shop", "control")[x.idB]) == 1 })
 }

@@ -108,8 +108,9 @@ type exporter struct {
 	// first reconcile).
 	held   map[types.NamespacedName]*heldExport
 	ledger *ledger
-	// overCap: its informers grew past PeerBudget.MaxObjects.
-	overCap bool
+	// overCap: its informers grew past PeerBudget.MaxObjects; tooLarge: a list or watch of
+	// its API server answered more than MaxPeerResponseBytes.
+	overCap, tooLarge bool
 	// refused: the peer's API server refused the credentials (401, 403): what was imported
 	// from it goes, as after a disconnect, instead of staying as last read.
 	refused bool
@@ -326,6 +327,15 @@ func peerTransport(rt http.RoundTripper) http.RoundTripper {
 // starts again from where it was).
 const MaxPeerResponseBytes = 8 << 20
 
+// errResponseTooLarge: a peer's API server answered with more than MaxPeerResponseBytes.
+var errResponseTooLarge = fmt.Errorf("the peer's API server sent more than %d bytes in one response (a list, or a watch over its life): not read further", MaxPeerResponseBytes)
+
+// responseTooLarge: err is, or says it is (client-go passes some errors on as text),
+// errResponseTooLarge.
+func responseTooLarge(err error) bool {
+	return err != nil && (errors.Is(err, errResponseTooLarge) || strings.Contains(err.Error(), errResponseTooLarge.Error()))
+}
+
 func limitResponses(rt http.RoundTripper) http.RoundTripper { return responseLimiter{rt} }
 
 type responseLimiter struct{ next http.RoundTripper }
@@ -337,7 +347,7 @@ func (r responseLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if resp.ContentLength > MaxPeerResponseBytes {
 		_ = resp.Body.Close()
-		return nil, fmt.Errorf("%s %s: the peer's API server answers with %d bytes, more than %d: not read", req.Method, req.URL.Redacted(), resp.ContentLength, MaxPeerResponseBytes)
+		return nil, fmt.Errorf("%s %s: %d bytes: %w", req.Method, req.URL.Redacted(), resp.ContentLength, errResponseTooLarge)
 	}
 	resp.Body = &limitedBody{rc: resp.Body, left: MaxPeerResponseBytes, what: req.URL.Redacted()}
 	return resp, nil
@@ -360,7 +370,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		if n, err := b.rc.Read(one[:]); n == 0 && err == io.EOF {
 			return 0, io.EOF // exactly at the bound
 		}
-		return 0, fmt.Errorf("%s: the peer's API server sent more than %d bytes in one response: not read further", b.what, MaxPeerResponseBytes)
+		return 0, fmt.Errorf("%s: %w", b.what, errResponseTooLarge)
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]
@@ -532,10 +542,40 @@ func (r *ServiceImportReconciler) startExporter(ctx context.Context, key, id, pu
 			}
 		}
 	}
+	// A peer whose answers exceed MaxPeerResponseBytes is not read (its informers would list it
+	// again and again, each time decoding up to the bound: what it publishes, not this
+	// cluster, would decide the controller's memory), as one past the object cap; read again
+	// after Retry.
+	tooLarge := func(err error) {
+		x.mu.Lock()
+		first := !x.tooLarge
+		x.tooLarge, x.refused = true, true
+		x.mu.Unlock()
+		if !first {
+			return
+		}
+		r.tally.setPeer(id, 0, 0, true)
+		fail(fmt.Errorf("cluster %s: %w; read again in %s", id, err, r.Retry))
+		x.cancel()
+		go func() {
+			if err := r.peerCondition(parent, x, nil); err != nil {
+				logger.Error(err, "writing the peer's condition")
+			}
+		}()
+	}
 	go func() {
 		opts := exporterCacheOptions(cache.Options{Scheme: r.scheme})
 		if x.published != "" {
 			opts = publishedCacheOptions(cache.Options{Scheme: r.scheme}, x.published)
+		}
+		if peer {
+			opts.DefaultWatchErrorHandler = func(ctx context.Context, rf *toolscache.Reflector, err error) {
+				if responseTooLarge(err) {
+					tooLarge(err)
+					return
+				}
+				toolscache.DefaultWatchErrorHandler(ctx, rf, err)
+			}
 		}
 		c, err := cache.New(cfg, opts)
 		if err != nil {
