@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"text/template"
 	"text/template/parse"
@@ -90,7 +91,7 @@ func Render(tmpl runtime.RawExtension, d Data) (*Rendered, error) {
 	if err := json.Unmarshal(tmpl.Raw, &tree); err != nil {
 		return nil, fmt.Errorf("spec.template is not valid JSON/YAML: %w", err)
 	}
-	out, err := walk(tree, "spec.template", d)
+	out, err := walk(tree, "spec.template", d, &budget{left: MaxRendered})
 	if err != nil {
 		return nil, err
 	}
@@ -117,12 +118,12 @@ func Render(tmpl runtime.RawExtension, d Data) (*Rendered, error) {
 		Deployment: shaped.Spec.Deployment, Service: shaped.Spec.Service}, nil
 }
 
-func walk(v any, path string, d Data) (any, error) {
+func walk(v any, path string, d Data, b *budget) (any, error) {
 	switch x := v.(type) {
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			r, err := walk(e, path+"."+k, d)
+			r, err := walk(e, path+"."+k, d, b)
 			if err != nil {
 				return nil, err
 			}
@@ -132,7 +133,7 @@ func walk(v any, path string, d Data) (any, error) {
 	case []any:
 		out := make([]any, len(x))
 		for i, e := range x {
-			r, err := walk(e, fmt.Sprintf("%s[%d]", path, i), d)
+			r, err := walk(e, fmt.Sprintf("%s[%d]", path, i), d, b)
 			if err != nil {
 				return nil, err
 			}
@@ -143,13 +144,88 @@ func walk(v any, path string, d Data) (any, error) {
 		if !strings.Contains(x, "{{") {
 			return x, nil
 		}
-		return renderString(x, path, d)
+		return renderString(x, path, d, b)
 	}
 	return v, nil
 }
 
-// MaxOutput bounds what one templated string renders to.
+// MaxOutput bounds what one templated string renders to, and each value a template function
+// makes (print, printf, println, html, js, urlquery).
 const MaxOutput = 64 << 10
+
+// MaxRendered bounds what one Render makes in all: every templated string's output and every
+// value its functions make, kept or not (a variable doubled again and again,
+// {{$a = print $a $a}}, is refused once it passes the bound, not when it is written).
+const MaxRendered = 1 << 20
+
+// budget is what is left of MaxRendered in one Render.
+type budget struct{ left int }
+
+// take charges n bytes, failing once the render as a whole would make more than MaxRendered,
+// or one value more than MaxOutput.
+func (b *budget) take(n int) error {
+	if n > MaxOutput {
+		return fmt.Errorf("a template function would make %d bytes, more than %d", n, MaxOutput)
+	}
+	if n > b.left {
+		return fmt.Errorf("the template makes more than %d bytes in all (its functions' values and its output)", MaxRendered)
+	}
+	b.left -= n
+	return nil
+}
+
+// sizeOf estimates what formatting args makes: strings as long as they are, anything else
+// (numbers, booleans, the template's data) at most 64 bytes each, plus the format's own length
+// and each of its verbs' widths.
+func sizeOf(format string, args []any) int {
+	n := len(format) + strings.Count(format, "%")*maxFormatNumber
+	for _, a := range args {
+		switch x := a.(type) {
+		case string:
+			n += len(x)
+		case []byte:
+			n += len(x)
+		default:
+			n += 64
+		}
+	}
+	return n
+}
+
+// boundedFuncs are the template functions that make values, each charged to b: text/template's
+// own print, println, html, js and urlquery, and printf with bounded widths.
+func boundedFuncs(b *budget) template.FuncMap {
+	made := func(estimate int, f func() string) (string, error) {
+		if err := b.take(estimate); err != nil {
+			return "", err
+		}
+		return f(), nil
+	}
+	return template.FuncMap{
+		"printf": func(format string, args ...any) (string, error) {
+			if err := checkFormat(format); err != nil {
+				return "", err
+			}
+			return made(sizeOf(format, args), func() string { return fmt.Sprintf(format, args...) })
+		},
+		"print": func(args ...any) (string, error) {
+			return made(sizeOf("", args), func() string { return fmt.Sprint(args...) })
+		},
+		"println": func(args ...any) (string, error) {
+			return made(sizeOf("", args)+len(args), func() string { return fmt.Sprintln(args...) })
+		},
+		// Escaping makes a string at most six times longer (a character as \uXXXX).
+		"html": func(args ...any) (string, error) {
+			return made(6*sizeOf("", args), func() string { return template.HTMLEscapeString(fmt.Sprint(args...)) })
+		},
+		"js": func(args ...any) (string, error) {
+			return made(6*sizeOf("", args), func() string { return template.JSEscapeString(fmt.Sprint(args...)) })
+		},
+		"urlquery": func(args ...any) (string, error) {
+			return made(3*sizeOf("", args), func() string { return url.QueryEscape(fmt.Sprint(args...)) })
+		},
+	}
+}
 
 // maxFormatNumber bounds a width or precision in printf's format (the rest of a pod spec has
 // no use for wider fields; fmt itself allows a million).
@@ -158,15 +234,8 @@ const maxFormatNumber = 999
 // Templates are written by users, and a controller that renders them must not be made to loop
 // or to fill its memory: a template has no loops or named templates (range, template, define,
 // block are refused: execution is then linear in the template's length), printf's widths and
-// precisions are bounded, and each string renders to at most MaxOutput bytes.
-var boundedFuncs = template.FuncMap{
-	"printf": func(format string, args ...any) (string, error) {
-		if err := checkFormat(format); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf(format, args...), nil
-	},
-}
+// precisions are bounded, each string renders to at most MaxOutput bytes, and everything a
+// Render makes (boundedFuncs' values and the output) to at most MaxRendered.
 
 // checkFormat refuses a printf format with a width or precision above maxFormatNumber
 // (including one taken from the arguments, '*').
@@ -223,22 +292,26 @@ func checkTree(n parse.Node) error {
 	return nil
 }
 
-// limitedWriter fails once more than n bytes were written.
+// limitedWriter fails once more than n bytes were written, or the render's budget is spent.
 type limitedWriter struct {
-	b bytes.Buffer
-	n int
+	b      bytes.Buffer
+	n      int
+	budget *budget
 }
 
 func (w *limitedWriter) Write(p []byte) (int, error) {
 	if w.b.Len()+len(p) > w.n {
 		return 0, fmt.Errorf("renders to more than %d bytes", w.n)
 	}
+	if err := w.budget.take(len(p)); err != nil {
+		return 0, err
+	}
 	return w.b.Write(p)
 }
 
 // renderString renders one string; a lone action with a typed value keeps its type.
-func renderString(s, path string, d Data) (any, error) {
-	t, err := template.New(path).Option("missingkey=error").Funcs(boundedFuncs).Parse(s)
+func renderString(s, path string, d Data, bud *budget) (any, error) {
+	t, err := template.New(path).Option("missingkey=error").Funcs(boundedFuncs(bud)).Parse(s)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -248,7 +321,7 @@ func renderString(s, path string, d Data) (any, error) {
 	if err := checkTree(t.Tree.Root); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	b := &limitedWriter{n: MaxOutput}
+	b := &limitedWriter{n: MaxOutput, budget: bud}
 	if err := t.Execute(b, d); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -2,8 +2,10 @@ package render_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
 
@@ -174,5 +176,62 @@ func TestExamples(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRenderBudget (found by an attack review): a template's variables hold what its functions
+// make, and none of it needs to be written: each {{$a = print $a $a}} doubled a string until a
+// 640-byte template made the renderer allocate 349 MiB (thirty more bytes of template, any
+// controller's memory). Every value a function makes is bounded by MaxOutput, and all that a
+// Render makes by MaxRendered, so the doubling is refused early and cheaply; many strings each
+// under MaxOutput are refused once they pass MaxRendered together; ordinary uses render.
+func TestRenderBudget(t *testing.T) {
+	renderWith := func(annotations map[string]any) (*render.Rendered, error) {
+		t.Helper()
+		tmpl := map[string]any{
+			"metadata": map[string]any{"annotations": annotations},
+			"spec": map[string]any{"deployment": map[string]any{"template": map[string]any{"spec": map[string]any{
+				"containers": []any{map[string]any{"name": "gateway"}}}}}},
+		}
+		raw, err := json.Marshal(tmpl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return render.Render(runtime.RawExtension{Raw: raw}, render.Data{Name: "gw", Namespace: "ns"})
+	}
+	for _, doublings := range []int{20, 40} {
+		expr := `{{$a := "` + strings.Repeat("x", 64) + `"}}` + strings.Repeat(`{{$a = print $a $a}}`, doublings) + `{{len $a | printf "%.0s"}}`
+		goruntime.GC()
+		var before, after goruntime.MemStats
+		goruntime.ReadMemStats(&before)
+		_, err := renderWith(map[string]any{"x": expr})
+		goruntime.ReadMemStats(&after)
+		alloc := after.TotalAlloc - before.TotalAlloc
+		if err == nil || !strings.Contains(err.Error(), "more than") {
+			t.Errorf("%d doublings: %v, want a refusal", doublings, err)
+		}
+		if alloc > 8<<20 {
+			t.Errorf("%d doublings: the renderer allocated %d MiB before refusing", doublings, alloc>>20)
+		}
+	}
+	// One call with many arguments is judged before it formats them.
+	if _, err := renderWith(map[string]any{"x": `{{$a := printf "%0999d" 1}}{{print ` + strings.Repeat("$a ", 100) + `| len}}`}); err == nil {
+		t.Error("print of 100 strings of 999 bytes: no error")
+	}
+	// Twenty strings of 60 KiB each: each under MaxOutput, 1.2 MiB together.
+	many := map[string]any{}
+	for i := range 20 {
+		many[fmt.Sprintf("k%d", i)] = `{{"` + strings.Repeat("y", 60<<10) + `"}}`
+	}
+	if _, err := renderWith(many); err == nil || !strings.Contains(err.Error(), "in all") {
+		t.Errorf("20 strings of 60 KiB: %v, want the render's budget spent", err)
+	}
+	// Ordinary uses.
+	rd, err := renderWith(map[string]any{"a": `{{print .Name "-" .Namespace}}`, "b": `{{printf "%s/%s" .Namespace .Name | urlquery}}`, "c": `{{html "<x>"}}{{js "'"}}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rd.Annotations["a"] != "gw-ns" || rd.Annotations["b"] != "ns%2Fgw" || rd.Annotations["c"] != `&lt;x&gt;\'` {
+		t.Errorf("rendered %v", rd.Annotations)
 	}
 }
