@@ -207,6 +207,12 @@ func (p GatewayPolicy) constrainGateway(rd *render.Rendered, name, namespace str
 	if pod.RestartPolicy != "" && pod.RestartPolicy != corev1.RestartPolicyAlways {
 		refuse("%s.restartPolicy %s", at, pod.RestartPolicy)
 	}
+	// A pod being deleted keeps running (and holding its requests) through its preStop hook
+	// and grace period, and the ReplicaSet does not count it: unbounded, each rollout or
+	// scale-down would add pods beyond --gateway-max-replicas for as long as the template says.
+	if g := pod.TerminationGracePeriodSeconds; g != nil && *g > MaxGatewayGracePeriodSeconds {
+		refuse("%s.terminationGracePeriodSeconds %d (at most %d)", at, *g, MaxGatewayGracePeriodSeconds)
+	}
 	for i, t := range pod.Tolerations {
 		if !slices.ContainsFunc(p.Tolerations, func(a corev1.Toleration) bool { return equality.Semantic.DeepEqual(a, t) }) {
 			refuse("%s.tolerations[%d] (not one of --gateway-tolerations)", at, i)
@@ -289,11 +295,18 @@ func (p GatewayPolicy) gatewayContainer(c *corev1.Container, cat, name, namespac
 		for what, h := range map[string]*corev1.LifecycleHandler{"postStart": l.PostStart, "preStop": l.PreStop} {
 			if h != nil {
 				bad = append(bad, handlerRefusals(cat+".lifecycle."+what, h.Exec != nil, h.HTTPGet, h.TCPSocket)...)
+				if h.Sleep != nil && h.Sleep.Seconds > MaxGatewayGracePeriodSeconds {
+					refuse("%s.lifecycle.%s.sleep.seconds %d (at most %d)", cat, what, h.Sleep.Seconds, MaxGatewayGracePeriodSeconds)
+				}
 			}
 		}
 	}
 	return bad
 }
+
+// MaxGatewayGracePeriodSeconds bounds a gateway pod's termination grace period and its
+// hooks' sleeps: a gateway hands over to a standby in seconds.
+const MaxGatewayGracePeriodSeconds = 300
 
 // gatewayPodFields are the pod fields (by their JSON names) a gateway template may set; the
 // fields other checks bound are listed too (they are refused there with their reason: the

@@ -235,6 +235,11 @@ func TestGatewayPolicyRefuses(t *testing.T) {
 			podOf(m)["hostAliases"] = []any{map[string]any{"ip": "203.0.113.9", "hostnames": []any{"peer.example.com"}}}
 		}, "template.spec.hostAliases (not a field"},
 		{"scheduler", func(m map[string]any) { podOf(m)["schedulerName"] = "mine" }, "template.spec.schedulerName"},
+		// A pod that never ends, Terminating beside its replacements (attack review).
+		{"grace period", func(m map[string]any) { podOf(m)["terminationGracePeriodSeconds"] = 3153600000 }, "terminationGracePeriodSeconds 3153600000 (at most 300)"},
+		{"preStop sleep", func(m map[string]any) {
+			gatewayContainerOf(m)["lifecycle"] = map[string]any{"preStop": map[string]any{"sleep": map[string]any{"seconds": 3153600000}}}
+		}, "lifecycle.preStop.sleep.seconds 3153600000 (at most 300)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			gs := policyServer()
