@@ -32,6 +32,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,12 +72,16 @@ type Limits struct {
 	MaxRecords int
 	// MaxInFlight is the most queries handled at once; more are dropped.
 	MaxInFlight int
+	// MaxTCPConns is the most TCP connections open at once, MaxTCPConnsPerSource from one
+	// address; more are closed as they are accepted (each costs a goroutine and buffers, and a
+	// client sending a query every few seconds keeps one open for good).
+	MaxTCPConns, MaxTCPConnsPerSource int
 	// TTL of every record, and of negative answers (the SOA's minimum).
 	TTL uint32
 }
 
 // DefaultLimits are the server's limits unless told otherwise.
-var DefaultLimits = Limits{MaxRecords: 256, MaxInFlight: 512, TTL: 5}
+var DefaultLimits = Limits{MaxRecords: 256, MaxInFlight: 512, TTL: 5, MaxTCPConns: 256, MaxTCPConnsPerSource: 32}
 
 // Server answers clusterset.local queries from Reader, which must hold ServiceImports and the
 // EndpointSlices skein derives, with SliceIndex registered (the controller's cache).
@@ -100,10 +105,17 @@ func New(r client.Reader, lim Limits) *Server {
 	if lim.TTL == 0 {
 		lim.TTL = DefaultLimits.TTL
 	}
+	if lim.MaxTCPConns <= 0 {
+		lim.MaxTCPConns = DefaultLimits.MaxTCPConns
+	}
+	if lim.MaxTCPConnsPerSource <= 0 {
+		lim.MaxTCPConnsPerSource = DefaultLimits.MaxTCPConnsPerSource
+	}
 	return &Server{Reader: r, Limits: lim, inflight: make(chan struct{}, lim.MaxInFlight)}
 }
 
-// Stats are the queries answered and dropped (over MaxInFlight) so far.
+// Stats are the queries answered and dropped (over MaxInFlight; TCP connections over
+// MaxTCPConns or MaxTCPConnsPerSource) so far.
 func (s *Server) Stats() (answered, dropped uint64) { return s.answered.Load(), s.dropped.Load() }
 
 // ServeDNS implements dns.Handler.
@@ -401,7 +413,7 @@ func (s *Server) ServeConns(ctx context.Context, udp net.PacketConn, tcp net.Lis
 	var err error
 	servers := []*dns.Server{
 		{PacketConn: udp, Handler: s, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second},
-		{Listener: tcp, Handler: s, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+		{Listener: s.limitConns(tcp), Handler: s, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
 			IdleTimeout: func() time.Duration { return 8 * time.Second }, MaxTCPQueries: 128},
 	}
 	errs := make(chan error, len(servers))
@@ -421,4 +433,65 @@ func (s *Server) ServeConns(ctx context.Context, udp net.PacketConn, tcp net.Lis
 		return fmt.Errorf("dns: %w", err)
 	}
 	return nil
+}
+
+// limitConns bounds the TCP connections l hands out: at most MaxTCPConns open at once and
+// MaxTCPConnsPerSource from one address; a connection beyond is closed at once (and counted
+// as dropped).
+func (s *Server) limitConns(l net.Listener) net.Listener {
+	return &connLimiter{Listener: l, s: s, bySource: map[netip.Addr]int{}}
+}
+
+type connLimiter struct {
+	net.Listener
+	s        *Server
+	mu       sync.Mutex
+	open     int
+	bySource map[netip.Addr]int
+}
+
+func (l *connLimiter) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		var src netip.Addr
+		if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+			src = ap.Addr().Unmap()
+		}
+		l.mu.Lock()
+		ok := l.open < l.s.Limits.MaxTCPConns && l.bySource[src] < l.s.Limits.MaxTCPConnsPerSource
+		if ok {
+			l.open++
+			l.bySource[src]++
+		}
+		l.mu.Unlock()
+		if !ok {
+			l.s.dropped.Add(1)
+			_ = c.Close()
+			continue
+		}
+		return &limitedConn{Conn: c, release: func() {
+			l.mu.Lock()
+			l.open--
+			if l.bySource[src]--; l.bySource[src] <= 0 {
+				delete(l.bySource, src)
+			}
+			l.mu.Unlock()
+		}}, nil
+	}
+}
+
+// limitedConn gives its place back when it is closed (once).
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

@@ -342,3 +342,53 @@ func TestFlood(t *testing.T) {
 		t.Errorf("%d queries answered, want the 2 in flight", answered)
 	}
 }
+
+// TestTCPConnectionsBounded (found by an attack review): each TCP connection costs the
+// controller a goroutine and buffers, and a client querying every few seconds keeps one open
+// for good, so 49,000 of them passed the controller's memory limit. Connections beyond
+// MaxTCPConnsPerSource from one address (and MaxTCPConns in all) are closed as they come, and
+// counted as dropped; a closed connection gives its place back.
+func TestTCPConnectionsBounded(t *testing.T) {
+	requireAPI(t)
+	s, addr := serve(t, skeindns.Limits{MaxTCPConns: 8, MaxTCPConnsPerSource: 4})
+	name := "nothing.here.svc." + skeindns.Zone
+	open := func(n int) (conns []*dns.Conn, answered int) {
+		for range n {
+			c, err := dns.DialTimeout("tcp", addr, 3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		for _, c := range conns {
+			m := new(dns.Msg)
+			m.SetQuestion(name, dns.TypeA)
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			if c.WriteMsg(m) == nil {
+				if r, err := c.ReadMsg(); err == nil && r.Rcode == dns.RcodeNameError {
+					answered++
+				}
+			}
+		}
+		return conns, answered
+	}
+	_, droppedBefore := s.Stats()
+	conns, answered := open(12)
+	if answered != 4 {
+		t.Errorf("12 connections from one address: %d answered, want 4 (MaxTCPConnsPerSource)", answered)
+	}
+	if _, dropped := s.Stats(); dropped-droppedBefore != 8 {
+		t.Errorf("dropped %d, want the 8 connections over the bound", dropped-droppedBefore)
+	}
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	// Their places come back once the server sees them closed.
+	apitest.Eventually(t, "four connections again", 10*time.Second, func() bool {
+		conns, answered := open(4)
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		return answered == 4
+	})
+}
