@@ -63,6 +63,10 @@ const (
 	// DefaultGatewayPodAnnotations are the pod annotations a template may set: Prometheus's
 	// scrape settings.
 	DefaultGatewayPodAnnotations = "prometheus.io/"
+	// DefaultGatewayPodLabels are the pod label keys a template may set: Liqo's and skein's
+	// own, and app.kubernetes.io/part-of and component (the labels no other workload's Service
+	// selects on their own).
+	DefaultGatewayPodLabels = "networking.liqo.io/,liqo.io/,app.kubernetes.io/part-of,app.kubernetes.io/component"
 )
 
 // GatewayPolicy is what the install lets gateway templates choose (skein-controller's
@@ -91,6 +95,10 @@ type GatewayPolicy struct {
 	// pod: a CNI's extra networks (k8s.v1.cni.cncf.io/networks), AppArmor's profile in its
 	// annotation form, a service mesh's sidecar.
 	PodAnnotations []string
+	// PodLabels are the label keys a gateway pod's template may carry, as PodAnnotations (nil:
+	// DefaultGatewayPodLabels). A pod label another Service of the namespace selects would make
+	// the gateway's pods that Service's endpoints (taking a share of its traffic, unserved).
+	PodLabels []string
 }
 
 // withDefaults fills what p leaves unset.
@@ -100,6 +108,9 @@ func (p GatewayPolicy) withDefaults() GatewayPolicy {
 	}
 	if p.PodAnnotations == nil {
 		p.PodAnnotations = []string{DefaultGatewayPodAnnotations}
+	}
+	if p.PodLabels == nil {
+		p.PodLabels = commaList(DefaultGatewayPodLabels)
 	}
 	if p.MaxReplicas == 0 {
 		p.MaxReplicas = DefaultGatewayMaxReplicas
@@ -171,6 +182,11 @@ func (p GatewayPolicy) constrainGateway(rd *render.Rendered, name, namespace str
 	for k := range d.Template.Annotations {
 		if !annotationAllowed(p.PodAnnotations, k) {
 			refuse("%s.template.metadata.annotations %s (allowed: %s; --gateway-pod-annotations)", dep, k, listOrNone(p.PodAnnotations))
+		}
+	}
+	for k := range d.Template.Labels {
+		if !annotationAllowed(p.PodLabels, k) {
+			refuse("%s.template.metadata.labels %s (a Service of the namespace selecting it would send its traffic to the gateway; allowed: %s; --gateway-pod-labels)", dep, k, listOrNone(p.PodLabels))
 		}
 	}
 	pod := &d.Template.Spec
@@ -592,7 +608,7 @@ func listOrNone(l []string) string {
 // GatewayPolicyFlags registers the policy's flags (skein-controller's --gateway-image,
 // --gateway-image-repositories, --gateway-max-replicas, --gateway-priority-classes,
 // --gateway-tolerations, --gateway-max-cpu, --gateway-max-memory, --gateway-pod-annotations,
-// --gateway-service-annotations) on fs. The function it returns checks them once fs is parsed.
+// --gateway-pod-labels, --gateway-service-annotations) on fs. The function it returns checks them once fs is parsed.
 func GatewayPolicyFlags(fs *flag.FlagSet) func() (GatewayPolicy, error) {
 	image := fs.String("gateway-image", "", "the gateway image (the chart's gateway.image): what a template whose gateway container names no image gets; its repository is allowed")
 	repositories := fs.String("gateway-image-repositories", DefaultGatewayImageRepository, "more repositories a gateway template may take the gateway image from, comma-separated (a registry host and path, no tag: compared as written); empty: "+DefaultGatewayImageRepository)
@@ -602,10 +618,11 @@ func GatewayPolicyFlags(fs *flag.FlagSet) func() (GatewayPolicy, error) {
 	maxCPU := fs.String("gateway-max-cpu", DefaultGatewayMaxCPU, "largest CPU request or limit of a gateway pod's template")
 	maxMemory := fs.String("gateway-max-memory", DefaultGatewayMaxMemory, "largest memory request or limit of a gateway pod's template")
 	podAnnotations := fs.String("gateway-pod-annotations", DefaultGatewayPodAnnotations, "annotations a gateway template may give its pods, comma-separated: a key, or a prefix ending in / for every key under it; empty: "+DefaultGatewayPodAnnotations)
+	podLabels := fs.String("gateway-pod-labels", DefaultGatewayPodLabels, "label keys a gateway template may give its pods, comma-separated: a key, or a prefix ending in / for every key under it; empty: "+DefaultGatewayPodLabels)
 	serviceAnnotations := fs.String("gateway-service-annotations", "", "annotations a gateway server's Service may carry (from its template's metadata), comma-separated: a key, or a prefix ending in / for every key under it (service.beta.kubernetes.io/); none by default")
 	return func() (GatewayPolicy, error) {
 		p := GatewayPolicy{Image: strings.TrimSpace(*image), ImageRepositories: commaList(*repositories),
-			PriorityClasses: commaList(*priorityClasses), ServiceAnnotations: commaList(*serviceAnnotations), PodAnnotations: commaList(*podAnnotations)}
+			PriorityClasses: commaList(*priorityClasses), ServiceAnnotations: commaList(*serviceAnnotations), PodAnnotations: commaList(*podAnnotations), PodLabels: commaList(*podLabels)}
 		if p.Image != "" && (strings.ContainsAny(p.Image, " \t") || ImageRepository(p.Image) == "") {
 			return p, fmt.Errorf("--gateway-image %q: want an image reference such as ghcr.io/skein-net/skein-gateway:v1.2.3", *image)
 		}

@@ -235,6 +235,10 @@ func TestGatewayPolicyRefuses(t *testing.T) {
 			podOf(m)["hostAliases"] = []any{map[string]any{"ip": "203.0.113.9", "hostnames": []any{"peer.example.com"}}}
 		}, "template.spec.hostAliases (not a field"},
 		{"scheduler", func(m map[string]any) { podOf(m)["schedulerName"] = "mine" }, "template.spec.schedulerName"},
+		// Pod labels another Service of the namespace selects (attack review).
+		{"pod labels", func(m map[string]any) {
+			m["spec"].(map[string]any)["deployment"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["labels"].(map[string]any)["app"] = "database"
+		}, "spec.deployment.template.metadata.labels app (a Service"},
 		// A pod that never ends, Terminating beside its replacements (attack review).
 		{"grace period", func(m map[string]any) { podOf(m)["terminationGracePeriodSeconds"] = 3153600000 }, "terminationGracePeriodSeconds 3153600000 (at most 300)"},
 		{"preStop sleep", func(m map[string]any) {
