@@ -150,7 +150,8 @@ func (x *exporter) watched() []watchedKind {
 func exportOfPublished(p *svcv1alpha1.PublishedService) mcsv1a1.ServiceExport {
 	return mcsv1a1.ServiceExport{TypeMeta: metav1.TypeMeta{APIVersion: mcsv1a1.GroupVersion.String(), Kind: "ServiceExport"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Spec.Namespace, Name: p.Spec.Name, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			CreationTimestamp: p.Spec.ExportCreated}}
+			CreationTimestamp: p.Spec.ExportCreated},
+		Spec: mcsv1a1.ServiceExportSpec{ExportedLabels: p.Spec.ExportedLabels, ExportedAnnotations: p.Spec.ExportedAnnotations}}
 }
 
 // validPublished: a PublishedService's name is the one the publisher gives its Service's
@@ -238,7 +239,7 @@ func trimExport(o any) (any, error) {
 	return &mcsv1a1.ServiceExport{TypeMeta: e.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Name, UID: e.UID, ResourceVersion: e.ResourceVersion,
 			Generation: e.Generation, CreationTimestamp: e.CreationTimestamp, DeletionTimestamp: e.DeletionTimestamp},
-		Status: mcsv1a1.ServiceExportStatus{Conditions: e.Status.Conditions}}, nil
+		Spec: e.Spec, Status: mcsv1a1.ServiceExportStatus{Conditions: e.Status.Conditions}}, nil
 }
 
 func trimMetadata(o any) (any, error) {

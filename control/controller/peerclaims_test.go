@@ -207,3 +207,38 @@ func TestPeerTooLargeNotRead(t *testing.T) {
 	}
 	waitUntil(t, ctx, "B read again: the control import back", func() bool { return len(importedByCluster(ctx, x.ca, "shop", "control")[x.idB]) == 1 })
 }
+
+// TestExportedLabelsImported: a ServiceExport's exportedLabels and exportedAnnotations reach
+// the importing cluster's ServiceImport through the PublishedService (KEP-1645, the
+// conformance suite's ExportedLabels specs), and follow when they change.
+func TestExportedLabelsImported(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	x := startImportPairWith(t, ctx, netip.MustParsePrefix("10.243.0.0/16"), "", time.Second)
+	x.exportOrders(t, ctx, "10.244.1.1")
+	var exp mcsv1a1.ServiceExport
+	if err := x.cb.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "orders"}, &exp); err != nil {
+		t.Fatal(err)
+	}
+	exp.Spec.ExportedLabels = map[string]string{"tier": "gold"}
+	exp.Spec.ExportedAnnotations = map[string]string{"owner": "shop-team"}
+	if err := x.cb.Update(ctx, &exp); err != nil {
+		t.Fatal(err)
+	}
+	var si mcsv1a1.ServiceImport
+	waitUntil(t, ctx, "A's ServiceImport carries B's exported label and annotation", func() bool {
+		return x.ca.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "orders"}, &si) == nil &&
+			si.Labels["tier"] == "gold" && si.Annotations["owner"] == "shop-team" && si.Labels[controller.ManagedByLabel] == controller.FieldOwner
+	})
+	if err := x.cb.Get(ctx, client.ObjectKeyFromObject(&exp), &exp); err != nil {
+		t.Fatal(err)
+	}
+	exp.Spec.ExportedLabels = map[string]string{"tier": "silver"}
+	exp.Spec.ExportedAnnotations = nil
+	if err := x.cb.Update(ctx, &exp); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "the change followed", func() bool {
+		return x.ca.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "orders"}, &si) == nil && si.Labels["tier"] == "silver" && si.Annotations["owner"] == ""
+	})
+}

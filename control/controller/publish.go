@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
 	svcv1alpha1 "github.com/skein-net/skein/control/api/services/v1alpha1"
 	"github.com/skein-net/skein/control/controller/mcs"
@@ -61,13 +62,15 @@ func publishedLabels(key types.NamespacedName) map[string]string {
 }
 
 // publishedService is the PublishedService of an export of svc.
-func publishedService(ns string, key types.NamespacedName, exp metav1.Time, svc *corev1.Service) *svcv1alpha1.PublishedService {
+func publishedService(ns string, key types.NamespacedName, export *mcsv1a1.ServiceExport, svc *corev1.Service) *svcv1alpha1.PublishedService {
+	exp := export.CreationTimestamp
 	p := &svcv1alpha1.PublishedService{TypeMeta: metav1.TypeMeta{APIVersion: svcv1alpha1.SchemeGroupVersion.String(), Kind: "PublishedService"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: publishedName(key), Labels: publishedLabels(key)},
 		Spec: svcv1alpha1.PublishedServiceSpec{Namespace: key.Namespace, Name: key.Name, ExportCreated: exp, Type: svc.Spec.Type,
 			Headless: svc.Spec.ClusterIP == corev1.ClusterIPNone, SessionAffinity: svc.Spec.SessionAffinity,
 			SessionAffinityConfig: svc.Spec.SessionAffinityConfig.DeepCopy(),
-			InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy, TrafficDistribution: svc.Spec.TrafficDistribution}}
+			InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy, TrafficDistribution: svc.Spec.TrafficDistribution,
+			ExportedLabels: export.Spec.ExportedLabels, ExportedAnnotations: export.Spec.ExportedAnnotations}}
 	for _, sp := range svc.Spec.Ports {
 		p.Spec.Ports = append(p.Spec.Ports, svcv1alpha1.PublishedPort{Name: sp.Name, Protocol: sp.Protocol, Port: sp.Port, AppProtocol: sp.AppProtocol})
 	}
@@ -117,7 +120,7 @@ func (r *ServiceImportReconciler) publish(ctx context.Context, key types.Namespa
 		}
 		return errors.Join(errs...)
 	}
-	want := publishedService(ns, key, src.Export.CreationTimestamp, src.Service)
+	want := publishedService(ns, key, src.Export, src.Service)
 	var p svcv1alpha1.PublishedService
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), &p)
 	if client.IgnoreNotFound(err) != nil {

@@ -1015,7 +1015,8 @@ func (r *ServiceImportReconciler) write(ctx context.Context, imp mcs.Import, unk
 	si.Labels = withManagedBy(si.Labels)
 	// Each write is skipped when the cache already holds what it would write: an endpoint
 	// change rewrites only its slice.
-	if existing.UID == "" || existing.Labels[ManagedByLabel] != FieldOwner || !equality.Semantic.DeepEqual(existing.Spec, si.Spec) {
+	if existing.UID == "" || existing.Labels[ManagedByLabel] != FieldOwner || !equality.Semantic.DeepEqual(existing.Spec, si.Spec) ||
+		!maps.Equal(existing.Labels, si.Labels) || !maps.Equal(existing.Annotations, si.Annotations) {
 		if err := applyAndRead(ctx, r.Client, si); err != nil {
 			return err
 		}

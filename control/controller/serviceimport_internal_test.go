@@ -193,10 +193,16 @@ func TestPublishedRoundTrip(t *testing.T) {
 			InternalTrafficPolicy: &local, TrafficDistribution: &preferClose,
 			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
 	key := types.NamespacedName{Namespace: "shop", Name: "orders"}
-	got := serviceOfPublished(publishedService("skein-published", key, metav1.Now(), svc))
+	exp := &mcsv1a1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", CreationTimestamp: metav1.Now()},
+		Spec: mcsv1a1.ServiceExportSpec{ExportedLabels: map[string]string{"tier": "gold"}, ExportedAnnotations: map[string]string{"owner": "shop-team"}}}
+	p := publishedService("skein-published", key, exp, svc)
+	got := serviceOfPublished(p)
 	want := trimService(svc)
 	want.ResourceVersion = ""
 	if !equality.Semantic.DeepEqual(got.Spec, want.Spec) {
 		t.Errorf("read back %+v, want %+v", got.Spec, want.Spec)
+	}
+	if e := exportOfPublished(p); !equality.Semantic.DeepEqual(e.Spec, exp.Spec) {
+		t.Errorf("the export read back %+v, want %+v", e.Spec, exp.Spec)
 	}
 }

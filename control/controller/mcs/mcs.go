@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"maps"
 	"slices"
 	"strings"
 
@@ -189,6 +190,13 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 	if imp.Spec.SessionAffinity == "" {
 		imp.Spec.SessionAffinity = corev1.ServiceAffinityNone
 	}
+	// The oldest export's exported labels and annotations go on the ServiceImport (KEP-1645),
+	// those a ServiceImport may carry.
+	var winnerLabels, winnerAnnotations map[string]string
+	if e := srcs[valid[0]].Export; e != nil {
+		winnerLabels, winnerAnnotations = validLabels(e.Spec.ExportedLabels), validAnnotations(e.Spec.ExportedAnnotations)
+	}
+	imp.Labels, imp.Annotations = winnerLabels, winnerAnnotations
 	// Ports: the union by name; the oldest export's definition of a name wins. Each port is
 	// looked up by name and by number in maps: linear in the ports of all exports.
 	type portDef struct {
@@ -231,6 +239,18 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 			r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonSessionAffinityConflict,
 				fmt.Sprintf("session affinity %s, but the oldest export (cluster %s) has %s", s.Service.Spec.SessionAffinity, srcs[first].ClusterID, winner.Spec.SessionAffinity)})
 			lost(first, mcsv1a1.ServiceExportReasonSessionAffinityConflict, s.ClusterID)
+		}
+		if e := s.Export; i != first && e != nil {
+			if !maps.Equal(validLabels(e.Spec.ExportedLabels), winnerLabels) {
+				r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonLabelsConflict,
+					fmt.Sprintf("exported labels differ from the oldest export's (cluster %s), which the ServiceImport carries", srcs[first].ClusterID)})
+				lost(first, mcsv1a1.ServiceExportReasonLabelsConflict, s.ClusterID)
+			}
+			if !maps.Equal(validAnnotations(e.Spec.ExportedAnnotations), winnerAnnotations) {
+				r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonAnnotationsConflict,
+					fmt.Sprintf("exported annotations differ from the oldest export's (cluster %s), which the ServiceImport carries", srcs[first].ClusterID)})
+				lost(first, mcsv1a1.ServiceExportReasonAnnotationsConflict, s.ClusterID)
+			}
 		}
 		if got, want := trafficPolicy(s.Service), trafficPolicy(winner); got != want {
 			r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonInternalTrafficPolicyConflict,
@@ -293,7 +313,8 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 	// The exports that won: a conflict of theirs too, after their own.
 	for i, reasons := range won {
 		for _, reason := range []mcsv1a1.ServiceExportConditionReason{mcsv1a1.ServiceExportReasonTypeConflict, mcsv1a1.ServiceExportReasonPortConflict,
-			mcsv1a1.ServiceExportReasonSessionAffinityConflict, mcsv1a1.ServiceExportReasonInternalTrafficPolicyConflict, mcsv1a1.ServiceExportReasonTrafficDistributionConflict} {
+			mcsv1a1.ServiceExportReasonSessionAffinityConflict, mcsv1a1.ServiceExportReasonInternalTrafficPolicyConflict, mcsv1a1.ServiceExportReasonTrafficDistributionConflict,
+			mcsv1a1.ServiceExportReasonLabelsConflict, mcsv1a1.ServiceExportReasonAnnotationsConflict} {
 			if ids := reasons[reason]; len(ids) > 0 {
 				slices.Sort(ids)
 				out.Sources[i].Conflicts = append(out.Sources[i].Conflicts, Conflict{reason,
@@ -350,6 +371,61 @@ var conflictSubject = map[mcsv1a1.ServiceExportConditionReason]string{
 	mcsv1a1.ServiceExportReasonSessionAffinityConflict:       "session affinity",
 	mcsv1a1.ServiceExportReasonInternalTrafficPolicyConflict: "internal traffic policy",
 	mcsv1a1.ServiceExportReasonTrafficDistributionConflict:   "traffic distribution",
+	mcsv1a1.ServiceExportReasonLabelsConflict:                "exported labels",
+	mcsv1a1.ServiceExportReasonAnnotationsConflict:           "exported annotations",
+}
+
+// MaxExportedAnnotationBytes bounds the exported annotations an import carries (keys and
+// values together); an export's annotations beyond it are left out whole.
+const MaxExportedAnnotationBytes = 16 << 10
+
+// reservedPrefixes are label and annotation key prefixes an export does not set on a
+// ServiceImport: Kubernetes' own and the MCS API's (what controllers act on), skein's.
+var reservedPrefixes = []string{"kubernetes.io/", "k8s.io/", "multicluster.kubernetes.io/", "multicluster.x-k8s.io/", "skein.io/", "services.skein.io/", "app.kubernetes.io/managed-by"}
+
+func reserved(key string) bool {
+	for _, p := range reservedPrefixes {
+		if key == p || strings.HasPrefix(key, p) || strings.Contains(key, "."+p) {
+			return true
+		}
+	}
+	return false
+}
+
+// validLabels are the labels of l a ServiceImport may carry: valid keys and values, not
+// reserved, at most 64 (nil when none).
+func validLabels(l map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range l {
+		if len(out) == 64 || reserved(k) || len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// validAnnotations are the annotations of a a ServiceImport may carry: valid keys, not
+// reserved, at most 64 and MaxExportedAnnotationBytes in all (nil when none, or over).
+func validAnnotations(a map[string]string) map[string]string {
+	var out map[string]string
+	size := 0
+	for k, v := range a {
+		if reserved(k) || len(validation.IsQualifiedName(k)) > 0 {
+			continue
+		}
+		if size += len(k) + len(v); size > MaxExportedAnnotationBytes || len(out) == 64 {
+			return nil
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // trafficPolicy is s's internal traffic policy (unset: Cluster, the default).

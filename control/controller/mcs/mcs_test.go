@@ -425,3 +425,47 @@ func TestBuildEndpointBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildExportedLabels: the ServiceImport carries the oldest export's exported labels and
+// annotations (KEP-1645), not the Service's; invalid keys and values, reserved prefixes
+// (kubernetes.io/, the MCS API's, skein's, the managed-by label) and oversized annotations are
+// left out; an export whose set differs reports LabelsConflict / AnnotationsConflict, and so
+// does the oldest.
+func TestBuildExportedLabels(t *testing.T) {
+	old := export(time.Hour)
+	old.Spec.ExportedLabels = map[string]string{"tier": "gold", "bad key!": "x", "ok": "bad value!", "kubernetes.io/service-name": "x",
+		"app.kubernetes.io/managed-by": "me", "multicluster.kubernetes.io/service-name": "y"}
+	old.Spec.ExportedAnnotations = map[string]string{"owner": "shop-team", "skein.io/x": "y"}
+	same := export(30 * time.Minute)
+	same.Spec.ExportedLabels = map[string]string{"tier": "gold"}
+	same.Spec.ExportedAnnotations = map[string]string{"owner": "shop-team"}
+	other := export(time.Minute)
+	other.Spec.ExportedLabels = map[string]string{"tier": "silver"}
+	other.Spec.ExportedAnnotations = map[string]string{"owner": "shop-team"}
+	svc := service(httpPort(80))
+	svc.Labels = map[string]string{"not-exported": "x"}
+	imp := Build("shop", "orders", []Source{
+		{ClusterID: "old", Export: old, Service: svc, Map: mapping("10.244.0.0/16", "10.71.0.0/16")},
+		{ClusterID: "same", Export: same, Service: service(httpPort(80)), Map: mapping("10.244.0.0/16", "10.72.0.0/16")},
+		{ClusterID: "other", Export: other, Service: service(httpPort(80)), Map: mapping("10.244.0.0/16", "10.73.0.0/16")},
+	}, Limits{})
+	if fmt.Sprint(imp.ServiceImport.Labels) != "map[tier:gold]" || fmt.Sprint(imp.ServiceImport.Annotations) != "map[owner:shop-team]" {
+		t.Errorf("ServiceImport labels %v, annotations %v; want tier=gold, owner=shop-team", imp.ServiceImport.Labels, imp.ServiceImport.Annotations)
+	}
+	reasons := map[string][]mcsv1a1.ServiceExportConditionReason{}
+	for _, r := range imp.Sources {
+		for _, c := range r.Conflicts {
+			reasons[r.ClusterID] = append(reasons[r.ClusterID], c.Reason)
+		}
+	}
+	if want := "map[old:[LabelsConflict] other:[LabelsConflict]]"; fmt.Sprint(reasons) != want {
+		t.Errorf("conflicts %v, want %s", reasons, want)
+	}
+	// Annotations over the bound are left out whole.
+	huge := export(time.Hour)
+	huge.Spec.ExportedAnnotations = map[string]string{"a": strings.Repeat("x", MaxExportedAnnotationBytes)}
+	imp = Build("shop", "orders", []Source{{ClusterID: "old", Export: huge, Service: service(httpPort(80)), Map: mapping("10.244.0.0/16", "10.71.0.0/16")}}, Limits{})
+	if len(imp.ServiceImport.Annotations) != 0 {
+		t.Errorf("annotations of %d bytes carried", MaxExportedAnnotationBytes)
+	}
+}

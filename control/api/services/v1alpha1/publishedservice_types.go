@@ -53,6 +53,14 @@ type PublishedServiceSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	TrafficDistribution *string `json:"trafficDistribution,omitempty"`
+	// ExportedLabels and ExportedAnnotations are the ServiceExport's: what the importing
+	// clusters put on their ServiceImport.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	ExportedLabels map[string]string `json:"exportedLabels,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	ExportedAnnotations map[string]string `json:"exportedAnnotations,omitempty"`
 	// Ports of the Service.
 	// +optional
 	// +listType=atomic

@@ -106,6 +106,20 @@ func (in *PublishedServiceSpec) DeepCopyInto(out *PublishedServiceSpec) {
 		*out = new(string)
 		**out = **in
 	}
+	if in.ExportedLabels != nil {
+		in, out := &in.ExportedLabels, &out.ExportedLabels
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
+	if in.ExportedAnnotations != nil {
+		in, out := &in.ExportedAnnotations, &out.ExportedAnnotations
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
 	if in.Ports != nil {
 		in, out := &in.Ports, &out.Ports
 		*out = make([]PublishedPort, len(*in))
