@@ -16,8 +16,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/netip"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
