@@ -92,6 +92,14 @@ func trimPublished(o any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion},
 		Spec:       p.Spec}
 	out.Spec.Ports = p.Spec.Ports[:min(len(p.Spec.Ports), maxPublishedPorts)]
+	// What the import would leave out is not held either (mcs.Build's bounds).
+	size := 0
+	for k, v := range p.Spec.ExportedAnnotations {
+		size += len(k) + len(v)
+	}
+	if size > mcs.MaxExportedAnnotationBytes {
+		out.Spec.ExportedAnnotations = nil
+	}
 	// The export's age decides conflicts (mcs.Build: the oldest export's type and ports win),
 	// and spec.exportCreated is whatever the peer writes: no export is older than the
 	// PublishedService that announces it, whose creation time the peer's API server sets. A
