@@ -98,9 +98,11 @@ Valid and Conflict conditions (docs/services.md explains them).`,
 			if meta.IsStatusConditionFalse(exp.Status.Conditions, string(mcsv1a1.ServiceExportConditionValid)) {
 				return fmt.Errorf("ServiceExport %s/%s is not valid", ns, name)
 			}
-			if c := meta.FindStatusCondition(exp.Status.Conditions, string(mcsv1a1.ServiceExportConditionConflict)); c != nil && c.Reason == string(mcsv1a1.ServiceExportReasonTypeConflict) {
+			if c := meta.FindStatusCondition(exp.Status.Conditions, string(mcsv1a1.ServiceExportConditionConflict)); c != nil && c.Reason == string(mcsv1a1.ServiceExportReasonTypeConflict) &&
+				!strings.Contains(c.Message, "this export's is used") {
 				return fmt.Errorf("ServiceExport %s/%s conflicts in type with an older export: none of this cluster's endpoints is imported anywhere", ns, name)
 			}
+			fmt.Fprintf(g.out, "INFO   Reachable in every peered cluster (and here) as %s\n", clustersetName(ns, name))
 			return nil
 		},
 	}
@@ -137,3 +139,7 @@ when no cluster exports it any more. The Service is left as it is.`,
 		},
 	}
 }
+
+// clustersetName is the name an exported service is found by in every cluster of the set
+// (KEP-1645's DNS: skein-controller answers it behind the cluster's DNS).
+func clustersetName(ns, name string) string { return name + "." + ns + ".svc.clusterset.local" }

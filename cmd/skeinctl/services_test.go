@@ -116,7 +116,8 @@ func TestServicesCredentials(t *testing.T) {
 	apitest.Must(t, a.Client.Create(ctx, si))
 	si.Status.Clusters = []mcsv1a1.ClusterStatus{{Cluster: idB}}
 	apitest.Must(t, a.Client.Status().Update(ctx, si))
-	if out, err := run(t, "--kubeconfig", kcA, "network", "status"); err != nil || !strings.Contains(out, "IMPORTED SERVICES") || !strings.Contains(out, "shop/orders") {
+	if out, err := run(t, "--kubeconfig", kcA, "network", "status"); err != nil || !strings.Contains(out, "IMPORTED SERVICES") || !strings.Contains(out, "shop/orders") ||
+		!strings.Contains(out, "  orders.shop.svc.clusterset.local\n") {
 		t.Errorf("network status: %v\n%s", err, out)
 	}
 
@@ -164,7 +165,8 @@ func TestExport(t *testing.T) {
 	svc.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 80}}
 	apitest.Must(t, a.Client.Create(ctx, svc))
 	out, err = run(t, "--kubeconfig", kc, "--timeout", "20s", "export", "orders", "-n", "shop", "--wait")
-	if err != nil || !strings.Contains(out, "already exists") || !strings.Contains(out, "Valid=True") || !strings.Contains(out, "Conflict=False (NoConflicts)") {
+	if err != nil || !strings.Contains(out, "already exists") || !strings.Contains(out, "Valid=True") || !strings.Contains(out, "Conflict=False (NoConflicts)") ||
+		!strings.Contains(out, "as orders.shop.svc.clusterset.local") {
 		t.Errorf("export: %v\n%s", err, out)
 	}
 	// The controller imports its own export: a ServiceImport listing this cluster.

@@ -158,6 +158,8 @@ type peeringStatus struct {
 	Latency         string `json:"latency"`
 	// ImportedServices are the ServiceImports (namespace/name) listing the peer.
 	ImportedServices []string `json:"importedServices"`
+	// ImportedNames are their names in the cluster set's DNS (NAME.NAMESPACE.svc.clusterset.local).
+	ImportedNames []string `json:"importedNames"`
 }
 
 func networkStatusCmd(g *globals) *cobra.Command {
@@ -196,10 +198,11 @@ func networkStatusCmd(g *globals) *cobra.Command {
 				spec := cf.Spec.Remote.CIDR
 				row := peeringStatus{RemoteClusterID: id, Namespace: cf.Namespace, RemotePodCIDR: joinCIDRs(spec.Pods()),
 					RemoteExtCIDR: joinCIDRs(append([]netv1alpha1.CIDR{spec.External}, spec.AdditionalExternals...)),
-					Role:          "-", Endpoint: "-", Connection: "-", Latency: "-", ImportedServices: []string{}}
+					Role:          "-", Endpoint: "-", Connection: "-", Latency: "-", ImportedServices: []string{}, ImportedNames: []string{}}
 				for _, si := range imports.Items {
 					if slices.ContainsFunc(si.Status.Clusters, func(c mcsv1a1.ClusterStatus) bool { return c.Cluster == id }) {
 						row.ImportedServices = append(row.ImportedServices, si.Namespace+"/"+si.Name)
+						row.ImportedNames = append(row.ImportedNames, clustersetName(si.Namespace, si.Name))
 					}
 				}
 				if cf.Status.Remote != nil {
@@ -242,7 +245,22 @@ func networkStatusCmd(g *globals) *cobra.Command {
 			for _, r := range rows {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.RemoteClusterID, r.RemotePodCIDR, dash(r.SeenPodCIDR), r.RemoteExtCIDR, dash(r.SeenExtCIDR), r.Role, r.Endpoint, r.Connection, r.Latency, importedCell(r.ImportedServices))
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			// The names to call them by, once each (a service several peers export is one name).
+			var names []string
+			for _, r := range rows {
+				names = append(names, r.ImportedNames...)
+			}
+			slices.Sort(names)
+			if names = slices.Compact(names); len(names) > 0 {
+				fmt.Fprintf(g.out, "\nImported services, by name (skein-controller answers them behind the cluster's DNS):\n")
+				for _, n := range names {
+					fmt.Fprintf(g.out, "  %s\n", n)
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json or yaml instead of a table")
