@@ -44,7 +44,7 @@ k8s-binaries: ## Build etcd, the Kubernetes control plane, helm, the lab nodes' 
 
 .PHONY: test
 test: k8s-binaries ## Run every test, against a real kube-apiserver and etcd from the cache.
-	go test -count=1 -timeout 30m $(GOTESTFLAGS) ./...
+	go test -count=1 -timeout 45m $(GOTESTFLAGS) ./...
 
 .PHONY: test-unit
 test-unit: ## The fast inner loop: every test that needs neither root nor the Kubernetes cache (-short, SKEIN_SKIP_NETNS=1).
