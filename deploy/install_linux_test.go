@@ -39,6 +39,7 @@ import (
 	"github.com/skein-net/skein/control/identity"
 	"github.com/skein-net/skein/control/kube"
 	"github.com/skein-net/skein/dataplane/kernel"
+	"github.com/skein-net/skein/dataplane/overlay"
 	"github.com/skein-net/skein/internal/apitest"
 	"github.com/skein-net/skein/internal/metricsdoc"
 	"github.com/skein-net/skein/internal/safebuffer"
@@ -328,8 +329,13 @@ func TestChartInstall(t *testing.T) {
 		})
 	}
 	defer stopAgent()
-	// The server's active replica publishes its VTEP (what skein-gateway does).
-	vtep, _ := json.Marshal(map[string]any{"status": map[string]any{"internalEndpoint": map[string]any{"vtep": map[string]string{"ip": "10.244.1.20", "mac": "02:5b:00:00:00:01"}}}})
+	// The server's active replica publishes its VTEP (what skein-gateway does): its pod's IP,
+	// and the MAC of the overlay IP the controller gave it.
+	apitest.Eventually(t, "the GatewayServer's overlay IP", 60*time.Second, func() bool {
+		return c.Get(ctx, client.ObjectKeyFromObject(gs), gs) == nil && gs.Status.InternalEndpoint != nil && gs.Status.InternalEndpoint.IP != nil
+	}, ctrLogs)
+	gwMAC := overlay.MACString(overlay.GatewayMAC(netip.MustParseAddr(string(*gs.Status.InternalEndpoint.IP))))
+	vtep, _ := json.Marshal(map[string]any{"status": map[string]any{"internalEndpoint": map[string]any{"vtep": map[string]string{"ip": "10.244.1.20", "mac": gwMAC}}}})
 	must(c.Status().Patch(ctx, gs, client.RawPatch(types.MergePatchType, vtep)))
 	agentLogs := func() string { return "agent log:\n" + agentLog.String() }
 	apitest.Eventually(t, "the agent publishes its VTEP", 60*time.Second, func() bool {

@@ -118,12 +118,12 @@ func TestAgentReacts(t *testing.T) {
 		}
 	}
 	readyIs("NoPeering", metav1.ConditionTrue, "gatewayserver "+ns+"/gw: no active replica published yet")
-	gs.Status.InternalEndpoint = &netv1alpha1.InternalEndpoint{IP: ipp("10.80.0.1"), VTEP: &netv1alpha1.VTEP{IP: "10.244.1.20", MAC: "02:5b:00:00:00:01"}}
+	gs.Status.InternalEndpoint = &netv1alpha1.InternalEndpoint{IP: ipp("10.80.0.1"), VTEP: &netv1alpha1.VTEP{IP: "10.244.1.20", MAC: "02:5b:7a:69:e7:c7"}}
 	apitest.Must(t, c.Status().Update(ctx, gs))
 	wait("first peering",
 		"ip link add liqo.vxlan type vxlan id 18952 dstport 4789 local 192.168.77.1 nolearning",
-		"bridge fdb replace 02:5b:00:00:00:01 dev liqo.vxlan dst 10.244.1.20",
-		"ip neigh replace 10.80.0.1 lladdr 02:5b:00:00:00:01 dev liqo.vxlan nud permanent",
+		"bridge fdb replace 02:5b:7a:69:e7:c7 dev liqo.vxlan dst 10.244.1.20",
+		"ip neigh replace 10.80.0.1 lladdr 02:5b:7a:69:e7:c7 dev liqo.vxlan nud permanent",
 		"ip route add 10.71.0.0/16 via 10.80.0.1 dev liqo.vxlan onlink table 18952",
 		"ip rule add to 10.72.0.0/16 lookup 18952 priority 1900")
 	if s := lastSNAT(); s == nil || s.ExternalIP.String() != "10.70.0.11" {
@@ -154,7 +154,7 @@ func TestAgentReacts(t *testing.T) {
 	gs.Status.InternalEndpoint.VTEP.IP = "10.244.2.30"
 	moved := time.Now()
 	apitest.Must(t, c.Status().Update(ctx, gs))
-	wait("failover", "bridge fdb replace 02:5b:00:00:00:01 dev liqo.vxlan dst 10.244.2.30")
+	wait("failover", "bridge fdb replace 02:5b:7a:69:e7:c7 dev liqo.vxlan dst 10.244.2.30")
 	t.Logf("failover: FDB repointed %v after the status update", time.Since(moved).Round(time.Millisecond))
 
 	// Remap.

@@ -33,7 +33,7 @@ func TestMasqueradeCondition(t *testing.T) {
 	defer cancel()
 
 	_, gs := peering(ctx, t, c, ns)
-	gs.Status.InternalEndpoint = &netv1alpha1.InternalEndpoint{IP: ipp("10.80.0.1"), VTEP: &netv1alpha1.VTEP{IP: "10.244.1.20", MAC: "02:5b:00:00:00:01"}}
+	gs.Status.InternalEndpoint = &netv1alpha1.InternalEndpoint{IP: ipp("10.80.0.1"), VTEP: &netv1alpha1.VTEP{IP: "10.244.1.20", MAC: "02:5b:7a:69:e7:c7"}}
 	apitest.Must(t, c.Status().Update(ctx, gs))
 
 	run := func(node string, bypass bool, count *atomic.Uint64) (*agent.Agent, func() *kernel.HostSNAT) {

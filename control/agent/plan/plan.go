@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -207,6 +208,19 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 	}
 	sort.Strings(p.Refused)
 	var snatRemote []netip.Prefix
+	// Each gateway writes its own status: the overlay IP the controller gave it, and the MAC
+	// derived from it (overlay.GatewayMAC). One that names another's MAC, or another's overlay
+	// IP, would have every node send that peering's traffic to it; a MAC not derived from the
+	// IP is refused, and an overlay IP two gateways claim is programmed for neither (the
+	// controller puts the IP it gave back into the status).
+	claims := map[netip.Addr][]string{}
+	for _, g := range gws {
+		if g.ie != nil && g.ie.IP != nil {
+			if a, err := netip.ParseAddr(string(*g.ie.IP)); err == nil {
+				claims[a] = append(claims[a], g.ref)
+			}
+		}
+	}
 	for _, g := range gws {
 		routes := remote[g.id]
 		switch {
@@ -225,6 +239,14 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 		mac, err3 := overlay.ParseMAC(string(g.ie.VTEP.MAC))
 		if err := errors.Join(err1, err2, err3); err != nil {
 			p.Waiting = append(p.Waiting, fmt.Sprintf("%s: status.internalEndpoint does not parse: %v", g.ref, err))
+			continue
+		}
+		if want := overlay.GatewayMAC(oip); mac != want {
+			p.Refused = append(p.Refused, fmt.Sprintf("%s: status.internalEndpoint.vtep.mac %s is not the MAC of its overlay IP %v (%s)", g.ref, overlay.MACString(mac), oip, overlay.MACString(want)))
+			continue
+		}
+		if others := claims[oip]; len(others) > 1 {
+			p.Refused = append(p.Refused, fmt.Sprintf("%s: overlay IP %v is claimed by %s: programmed for none of them", g.ref, oip, strings.Join(others, ", ")))
 			continue
 		}
 		peer := kernel.Peer{OverlayIP: oip, MAC: mac, VTEP: vtep, Routes: routes}
@@ -296,7 +318,9 @@ func (n Node) relay(ie *netv1alpha1.InternalEndpoint) (kernel.FDBEntry, bool) {
 		return kernel.FDBEntry{}, false
 	}
 	mac, err := overlay.ParseMAC(string(ie.NodeVTEP.MAC))
-	if err != nil || mac[0]&1 != 0 || mac == (packet.MAC{}) {
+	if err != nil || mac[0]&1 != 0 || mac == (packet.MAC{}) || mac != overlay.NodeMAC(ip) {
+		// A node's overlay MAC is derived from its address (overlay.NodeMAC): another's, or
+		// another node's, would send the frames elsewhere.
 		return kernel.FDBEntry{}, false
 	}
 	return kernel.FDBEntry{MAC: mac, Dst: ip}, true

@@ -12,6 +12,7 @@ import (
 
 	"github.com/skein-net/skein/control/agent/plan"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/dataplane/kernel"
 	"github.com/skein-net/skein/dataplane/overlay"
 )
 
@@ -30,7 +31,7 @@ func objects() plan.Objects {
 		Servers: []netv1alpha1.GatewayServer{
 			{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "t-b", Labels: lb("b")},
 				Status: netv1alpha1.GatewayServerStatus{InternalEndpoint: &netv1alpha1.InternalEndpoint{IP: ipp("10.80.0.1"),
-					VTEP: &netv1alpha1.VTEP{IP: "10.244.1.20", MAC: "02:5b:00:00:00:01"}}}},
+					VTEP: &netv1alpha1.VTEP{IP: "10.244.1.20", MAC: "02:5b:7a:69:e7:c7"}}}},
 		},
 		Clients: []netv1alpha1.GatewayClient{
 			{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "t-c", Labels: lb("c")}},
@@ -300,22 +301,22 @@ func TestFromObjectsRelay(t *testing.T) {
 		o                 plan.Objects
 		wantVTEP, wantMAC string
 	}{
-		{"another node runs the gateway", withRelay("n2", "192.168.77.2", "02:5a:00:00:00:02"), "192.168.77.2", "02:5a:00:00:00:02"},
-		{"this node runs the gateway", withRelay("n1", "192.168.77.1", "02:5a:00:00:00:01"), "10.244.1.20", "02:5b:00:00:00:01"},
-		{"no node endpoint published", objects(), "10.244.1.20", "02:5b:00:00:00:01"},
-		{"this node's own address under another name", withRelay("n2", "192.168.77.1", "02:5a:00:00:00:02"), "10.244.1.20", "02:5b:00:00:00:01"},
-		{"IPv6 on an IPv4 underlay", withRelay("n2", "2001:db8::2", "02:5a:00:00:00:02"), "10.244.1.20", "02:5b:00:00:00:01"},
-		{"loopback", withRelay("n2", "127.0.0.1", "02:5a:00:00:00:02"), "10.244.1.20", "02:5b:00:00:00:01"},
-		{"multicast", withRelay("n2", "239.1.1.1", "02:5a:00:00:00:02"), "10.244.1.20", "02:5b:00:00:00:01"},
-		{"the pod's own address", withRelay("n2", "10.244.1.20", "02:5a:00:00:00:02"), "10.244.1.20", "02:5b:00:00:00:01"},
-		{"a broadcast MAC", withRelay("n2", "192.168.77.2", "ff:ff:ff:ff:ff:ff"), "10.244.1.20", "02:5b:00:00:00:01"},
-		{"a zero MAC", withRelay("n2", "192.168.77.2", "00:00:00:00:00:00"), "10.244.1.20", "02:5b:00:00:00:01"},
-		{"not an address", withRelay("n2", "node-2", "02:5a:00:00:00:02"), "10.244.1.20", "02:5b:00:00:00:01"},
+		{"another node runs the gateway", withRelay("n2", "192.168.77.2", "02:5a:ce:40:a7:1f"), "192.168.77.2", "02:5a:ce:40:a7:1f"},
+		{"this node runs the gateway", withRelay("n1", "192.168.77.1", "02:5a:00:00:00:01"), "10.244.1.20", "02:5b:7a:69:e7:c7"},
+		{"no node endpoint published", objects(), "10.244.1.20", "02:5b:7a:69:e7:c7"},
+		{"this node's own address under another name", withRelay("n2", "192.168.77.1", "02:5a:ce:40:a7:1f"), "10.244.1.20", "02:5b:7a:69:e7:c7"},
+		{"IPv6 on an IPv4 underlay", withRelay("n2", "2001:db8::2", "02:5a:ce:40:a7:1f"), "10.244.1.20", "02:5b:7a:69:e7:c7"},
+		{"loopback", withRelay("n2", "127.0.0.1", "02:5a:ce:40:a7:1f"), "10.244.1.20", "02:5b:7a:69:e7:c7"},
+		{"multicast", withRelay("n2", "239.1.1.1", "02:5a:ce:40:a7:1f"), "10.244.1.20", "02:5b:7a:69:e7:c7"},
+		{"the pod's own address", withRelay("n2", "10.244.1.20", "02:5a:ce:40:a7:1f"), "10.244.1.20", "02:5b:7a:69:e7:c7"},
+		{"a broadcast MAC", withRelay("n2", "192.168.77.2", "ff:ff:ff:ff:ff:ff"), "10.244.1.20", "02:5b:7a:69:e7:c7"},
+		{"a zero MAC", withRelay("n2", "192.168.77.2", "00:00:00:00:00:00"), "10.244.1.20", "02:5b:7a:69:e7:c7"},
+		{"not an address", withRelay("n2", "node-2", "02:5a:ce:40:a7:1f"), "10.244.1.20", "02:5b:7a:69:e7:c7"},
 		{"a peering with IPv6 routes", func() plan.Objects {
-			o := withRelay("n2", "192.168.77.2", "02:5a:00:00:00:02")
+			o := withRelay("n2", "192.168.77.2", "02:5a:ce:40:a7:1f")
 			o.Configurations[0].Status.Remote.CIDR.Pod = "fd00:71::/56"
 			return o
-		}(), "10.244.1.20", "02:5b:00:00:00:01"},
+		}(), "10.244.1.20", "02:5b:7a:69:e7:c7"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -331,5 +332,74 @@ func TestFromObjectsRelay(t *testing.T) {
 				t.Errorf("peer %+v, want VTEP %s MAC %s via 10.80.0.1", peer, c.wantVTEP, c.wantMAC)
 			}
 		})
+	}
+}
+
+// TestGatewayClaimsHeld (found by an attack review): a gateway writes its own status, and
+// in it another gateway's overlay MAC, or overlay IP, with its own VTEP: every node would send
+// that other peering's traffic to it (one FDB entry per MAC, one neighbour per IP). A MAC not
+// derived from the gateway's overlay IP is refused; an overlay IP two gateways claim is
+// programmed for neither; a relay node's MAC must be the one derived from its address.
+func TestGatewayClaimsHeld(t *testing.T) {
+	lb := func(id string) map[string]string { return map[string]string{netv1alpha1.RemoteClusterIDLabel: id} }
+	conf := func(ns, id, pod string) netv1alpha1.Configuration {
+		return netv1alpha1.Configuration{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns, Labels: lb(id)},
+			Status: netv1alpha1.ConfigurationStatus{Remote: &netv1alpha1.ClusterConfig{CIDR: netv1alpha1.ClusterConfigCIDR{Pod: netv1alpha1.CIDR(pod)}}}}
+	}
+	mac := func(ip string) string { return overlay.MACString(overlay.GatewayMAC(netip.MustParseAddr(ip))) }
+	server := func(ns, id, ip, vtep, mac string) netv1alpha1.GatewayServer {
+		return netv1alpha1.GatewayServer{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: ns, Labels: lb(id)},
+			Status: netv1alpha1.GatewayServerStatus{InternalEndpoint: &netv1alpha1.InternalEndpoint{IP: ipp(ip),
+				VTEP: &netv1alpha1.VTEP{IP: netv1alpha1.IP(vtep), MAC: netv1alpha1.MAC(mac)}}}}
+	}
+	victim := server("t-b", "b", "10.80.0.1", "10.244.1.20", mac("10.80.0.1"))
+	for _, tc := range []struct {
+		name     string
+		attacker netv1alpha1.GatewayServer
+		want     string // in Refused
+		victim   bool   // the victim's peering is still programmed, to its own VTEP
+	}{
+		{"another's MAC", server("t-x", "x", "10.80.0.2", "10.244.3.66", mac("10.80.0.1")), "is not the MAC of its overlay IP 10.80.0.2", true},
+		{"another's overlay IP", server("t-x", "x", "10.80.0.1", "10.244.3.66", mac("10.80.0.1")), "overlay IP 10.80.0.1 is claimed by", false},
+		{"an honest neighbour", server("t-x", "x", "10.80.0.2", "10.244.3.66", mac("10.80.0.2")), "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := plan.Objects{
+				InternalNode: &netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+					Spec: netv1alpha1.InternalNodeSpec{OverlayIP: ipp("10.80.0.11"), ExternalIP: ipp("10.70.0.11")}},
+				Configurations: []netv1alpha1.Configuration{conf("t-b", "b", "10.71.0.0/16"), conf("t-x", "x", "10.73.0.0/16")},
+				Servers:        []netv1alpha1.GatewayServer{victim, tc.attacker},
+			}
+			p, err := plan.FromObjects(node, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			refused := strings.Join(p.Refused, "; ")
+			if (tc.want == "") != (refused == "") || !strings.Contains(refused, tc.want) {
+				t.Errorf("refused %q, want %q", refused, tc.want)
+			}
+			for _, peer := range p.Kernel.Peers {
+				if peer.VTEP.String() == "10.244.3.66" && peer.MAC == overlay.GatewayMAC(netip.MustParseAddr("10.80.0.1")) {
+					t.Errorf("the attacker's VTEP got the victim's MAC: %+v", peer)
+				}
+				if peer.OverlayIP.String() == "10.80.0.1" && peer.VTEP.String() != "10.244.1.20" {
+					t.Errorf("the victim's overlay IP goes to %v", peer.VTEP)
+				}
+			}
+			programmed := slices.ContainsFunc(p.Kernel.Peers, func(peer kernel.Peer) bool { return peer.VTEP.String() == "10.244.1.20" })
+			if programmed != tc.victim {
+				t.Errorf("the victim's peering programmed %v, want %v (peers %+v)", programmed, tc.victim, p.Kernel.Peers)
+			}
+		})
+	}
+	// A relay whose MAC is not its node's: the pod is sent to directly.
+	gs := victim
+	gs.Status.InternalEndpoint.NodeVTEP = &netv1alpha1.VTEP{IP: "192.168.77.2", MAC: "02:5a:00:00:00:02"}
+	gs.Status.InternalEndpoint.Node = func() *string { s := "n2"; return &s }()
+	p, err := plan.FromObjects(node, plan.Objects{InternalNode: &netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Spec: netv1alpha1.InternalNodeSpec{OverlayIP: ipp("10.80.0.11")}}, Configurations: []netv1alpha1.Configuration{conf("t-b", "b", "10.71.0.0/16")},
+		Servers: []netv1alpha1.GatewayServer{gs}})
+	if err != nil || len(p.Kernel.Peers) != 1 || p.Kernel.Peers[0].VTEP.String() != "10.244.1.20" {
+		t.Errorf("a relay with a MAC not its node's: %v %+v", err, p.Kernel.Peers)
 	}
 }
