@@ -121,6 +121,7 @@ func main() {
 	internalCIDR := fs.String("internal-cidr", netv1alpha1.DefaultInternalCIDR, "this cluster's internal CIDR (overlay addresses)")
 	reserved := fs.String("reserved", "", "more CIDRs never given to peers, comma-separated")
 	pools := fs.String("pools", joinPrefixes(slices.Concat(ipam.DefaultPools, ipam.DefaultPools6)), "remap pools, comma-separated: a peer's CIDR that clashes with one here is seen as a free prefix of the same length from the pools of its family (IPv4 or IPv6)")
+	remapPublic := fs.Bool("remap-public-peer-cidrs", true, "remap a peer's pod or external CIDR outside the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) even when it clashes with nothing: else a peer publishing 8.8.8.0/24 has every node send this cluster's traffic to those addresses to its gateway")
 	nodeCIDRs := fs.String("node-cidrs", "", "the networks of the nodes' addresses, comma-separated: never inside a peer's CIDR as seen here (the nodes' own addresses, from the Node objects, never are either)")
 	allowPrivileged := fs.Bool("allow-privileged-gateways", false, "render gateway pods whose template asks for privileged containers, added capabilities, the host's network, PID or IPC namespace, or hostPath volumes (refused by default: the gateway runs unprivileged)")
 	watchPods := fs.String("gateway-watch-pods", controller.PodRoutesAuto, "how gateways find a local pod's node: true (from the Pod objects: every gateway gets --watch-pods and may read every Pod), false (from Node.spec.podCIDRs; no gateway watches Pods, whatever its template says) or auto (false until a gateway pod is seen outside its node's pod CIDRs, then true; an event on that gateway says so)")
@@ -205,7 +206,7 @@ func main() {
 	opts := controller.Options{
 		PodCIDRs: podList, ServiceCIDRs: prefixes("service-cidr", *serviceCIDR),
 		Reserved: prefixes("reserved", *reserved), Pools: poolList, NodeCIDRs: prefixes("node-cidrs", *nodeCIDRs),
-		MinRemotePrefixLength: *minPrefix, MinRemotePrefixLength6: *minPrefix6, IPv6: *ipv6, AllowPrivilegedGateways: *allowPrivileged, GatewayWatchPods: *watchPods, GatewayPolicy: policy,
+		KeepPublicPeerCIDRs: !*remapPublic, MinRemotePrefixLength: *minPrefix, MinRemotePrefixLength6: *minPrefix6, IPv6: *ipv6, AllowPrivilegedGateways: *allowPrivileged, GatewayWatchPods: *watchPods, GatewayPolicy: policy,
 		ExternalCIDR: ext4, ExternalCIDR6: ext6, InternalCIDR: internal[0], Metrics: ctrlmetrics.Registry,
 	}
 	opts.ImportBudget = controller.PeerBudget{MaxImports: *maxImports, MaxEndpoints: *maxEndpoints, MaxObjects: *maxObjects}

@@ -292,8 +292,19 @@ func TestDangerousPeers(t *testing.T) {
 	node("a", "192.168.77.2")
 	// The API server's endpoint, off the node network (a managed control plane).
 	apiES := apiServerSlice(t, c, ns, "172.31.3.4")
-	stop := startConfigurations(t, env, func(r *controller.ConfigurationReconciler) { r.APIServerEndpoints = client.ObjectKeyFromObject(apiES) })
+	stop := startConfigurations(t, env, func(r *controller.ConfigurationReconciler) {
+		r.APIServerEndpoints = client.ObjectKeyFromObject(apiES)
+		r.IPAM.SetAsIs(ipam.PrivateRanges) // as skein-controller does unless told to keep public CIDRs
+	})
 	defer stop()
+
+	// A peer publishing public ranges (attack review): remapped, never routed as they are.
+	apitest.Must(t, c.Create(ctx, conf(ns, "public", "cluster-public", "8.8.8.0/24", "1.1.1.0/24")))
+	pub := waitStatus(t, c, ns, "public")["public"]
+	if cond := meta.FindStatusCondition(pub.Status.Conditions, "Ready"); pub.Status.Remote == nil || pub.Status.Remote.CIDR.Pod == "8.8.8.0/24" ||
+		pub.Status.Remote.CIDR.External == "1.1.1.0/24" || cond.Reason != "Remapped" || !strings.Contains(cond.Message, "no private range") {
+		t.Errorf("a peer's public pod and external CIDRs: seen as %+v, condition %+v", pub.Status.Remote, cond)
+	}
 
 	apitest.Must(t, c.Create(ctx, conf(ns, "calico", "cluster-calico", "192.168.0.0/16", "10.201.0.0/16")))
 	apitest.Must(t, c.Create(ctx, conf(ns, "huge", "cluster-huge", "16.0.0.0/4", "10.202.0.0/16")))

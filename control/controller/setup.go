@@ -29,6 +29,10 @@ type Options struct {
 	// NodeCIDRs are the networks the nodes' addresses come from: never inside a peer's CIDR as
 	// seen here (each node's own addresses are reserved too, from the Node objects).
 	NodeCIDRs []netip.Prefix
+	// KeepPublicPeerCIDRs uses a peer's CIDR outside ipam.PrivateRanges as it is when it
+	// clashes with nothing; false (the default) remaps it, so that a peer cannot have every node
+	// send this cluster's traffic to public addresses to its gateway.
+	KeepPublicPeerCIDRs bool
 	// MinRemotePrefixLength and MinRemotePrefixLength6 refuse peers' IPv4 and IPv6 CIDRs
 	// larger than these (0: /8 and /32).
 	MinRemotePrefixLength, MinRemotePrefixLength6 int
@@ -99,6 +103,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	alloc, err := ipam.New(pools, local)
 	if err != nil {
 		return err
+	}
+	if !o.KeepPublicPeerCIDRs {
+		alloc.SetAsIs(ipam.PrivateRanges)
 	}
 	overlayHosts, err := ipam.NewHosts(o.InternalCIDR, 0)
 	if err != nil {

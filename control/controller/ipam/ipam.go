@@ -40,6 +40,29 @@ type Allocator struct {
 	reserved []netip.Prefix          // local CIDRs and reserved ranges, never given out
 	nodes    []netip.Prefix          // the nodes' addresses (SetNodes), never given out either
 	assigned map[string]netip.Prefix // key (such as "namespace/name/pod") -> prefix as seen here
+	// asIs, when set, are the ranges a peer's CIDR may be used in unchanged (SetAsIs); a
+	// CIDR outside them (and outside the pools) is remapped.
+	asIs []netip.Prefix
+}
+
+// PrivateRanges are the ranges no one routes on the internet: RFC 1918, the shared address
+// space of RFC 6598 (100.64.0.0/10) and IPv6's unique local addresses (RFC 4193).
+var PrivateRanges = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("fc00::/7")}
+
+// SetAsIs makes the allocator remap every CIDR outside ranges (and outside its pools), even
+// one that clashes with nothing: a peer's CIDR is routed by every node to its gateway, and a
+// peer that publishes a public range (8.8.8.0/24, 52.0.0.0/8) would otherwise take this
+// cluster's traffic to those addresses. nil: any CIDR may be used as it is.
+func (a *Allocator) SetAsIs(ranges []netip.Prefix) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.asIs = slices.Clone(ranges)
+}
+
+// within reports whether p lies inside one of ranges.
+func within(p netip.Prefix, ranges []netip.Prefix) bool {
+	return slices.ContainsFunc(ranges, func(r netip.Prefix) bool { return r.Bits() <= p.Bits() && r.Contains(p.Addr()) })
 }
 
 // New returns an allocator with the given pools and the CIDRs in use locally.
@@ -142,6 +165,9 @@ func (a *Allocator) clash(key string, p netip.Prefix) string {
 		if k != key && q.Overlaps(p) {
 			return q.String() + " (" + k + ")"
 		}
+	}
+	if a.asIs != nil && !within(p, a.asIs) && !within(p, a.pools) {
+		return "no private range (a peer's CIDR outside the private ranges is always remapped: ipam.remapPublicPeerCIDRs)"
 	}
 	return ""
 }

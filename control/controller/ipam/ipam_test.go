@@ -368,3 +368,51 @@ func TestHosts6(t *testing.T) {
 		}
 	}
 }
+
+// TestPublicRangesRemapped (found by an attack review): a peer's CIDR is routed by every node
+// to its gateway, so one that publishes public ranges (8.8.8.0/24, 52.0.0.0/8) would take the
+// cluster's traffic to them. With SetAsIs(PrivateRanges) a CIDR outside the private ranges is
+// remapped from the pools even when it clashes with nothing, and says why; private ones are
+// kept; an assignment kept as it was before is remapped at the next Assign.
+func TestPublicRangesRemapped(t *testing.T) {
+	a, err := ipam.New(slices.Concat(ipam.DefaultPools, ipam.DefaultPools6), local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Restore("old/pod", pfx("8.8.4.0/24")) // used as it was, by an older controller
+	a.SetAsIs(ipam.PrivateRanges)
+	for _, c := range []struct {
+		key, want string
+		remapped  bool
+	}{
+		{"a/pod", "8.8.8.0/24", true},
+		{"b/pod", "52.1.0.0/16", true},
+		{"c/ext", "2001:db8::/48", true},
+		{"old/pod", "8.8.4.0/24", true},
+		{"d/pod", "10.200.0.0/16", false},
+		{"e/pod", "100.64.0.0/16", false},
+		{"f/pod", "fd00:244::/56", false},
+	} {
+		want := pfx(c.want)
+		clash := a.Clash(c.key, want)
+		got, err := a.Assign(c.key, want)
+		if err != nil {
+			t.Fatalf("%s: %v", c.want, err)
+		}
+		if remapped := got != want; remapped != c.remapped || (c.remapped && !within(got, ipam.PrivateRanges)) {
+			t.Errorf("%s: assigned %v, want remapped %v into a private range", c.want, got, c.remapped)
+		}
+		if c.remapped && !strings.Contains(clash, "no private range") {
+			t.Errorf("%s: clash %q, want it to say why", c.want, clash)
+		}
+	}
+	// A public /8 finds no room in the pools: not mapped at all (the Configuration is then
+	// PoolExhausted and nothing routes it), never used as it is.
+	if got, err := a.Assign("g/pod", pfx("52.0.0.0/8")); !errors.Is(err, ipam.ErrExhausted) {
+		t.Errorf("52.0.0.0/8: %v %v, want ErrExhausted", got, err)
+	}
+}
+
+func within(p netip.Prefix, ranges []netip.Prefix) bool {
+	return slices.ContainsFunc(ranges, func(r netip.Prefix) bool { return r.Bits() <= p.Bits() && r.Contains(p.Addr()) })
+}
