@@ -334,6 +334,12 @@ func (m *PrefixMap) rewriteICMP(ip packet.IPv4, l4 []byte, outer, quoted int, ol
 	if !outerMatched && !quotedMatched {
 		return NoMatch
 	}
+	if outerMatched && !quotedMatched {
+		// An error from the mapped side about a packet that never went there: a host of the
+		// peer forging "port unreachable" or "fragmentation needed" about another flow of a
+		// local pod (its DNS to the cluster's resolver, its traffic to the internet).
+		return BadQuote
+	}
 
 	if quotedChanges {
 		// Everything in the quote lies inside the ICMP message at even offsets (the quote starts

@@ -228,6 +228,10 @@ func (m *PrefixMap) rewriteICMPv6(ip packet.IPv6, l4 []byte, outer, quoted int, 
 	if !outerMatched && !quotedMatched {
 		return NoMatch
 	}
+	if outerMatched && !quotedMatched {
+		// An error from the mapped side about a packet that never went there (nat.go).
+		return BadQuote
+	}
 	sum := msg.Checksum()
 	if quotedChanges {
 		// The quoted address is in the message body, and so is the quoted packet's own
