@@ -322,6 +322,7 @@ func serveDNS(ctx context.Context, mgr ctrl.Manager, direct client.Client, addr,
 		return err
 	}
 	srv := skeindns.New(mgr.GetCache(), skeindns.DefaultLimits)
+	ctrlmetrics.Registry.MustRegister(srv.Collectors()...)
 	if err := mgr.Add(anyReplica(func(ctx context.Context) error {
 		// A standby replica runs no controller that would start these informers: start them
 		// here, so that no query waits for a first sync.

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -494,4 +495,19 @@ func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// Collectors are the server's counters as Prometheus metrics:
+// skein_controller_dns_queries_total{result="answered"|"dropped"} (dropped: over MaxInFlight,
+// and TCP connections over MaxTCPConns or MaxTCPConnsPerSource).
+func (s *Server) Collectors() []prometheus.Collector {
+	counter := func(result string, f func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "skein_controller_dns_queries_total",
+			Help:        "Queries for clusterset.local answered, and queries and TCP connections dropped over the server's bounds.",
+			ConstLabels: prometheus.Labels{"result": result}}, f)
+	}
+	return []prometheus.Collector{
+		counter("answered", func() float64 { return float64(s.answered.Load()) }),
+		counter("dropped", func() float64 { return float64(s.dropped.Load()) }),
+	}
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -379,6 +381,15 @@ func TestTCPConnectionsBounded(t *testing.T) {
 	}
 	if _, dropped := s.Stats(); dropped-droppedBefore != 8 {
 		t.Errorf("dropped %d, want the 8 connections over the bound", dropped-droppedBefore)
+	}
+	// The same counted in the controller's metrics.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.Collectors()...)
+	if got := testutil.ToFloat64(s.Collectors()[1]); got < 8 {
+		t.Errorf("skein_controller_dns_queries_total{result=dropped} %v, want at least 8", got)
+	}
+	if n, err := testutil.GatherAndCount(reg, "skein_controller_dns_queries_total"); err != nil || n != 2 {
+		t.Errorf("skein_controller_dns_queries_total: %d series, %v", n, err)
 	}
 	for _, c := range conns {
 		_ = c.Close()
