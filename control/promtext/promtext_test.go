@@ -2,8 +2,8 @@ package promtext_test
 
 import (
 	"bytes"
-	"io"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
