@@ -17,6 +17,7 @@ import (
 	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/control/promtext"
 	"github.com/skein-net/skein/dataplane/overlay"
+	"github.com/skein-net/skein/internal/connlimit"
 	"github.com/skein-net/skein/netstack"
 )
 
@@ -243,8 +244,8 @@ func (ic *InCluster) serveWaiting(addr string) error {
 	}
 	mux.HandleFunc("/healthz", ok)
 	mux.HandleFunc("/readyz", ok)
-	ic.waiting = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = ic.waiting.Serve(ln) }()
+	ic.waiting = boundedHTTPServer(mux)
+	go func() { _ = ic.waiting.Serve(connlimit.Wrap(ln, httpMaxConns, httpMaxConnsPerSource)) }()
 	return nil
 }
 
