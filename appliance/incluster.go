@@ -13,11 +13,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/connlimit"
 	"github.com/skein-net/skein/control/gateway"
 	"github.com/skein-net/skein/control/gateway/config"
 	"github.com/skein-net/skein/control/promtext"
 	"github.com/skein-net/skein/dataplane/overlay"
-	"github.com/skein-net/skein/internal/connlimit"
 	"github.com/skein-net/skein/netstack"
 )
 

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/skein-net/skein/control/buildinfo"
+	"github.com/skein-net/skein/control/connlimit"
 	"github.com/skein-net/skein/control/promtext"
 	"github.com/skein-net/skein/dataplane"
-	"github.com/skein-net/skein/internal/connlimit"
 	"github.com/skein-net/skein/netstack"
 )
 
@@ -58,10 +58,14 @@ const (
 	httpMaxConnsPerSource = 16
 )
 
-// boundedHTTPServer serves h with deadlines on every phase of a connection.
+// boundedHTTPServer serves h with deadlines on every phase of a connection, and closes each
+// connection after its answer: a scrape every few seconds gains nothing from keep-alive, and
+// clients that open a connection per request (and never close it) would hold the places.
 func boundedHTTPServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 2 * time.Minute, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
+	s := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 2 * time.Minute, IdleTimeout: 5 * time.Second, MaxHeaderBytes: 16 << 10}
+	s.SetKeepAlivesEnabled(false)
+	return s
 }
 
 // collector writes the dataplane's counters, WireGuard's peer state and the prober's view at

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skein-net/skein/internal/connlimit"
+	"github.com/skein-net/skein/control/connlimit"
 )
 
 // TestBounds: connections over the per-source bound are closed at once and counted; a closed
