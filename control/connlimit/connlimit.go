@@ -14,6 +14,10 @@ import (
 // Listener wraps a net.Listener.
 type Listener struct {
 	net.Listener
+	// OnRefused, when set, is called for each connection closed over a bound (a server's own
+	// dropped counter).
+	OnRefused func()
+
 	total, perSource int
 
 	mu       sync.Mutex
@@ -61,6 +65,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 		l.mu.Unlock()
 		if !ok {
 			l.refused.Add(1)
+			if l.OnRefused != nil {
+				l.OnRefused()
+			}
 			_ = c.Close()
 			continue
 		}

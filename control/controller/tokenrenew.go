@@ -2,17 +2,16 @@ package controller
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/skein-net/skein/control/identity"
 )
 
 // Renewal of a peer's services reader token (issue #40). The token is short-lived (a day by
@@ -41,16 +40,8 @@ type tokenClaims struct {
 // readTokenClaims decodes a JWT's claims.
 func readTokenClaims(token string) (tokenClaims, error) {
 	var c tokenClaims
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return c, errors.New("not a JWT")
-	}
-	b, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return c, fmt.Errorf("JWT claims: %w", err)
-	}
-	if err := json.Unmarshal(b, &c); err != nil {
-		return c, fmt.Errorf("JWT claims: %w", err)
+	if err := identity.DecodeTokenClaims(token, &c); err != nil {
+		return c, err
 	}
 	if c.Expiry <= c.IssuedAt || c.K8s.Namespace == "" || c.K8s.ServiceAccount.Name == "" {
 		return c, errors.New("JWT claims: no service account, or no lifetime")

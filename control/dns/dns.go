@@ -32,7 +32,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +42,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+
+	"github.com/skein-net/skein/control/connlimit"
 )
 
 // Zone is the cluster set's DNS zone.
@@ -437,64 +438,12 @@ func (s *Server) ServeConns(ctx context.Context, udp net.PacketConn, tcp net.Lis
 }
 
 // limitConns bounds the TCP connections l hands out: at most MaxTCPConns open at once and
-// MaxTCPConnsPerSource from one address; a connection beyond is closed at once (and counted
+// MaxTCPConnsPerSource from one source; a connection beyond is closed at once (and counted
 // as dropped).
 func (s *Server) limitConns(l net.Listener) net.Listener {
-	return &connLimiter{Listener: l, s: s, bySource: map[netip.Addr]int{}}
-}
-
-type connLimiter struct {
-	net.Listener
-	s        *Server
-	mu       sync.Mutex
-	open     int
-	bySource map[netip.Addr]int
-}
-
-func (l *connLimiter) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		var src netip.Addr
-		if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
-			src = ap.Addr().Unmap()
-		}
-		l.mu.Lock()
-		ok := l.open < l.s.Limits.MaxTCPConns && l.bySource[src] < l.s.Limits.MaxTCPConnsPerSource
-		if ok {
-			l.open++
-			l.bySource[src]++
-		}
-		l.mu.Unlock()
-		if !ok {
-			l.s.dropped.Add(1)
-			_ = c.Close()
-			continue
-		}
-		return &limitedConn{Conn: c, release: func() {
-			l.mu.Lock()
-			l.open--
-			if l.bySource[src]--; l.bySource[src] <= 0 {
-				delete(l.bySource, src)
-			}
-			l.mu.Unlock()
-		}}, nil
-	}
-}
-
-// limitedConn gives its place back when it is closed (once).
-type limitedConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
+	cl := connlimit.Wrap(l, s.Limits.MaxTCPConns, s.Limits.MaxTCPConnsPerSource)
+	cl.OnRefused = func() { s.dropped.Add(1) }
+	return cl
 }
 
 // Collectors are the server's counters as Prometheus metrics:
