@@ -25,18 +25,26 @@ const NFTable = "skein-agent"
 
 // Names of the objects in NFTable.
 const (
-	nftChainPostrouting = "postrouting"
-	nftChainBypass      = "masquerade-bypass"
-	nftChainWatch       = "masquerade-watch"
-	nftChainRPFilter    = "rpfilter"
-	nftSetRemote        = "remote"
-	nftSetPods          = "pods"
-	nftCounterMasq      = "masqueraded"
-	nftCounterRPFilter  = "rpfilter-dropped"
-	nftRuleComment      = "skein: host-network traffic to remote clusters leaves with the external CIDR address"
-	nftBypassComment    = "skein: pod traffic to remote clusters keeps its source (NAT bound to itself, so later masquerade rules are skipped)"
-	nftWatchComment     = "skein: counts pod connections to remote clusters that another rule source-NATed"
-	nftRPFilterComment  = "skein: IPv6 from the overlay device only from sources routed back through it (rp_filter is IPv4 only)"
+	nftChainPostrouting  = "postrouting"
+	nftChainBypass       = "masquerade-bypass"
+	nftChainWatch        = "masquerade-watch"
+	nftChainRPFilter     = "rpfilter"
+	nftChainOverlayIn    = "overlay-in"
+	nftChainOverlayFwd   = "overlay-forward"
+	nftSetRemote         = "remote"
+	nftSetPods           = "pods"
+	nftSetNodes          = "overlay-nodes"
+	nftSetGateways       = "overlay-gateways"
+	nftCounterMasq       = "masqueraded"
+	nftCounterRPFilter   = "rpfilter-dropped"
+	nftCounterOverlay    = "overlay-dropped"
+	nftRuleComment       = "skein: host-network traffic to remote clusters leaves with the external CIDR address"
+	nftBypassComment     = "skein: pod traffic to remote clusters keeps its source (NAT bound to itself, so later masquerade rules are skipped)"
+	nftWatchComment      = "skein: counts pod connections to remote clusters that another rule source-NATed"
+	nftRPFilterComment   = "skein: IPv6 from the overlay device only from sources routed back through it (rp_filter is IPv4 only)"
+	nftRPFilter4Comment  = "skein: IPv4 from the overlay device, unless relayed back out of it, only from sources routed back through it"
+	nftOverlayInComment  = "skein: the overlay's frames only from a node or a gateway"
+	nftOverlayFwdComment = "skein: the overlay's frames to a node only from a node or a gateway (not from pods)"
 )
 
 // HostSNAT is the desired host-network SNAT.
@@ -74,6 +82,40 @@ type HostSNAT struct {
 	// status.internalEndpoint.nodeVTEP), already SNATed by its own node where it was host
 	// traffic, and keeps its source: "iifname != DEVICE" comes first in the rule.
 	Relay string
+	// Guard, when set, keeps out of the overlay device what no node and no gateway sent
+	// (OverlayGuard).
+	Guard *OverlayGuard
+}
+
+// OverlayGuard is what the overlay device (liqo.vxlan) takes, and from whom. The kernel's
+// VXLAN and Geneve devices decapsulate a frame from any sender that reaches their UDP port,
+// and the frame may claim any inner source; the guard admits:
+//
+//   - to this node, frames of the overlay (UDP to Port whose header names VNI; VXLAN and
+//     Geneve both carry the VNI in bytes 4-6) only from Nodes (every node's VTEP: the relay
+//     of status.internalEndpoint.nodeVTEP, and a gateway's frames when the pod network
+//     masquerades them to its node's address) or Gateways (the active gateways' VTEPs, their
+//     pod addresses): not from a pod, a host of the node network that is no node, or the
+//     internet (chain overlay-in, hook input);
+//   - through this node to another node, such frames only from Nodes or Gateways: a pod
+//     whose traffic the pod network masquerades to its node's address would otherwise pass
+//     the other node's guard as this node (chain overlay-forward, hook forward);
+//   - on Device, IPv4 packets only from sources routed back through it, unless they are
+//     routed back out of it (a relayed frame on its way to the gateway pod, which checks its
+//     source itself): a strict reverse-path filter beside the device's loose rp_filter
+//     (chain rpfilter of table ip, counter "rpfilter-dropped"; HostSNAT.Overlay is the
+//     IPv6 twin).
+//
+// What the first two drop is counted in counter "overlay-dropped" of the table of the
+// underlay's family (the family of Nodes). A node's own process (root or host network) sends
+// as the node and passes; the gateway checks the inner source of what a node sends.
+type OverlayGuard struct {
+	Device string
+	Port   uint16
+	VNI    uint32
+	// Nodes are the nodes' underlay addresses, this node's included (at least one); Gateways
+	// the gateways' VTEP addresses. All of one family, the underlay's.
+	Nodes, Gateways []netip.Addr
 }
 
 // Each table always counts, in the named counter "masqueraded", the pod connections to Remote
@@ -98,7 +140,19 @@ var snatFamilies = [2]nftables.TableFamily{nftables.TableFamilyIPv4, nftables.Ta
 // and the same for IPv6 in table ip6 skein-agent (ipv6_addr sets, ip6 daddr and saddr,
 // s.ExternalIP6). A family without Remote CIDRs has no table, except that with s.Overlay set
 // table ip6 skein-agent always holds the reverse-path filter (alone when no IPv6 remote CIDR
-// is SNATed).
+// is SNATed), and with s.Guard set table ip holds the IPv4 one and the table of the
+// underlay's family the guard's chains (OverlayGuard):
+//
+//	set overlay-nodes { type ipv4_addr; flags interval; elements = { s.Guard.Nodes } }
+//	set overlay-gateways { type ipv4_addr; flags interval; elements = { s.Guard.Gateways } }
+//	chain overlay-in {
+//		type filter hook input priority filter; policy accept;
+//		udp dport PORT @th,96,24 VNI ip saddr != @overlay-nodes ip saddr != @overlay-gateways counter name "overlay-dropped" drop
+//	}
+//	chain overlay-forward {
+//		type filter hook forward priority filter; policy accept;
+//		udp dport PORT @th,96,24 VNI ip daddr @overlay-nodes ip saddr != @overlay-nodes ip saddr != @overlay-gateways counter name "overlay-dropped" drop
+//	}
 //
 // It reads the tables first and writes nothing when they already match; otherwise it
 // replaces the tables that differ in one atomic netlink batch (as nft -f would with "add
@@ -114,7 +168,7 @@ var snatFamilies = [2]nftables.TableFamily{nftables.TableFamilyIPv4, nftables.Ta
 // thread with setns must have locked it to its goroutine). Calls must not run concurrently
 // with different s for the same namespace.
 func EnsureHostSNAT(netnsFd int, s HostSNAT) error {
-	if len(s.Remote) == 0 && s.Overlay == "" {
+	if len(s.Remote) == 0 && s.Overlay == "" && s.Guard == nil {
 		return DeleteHostSNAT(netnsFd)
 	}
 	want, err := s.rulesets()
@@ -214,8 +268,53 @@ type hostSNATRuleset struct {
 	external     netip.Addr
 	remote, pods []nftables.SetElement // interval set elements, sorted (see intervalElements)
 	bypass       bool
-	rpfilter     string // the overlay device to filter IPv6 arriving on ("": none)
+	rpfilter     string // the overlay device to filter the family's packets arriving on ("": none)
 	relay        string // the overlay device whose arrivals the SNAT rule leaves alone ("": none)
+	// The overlay guard's frame filters (OverlayGuard), in the underlay family's table.
+	guard           bool
+	port            uint16
+	vni             uint32
+	nodes, gateways []nftables.SetElement
+}
+
+// checkDevice refuses what is not a network interface name.
+func checkDevice(name string) error {
+	if len(name) >= unix.IFNAMSIZ || strings.ContainsRune(name, 0) {
+		return fmt.Errorf("host SNAT: overlay device name %q is not a network interface name", name)
+	}
+	return nil
+}
+
+// check validates the guard; is6 is the underlay's family.
+func (g *OverlayGuard) check() (is6 bool, err error) {
+	if g.Port == 0 || g.VNI >= 1<<24 {
+		return false, fmt.Errorf("overlay guard: port %d, VNI %d: want a port and a 24-bit VNI", g.Port, g.VNI)
+	}
+	if len(g.Nodes) == 0 {
+		return false, errors.New("overlay guard: no node address (the node's own at least)")
+	}
+	if g.Device == "" {
+		return false, errors.New("overlay guard: no overlay device")
+	}
+	if err := checkDevice(g.Device); err != nil {
+		return false, err
+	}
+	is6 = g.Nodes[0].Is6()
+	for _, a := range slices.Concat(g.Nodes, g.Gateways) {
+		if !a.IsValid() || a.Is4In6() || a.Zone() != "" || a.Is6() != is6 {
+			return false, fmt.Errorf("overlay guard: address %v is not a plain address of the underlay's family (that of %v)", a, g.Nodes[0])
+		}
+	}
+	return is6, nil
+}
+
+// hostPrefixes are addresses as single-address prefixes.
+func hostPrefixes(addrs []netip.Addr) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out
 }
 
 // rulesets validates s and splits it by family: [0] IPv4, [1] IPv6, nil for a family
@@ -232,22 +331,38 @@ func (s HostSNAT) rulesets() ([2]*hostSNATRuleset, error) {
 			return out, fmt.Errorf("host SNAT: pod CIDR %q is invalid", p.String())
 		}
 	}
+	underlay6 := false
+	if s.Guard != nil {
+		var err error
+		if underlay6, err = s.Guard.check(); err != nil {
+			return out, err
+		}
+	}
 	for i, family := range snatFamilies {
 		is6 := family == nftables.TableFamilyIPv6
 		of := func(ps []netip.Prefix) []netip.Prefix {
 			return slices.DeleteFunc(slices.Clone(ps), func(p netip.Prefix) bool { return p.Addr().Is6() != is6 })
 		}
 		remote := of(s.Remote)
-		filter := is6 && s.Overlay != ""
-		if len(remote) == 0 && !filter {
+		filter := is6 && s.Overlay != "" || !is6 && s.Guard != nil
+		guard := s.Guard != nil && underlay6 == is6
+		if len(remote) == 0 && !filter && !guard {
 			continue
 		}
 		rs := &hostSNATRuleset{family: family}
 		if filter {
-			if len(s.Overlay) >= unix.IFNAMSIZ || strings.ContainsRune(s.Overlay, 0) {
-				return out, fmt.Errorf("host SNAT: overlay device name %q is not a network interface name", s.Overlay)
-			}
 			rs.rpfilter = s.Overlay
+			if !is6 {
+				rs.rpfilter = s.Guard.Device
+			}
+			if err := checkDevice(rs.rpfilter); err != nil {
+				return out, err
+			}
+		}
+		if guard {
+			rs.guard, rs.port, rs.vni = true, s.Guard.Port, s.Guard.VNI
+			rs.nodes = intervalElements(hostPrefixes(s.Guard.Nodes))
+			rs.gateways = intervalElements(hostPrefixes(s.Guard.Gateways))
 		}
 		out[i] = rs
 		if len(remote) == 0 {
@@ -270,8 +385,8 @@ func (s HostSNAT) rulesets() ([2]*hostSNATRuleset, error) {
 				return out, fmt.Errorf("host SNAT: remote CIDR %s is an IPv4-mapped IPv6 CIDR", p)
 			}
 		}
-		if len(s.Relay) >= unix.IFNAMSIZ || strings.ContainsRune(s.Relay, 0) {
-			return out, fmt.Errorf("host SNAT: overlay device name %q is not a network interface name", s.Relay)
+		if err := checkDevice(s.Relay); err != nil {
+			return out, err
 		}
 		rs.snat, rs.external, rs.bypass, rs.relay = true, ip, s.MasqueradeBypass, s.Relay
 		rs.remote = intervalElements(remote)
@@ -350,7 +465,7 @@ func hostSNATTable(family nftables.TableFamily) *nftables.Table {
 // nftChain is one chain of NFTable with its one rule.
 type nftChain struct {
 	chain   *nftables.Chain
-	exprs   func(remoteID, podsID uint32) []expr.Any // refers to the sets by name and batch ID
+	exprs   func(ids setIDs) []expr.Any // refers to the sets by name and batch ID
 	comment string
 }
 
@@ -395,9 +510,92 @@ func (want hostSNATRuleset) chains(t *nftables.Table) []nftChain {
 	if want.rpfilter != "" {
 		ch := postroutingChain(t, nftChainRPFilter, nftables.ChainTypeFilter, nftables.ChainPriorityRaw)
 		ch.Hooknum = nftables.ChainHookPrerouting
-		out = append(out, nftChain{ch, want.rpfilterExprs, nftRPFilterComment})
+		if want.family == nftables.TableFamilyIPv6 {
+			out = append(out, nftChain{ch, want.rpfilterExprs, nftRPFilterComment})
+		} else {
+			out = append(out, nftChain{ch, want.rpfilter4Exprs, nftRPFilter4Comment})
+		}
+	}
+	if want.guard {
+		in := postroutingChain(t, nftChainOverlayIn, nftables.ChainTypeFilter, nftables.ChainPriorityFilter)
+		in.Hooknum = nftables.ChainHookInput
+		fwd := postroutingChain(t, nftChainOverlayFwd, nftables.ChainTypeFilter, nftables.ChainPriorityFilter)
+		fwd.Hooknum = nftables.ChainHookForward
+		out = append(out, nftChain{in, want.overlayInExprs, nftOverlayInComment}, nftChain{fwd, want.overlayFwdExprs, nftOverlayFwdComment})
 	}
 	return out
+}
+
+// ifname is a device name as nftables compares it (IFNAMSIZ bytes, zero-padded).
+func ifname(dev string) []byte {
+	name := make([]byte, unix.IFNAMSIZ)
+	copy(name, dev)
+	return name
+}
+
+// rpfilter4Exprs is, in table ip skein-agent's chain rpfilter (type filter hook prerouting
+// priority raw):
+//
+//	iifname DEVICE fib daddr oifname != DEVICE fib saddr . iif oif missing counter name "rpfilter-dropped" drop
+//
+// the IPv4 twin of rpfilterExprs, but for what is routed back out of the device: on the node
+// that runs a gateway, other nodes' frames arrive on the device carrying their pods' packets
+// and leave through it again to the gateway pod (the relay of
+// status.internalEndpoint.nodeVTEP), which checks their sources itself.
+func (want hostSNATRuleset) rpfilter4Exprs(setIDs) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(want.rpfilter)},
+		&expr.Fib{Register: 1, FlagDADDR: true, ResultOIFNAME: true},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(want.rpfilter)},
+		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)}, // no route back through iif
+		&expr.Objref{Type: 1, Name: nftCounterRPFilter},                 // NFT_OBJECT_COUNTER
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	}
+}
+
+// overlayFrame matches the overlay's frames: "meta l4proto udp udp dport PORT @th,96,24 VNI"
+// (the VNI is in bytes 4-6 of the VXLAN and of the Geneve header, after 8 bytes of UDP).
+func (want hostSNATRuleset) overlayFrame() []expr.Any {
+	vni := binary.BigEndian.AppendUint32(nil, want.vni)[1:]
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
+		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, want.port)},
+		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 12, Len: 3},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: vni},
+	}
+}
+
+// notFromNodeOrGateway is "ip saddr != @overlay-nodes ip saddr != @overlay-gateways counter
+// name overlay-dropped drop".
+func (want hostSNATRuleset) notFromNodeOrGateway(ids setIDs) []expr.Any {
+	return []expr.Any{
+		want.loadSaddr(),
+		&expr.Lookup{SourceRegister: 1, SetName: nftSetNodes, SetID: ids.nodes, Invert: true},
+		&expr.Lookup{SourceRegister: 1, SetName: nftSetGateways, SetID: ids.gateways, Invert: true},
+		&expr.Objref{Type: 1, Name: nftCounterOverlay}, // NFT_OBJECT_COUNTER
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	}
+}
+
+// overlayInExprs is, in chain overlay-in (type filter hook input priority filter), the
+// overlay's frames to this node not from a node or a gateway dropped (OverlayGuard).
+func (want hostSNATRuleset) overlayInExprs(ids setIDs) []expr.Any {
+	return slices.Concat(want.overlayFrame(), want.notFromNodeOrGateway(ids))
+}
+
+// overlayFwdExprs is, in chain overlay-forward (type filter hook forward priority filter),
+// "... ip daddr @overlay-nodes" and then as overlayInExprs: the overlay's frames this node
+// forwards to a node, not from a node or a gateway, dropped (a pod's, before the pod
+// network's masquerade gives them the node's address).
+func (want hostSNATRuleset) overlayFwdExprs(ids setIDs) []expr.Any {
+	return slices.Concat(want.overlayFrame(), []expr.Any{
+		want.loadDaddr(),
+		&expr.Lookup{SourceRegister: 1, SetName: nftSetNodes, SetID: ids.nodes},
+	}, want.notFromNodeOrGateway(ids))
 }
 
 // rpfilterExprs is, in table ip6 skein-agent's chain rpfilter (type filter hook prerouting
@@ -408,9 +606,8 @@ func (want hostSNATRuleset) chains(t *nftables.Table) []nftChain {
 // a strict reverse-path check: the route back to the source, looked up as the kernel would
 // (policy rules included: a peer's CIDR is routed through table 18952), must leave through
 // the device the packet came in on.
-func (want hostSNATRuleset) rpfilterExprs(_, _ uint32) []expr.Any {
-	name := make([]byte, unix.IFNAMSIZ)
-	copy(name, want.rpfilter)
+func (want hostSNATRuleset) rpfilterExprs(setIDs) []expr.Any {
+	name := ifname(want.rpfilter)
 	linkLocal := netip.MustParseAddr("fe80::").As16()
 	mask := netip.MustParseAddr("ffc0::").As16()
 	return []expr.Any{
@@ -437,24 +634,44 @@ func (want hostSNATRuleset) counters() []string {
 	if want.rpfilter != "" {
 		out = append(out, nftCounterRPFilter)
 	}
+	if want.guard {
+		out = append(out, nftCounterOverlay)
+	}
 	return out
 }
 
-func (want hostSNATRuleset) sets(t *nftables.Table) (remote, pods *nftables.Set) {
+// setIDs are the batch IDs of the sets a rule refers to (zero when comparing with what the
+// kernel reports: it does not report them).
+type setIDs struct{ remote, pods, nodes, gateways uint32 }
+
+// nftSet is one set of want's table with its elements.
+type nftSet struct {
+	set   *nftables.Set
+	elems []nftables.SetElement
+}
+
+// sets are the sets of want's table, in table t, and their batch IDs.
+func (want hostSNATRuleset) sets(t *nftables.Table) ([]nftSet, setIDs) {
 	key := nftables.TypeIPAddr
-	if want.family == nftables.TableFamilyIPv6 {
-		key = nftables.TypeIP6Addr
-	}
 	// Explicit IDs (they only need to be unique within the batch): with ID 0, AddSet would
 	// allocate one from a global counter that is not safe for concurrent use. Both families'
 	// tables may be written in one batch.
-	id := uint32(1)
+	ids := setIDs{1, 2, 3, 4}
 	if want.family == nftables.TableFamilyIPv6 {
-		id = 3
+		key = nftables.TypeIP6Addr
+		ids = setIDs{5, 6, 7, 8}
 	}
-	remote = &nftables.Set{Table: t, ID: id, Name: nftSetRemote, KeyType: key, Interval: true}
-	pods = &nftables.Set{Table: t, ID: id + 1, Name: nftSetPods, KeyType: key, Interval: true}
-	return remote, pods
+	set := func(id uint32, name string) *nftables.Set {
+		return &nftables.Set{Table: t, ID: id, Name: name, KeyType: key, Interval: true}
+	}
+	var out []nftSet
+	if want.snat {
+		out = append(out, nftSet{set(ids.remote, nftSetRemote), want.remote}, nftSet{set(ids.pods, nftSetPods), want.pods})
+	}
+	if want.guard {
+		out = append(out, nftSet{set(ids.nodes, nftSetNodes), want.nodes}, nftSet{set(ids.gateways, nftSetGateways), want.gateways})
+	}
+	return out, ids
 }
 
 // Loads of the IP header's source and destination addresses into register 1 (IPv4: bytes
@@ -482,7 +699,7 @@ func (want hostSNATRuleset) natFamily() uint32 {
 
 // exprs is the rule "[iifname != RELAY] ip daddr @remote ip saddr != @pods snat to external"; it refers to the
 // sets by name and by the IDs they have in the batch that creates them.
-func (want hostSNATRuleset) exprs(remoteID, podsID uint32) []expr.Any {
+func (want hostSNATRuleset) exprs(ids setIDs) []expr.Any {
 	var relay []expr.Any
 	if want.relay != "" {
 		name := make([]byte, unix.IFNAMSIZ)
@@ -491,9 +708,9 @@ func (want hostSNATRuleset) exprs(remoteID, podsID uint32) []expr.Any {
 	}
 	return append(relay,
 		want.loadDaddr(),
-		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: remoteID},
+		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: ids.remote},
 		want.loadSaddr(),
-		&expr.Lookup{SourceRegister: 1, SetName: nftSetPods, SetID: podsID, Invert: true},
+		&expr.Lookup{SourceRegister: 1, SetName: nftSetPods, SetID: ids.pods, Invert: true},
 		&expr.Immediate{Register: 1, Data: want.external.AsSlice()},
 		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: want.natFamily(), RegAddrMin: 1, RegAddrMax: 1},
 	)
@@ -501,12 +718,12 @@ func (want hostSNATRuleset) exprs(remoteID, podsID uint32) []expr.Any {
 
 // bypassExprs is "ip daddr @remote ip saddr @pods snat to ip saddr": a NAT binding that
 // changes nothing, after which the kernel runs no other source NAT rule for the connection.
-func (want hostSNATRuleset) bypassExprs(remoteID, podsID uint32) []expr.Any {
+func (want hostSNATRuleset) bypassExprs(ids setIDs) []expr.Any {
 	return []expr.Any{
 		want.loadDaddr(),
-		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: remoteID},
+		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: ids.remote},
 		want.loadSaddr(),
-		&expr.Lookup{SourceRegister: 1, SetName: nftSetPods, SetID: podsID},
+		&expr.Lookup{SourceRegister: 1, SetName: nftSetPods, SetID: ids.pods},
 		want.loadSaddr(),
 		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: want.natFamily(), RegAddrMin: 1, RegAddrMax: 1},
 	}
@@ -526,7 +743,7 @@ const (
 // original one (ct original ip saddr @pods) because the nftables library cannot read back a
 // ct expression with a direction, and a table it cannot read would be replaced, its counter
 // reset, at every reconcile.
-func (want hostSNATRuleset) watchExprs(remoteID, _ uint32) []expr.Any {
+func (want hostSNATRuleset) watchExprs(ids setIDs) []expr.Any {
 	bit := func(key expr.CtKey, mask uint32) []expr.Any {
 		return []expr.Any{
 			&expr.Ct{Register: 1, Key: key},
@@ -537,7 +754,7 @@ func (want hostSNATRuleset) watchExprs(remoteID, _ uint32) []expr.Any {
 	}
 	return slices.Concat(bit(expr.CtKeySTATE, ctStateNew), bit(expr.CtKeySTATUS, ctStatusSNAT), []expr.Any{
 		want.loadDaddr(),
-		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: remoteID},
+		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: ids.remote},
 		want.loadSaddr(),
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: want.external.AsSlice()},
 		&expr.Objref{Type: 1, Name: nftCounterMasq}, // NFT_OBJECT_COUNTER
@@ -554,20 +771,17 @@ func (want hostSNATRuleset) queueReplace(c *nftables.Conn) error {
 	c.AddTable(t)
 	c.DelTable(t)
 	c.AddTable(t)
-	remote, pods := want.sets(t)
-	if want.snat {
-		if err := c.AddSet(remote, want.remote); err != nil {
-			return fmt.Errorf("set %s: %w", remote.Name, err)
-		}
-		if err := c.AddSet(pods, want.pods); err != nil {
-			return fmt.Errorf("set %s: %w", pods.Name, err)
+	sets, ids := want.sets(t)
+	for _, set := range sets {
+		if err := c.AddSet(set.set, set.elems); err != nil {
+			return fmt.Errorf("set %s: %w", set.set.Name, err)
 		}
 	}
 	for _, name := range want.counters() {
 		c.AddObj(&nftables.CounterObj{Table: t, Name: name})
 	}
 	for _, ch := range want.chains(t) {
-		c.AddRule(&nftables.Rule{Table: t, Chain: c.AddChain(ch.chain), Exprs: ch.exprs(remote.ID, pods.ID), UserData: ruleComment(ch.comment)})
+		c.AddRule(&nftables.Rule{Table: t, Chain: c.AddChain(ch.chain), Exprs: ch.exprs(ids), UserData: ruleComment(ch.comment)})
 	}
 	return nil
 }
@@ -604,21 +818,16 @@ func (want hostSNATRuleset) inPlace(c *nftables.Conn) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("list sets: %w", err)
 	}
-	wantRemote, wantPods := want.sets(t)
-	if len(sets) != 2 && want.snat || len(sets) != 0 && !want.snat {
+	wantSets, _ := want.sets(t)
+	if len(sets) != len(wantSets) {
 		return false, nil
 	}
 	for _, set := range sets {
-		var wantSet *nftables.Set
-		var wantElems []nftables.SetElement
-		switch set.Name {
-		case wantRemote.Name:
-			wantSet, wantElems = wantRemote, want.remote
-		case wantPods.Name:
-			wantSet, wantElems = wantPods, want.pods
-		default:
+		i := slices.IndexFunc(wantSets, func(w nftSet) bool { return w.set.Name == set.Name })
+		if i < 0 {
 			return false, nil
 		}
+		wantSet, wantElems := wantSets[i].set, wantSets[i].elems
 		if !sameSetKind(set, wantSet) {
 			return false, nil
 		}
@@ -654,7 +863,7 @@ func (want hostSNATRuleset) inPlace(c *nftables.Conn) (bool, error) {
 			return false, fmt.Errorf("list rules of chain %s: %w", w.chain.Name, err)
 		}
 		// The kernel does not report set IDs (they only live within a batch).
-		if len(rules) != 1 || !reflect.DeepEqual(rules[0].Exprs, w.exprs(0, 0)) || !bytes.Equal(rules[0].UserData, ruleComment(w.comment)) {
+		if len(rules) != 1 || !reflect.DeepEqual(rules[0].Exprs, w.exprs(setIDs{})) || !bytes.Equal(rules[0].UserData, ruleComment(w.comment)) {
 			return false, nil
 		}
 	}
