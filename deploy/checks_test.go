@@ -132,6 +132,7 @@ type chartValues struct {
 		MetricsPort       int32
 		RulePriority      int
 		MasqueradeBypass  bool
+		OverlayGuard      bool
 		Resync            string
 		LogLevel          string
 	}
@@ -446,7 +447,7 @@ func checkAgent(v chartValues, objs []*unstructured.Unstructured) []string {
 	}
 	want := append(overlayArgs(v, "mtu"), "--device="+v.Overlay.Device, "--internal-cidr="+v.IPAM.InternalCIDR,
 		"--pod-cidrs="+v.IPAM.PodCIDR.String(), fmt.Sprintf("--metrics-listen=:%d", v.Agent.MetricsPort),
-		fmt.Sprintf("--rule-priority=%d", v.Agent.RulePriority), fmt.Sprintf("--masquerade-bypass=%t", v.Agent.MasqueradeBypass), "--resync="+v.Agent.Resync, "--log-level="+v.Agent.LogLevel, "--log-format="+v.LogFormat)
+		fmt.Sprintf("--rule-priority=%d", v.Agent.RulePriority), fmt.Sprintf("--masquerade-bypass=%t", v.Agent.MasqueradeBypass), fmt.Sprintf("--overlay-guard=%t", v.Agent.OverlayGuard), "--resync="+v.Agent.Resync, "--log-level="+v.Agent.LogLevel, "--log-format="+v.LogFormat)
 	if m := missingArgs(c.Args, want); len(m) > 0 {
 		bad("args %q lack %q", c.Args, m)
 	}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -66,6 +67,7 @@ func main() {
 	internal := fs.String("internal-cidr", netv1alpha1.DefaultInternalCIDR, "the cluster's internal (overlay) CIDR")
 	podCIDRs := fs.String("pod-cidrs", "10.244.0.0/16", "the cluster's pod CIDRs, comma-separated: never SNATed")
 	masqBypass := fs.Bool("masquerade-bypass", true, "keep the source of pod traffic to peer clusters whatever the node's other NAT rules say: a NAT rule in skein-agent's own nftables table, before the usual source-NAT priority, binds such connections to their own address so that the CNI's masquerade skips them (CNIs that masquerade everything outside their pod CIDR, such as flannel, would give peers the node's address); with false, the InternalNode's PodTrafficMasqueraded condition says when the CNI masquerades peer traffic")
+	guard := fs.Bool("overlay-guard", true, "take the overlay's frames (UDP to --overlay-port with --vni) only from the cluster's nodes (their InternalNodes' status.vtep) and active gateways, drop such frames sent by pods through this node, and drop IPv4 leaving the overlay device from a source not routed back through it (unless relayed to a gateway); nftables chains in skein-agent's own tables, drops counted in skein_agent_overlay_dropped_packets_total. false: the device takes frames from any sender")
 	priority := fs.Int("rule-priority", kernel.DefaultRulePriority, "priority of the policy rules to table 18952 (lower for CNIs that need an early rule)")
 	resync := fs.Duration("resync", 10*time.Second, "re-read everything and repair drift this often")
 	cleanupOnUninstall := fs.Bool("cleanup-on-uninstall", true, "when stopping, remove what the agent programmed if its DaemonSet is gone or being deleted (helm uninstall); a restart leaves the node programmed")
@@ -163,7 +165,7 @@ func main() {
 	}
 	a, err := agent.New(restCfg, agent.Options{
 		Node: plan.Node{Name: *nodeName, IP: ip, InternalCIDR: ic, PodCIDRs: pods, Device: *device, Kind: kind,
-			VNI: uint32(*vni), Port: uint16(*port), MTU: *mtu, RulePriority: *priority, MasqueradeBypass: *masqBypass},
+			VNI: uint32(*vni), Port: uint16(*port), MTU: *mtu, RulePriority: *priority, MasqueradeBypass: *masqBypass, UnguardedOverlay: !*guard},
 		PodNamespace: os.Getenv("POD_NAMESPACE"), PodName: os.Getenv("POD_NAME"),
 		Resync: *resync, Log: log,
 		Monitor:       func(changed func(), done <-chan struct{}) error { return kernel.Monitor(*netnsPath, changed, done) },
@@ -179,7 +181,7 @@ func main() {
 		fail(1, "%v", err)
 	}
 	if *metricsAddr != "off" {
-		serveMetrics(*metricsAddr, a, log)
+		serveMetrics(*metricsAddr, a, func() (uint64, uint64, error) { return kernel.GuardDrops(nsFd) }, log)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -254,7 +256,7 @@ func underlayMTU(ip netip.Addr) (int, error) {
 	return 0, fmt.Errorf("no interface holds the node IP %v", ip)
 }
 
-func serveMetrics(addr string, a *agent.Agent, log *slog.Logger) {
+func serveMetrics(addr string, a *agent.Agent, guardDrops func() (sender, source uint64, err error), log *slog.Logger) {
 	reg := prometheus.NewRegistry()
 	// The agent's memory is part of what it promises: its Go runtime and process are measured.
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildmetric.Collector("agent"))
@@ -271,6 +273,9 @@ func serveMetrics(addr string, a *agent.Agent, log *slog.Logger) {
 	counter("skein_agent_drift_repairs_total", "Resyncs that found and repaired drift.", func(s agent.Stats) float64 { return float64(s.DriftRepairs) })
 	counter("skein_agent_reconcile_errors_total", "Reconciles that failed.", func(s agent.Stats) float64 { return float64(s.Errors) })
 	counter("skein_agent_masqueraded_connections_total", "Pod connections to peer clusters that left this node source-NATed by a rule that is not skein's (a CNI's masquerade); peers drop them. See --masquerade-bypass.", func(s agent.Stats) float64 { return float64(s.Masqueraded) })
+	if guardDrops != nil {
+		reg.MustRegister(&dropsCollector{read: guardDrops})
+	}
 	started := time.Now()
 	gauge("skein_agent_last_success_timestamp_seconds", "Unix time the last reconcile ended without an error (before the first, the agent's start); /healthz fails once it is older than 2.5 resyncs.", func(s agent.Stats) float64 {
 		if s.LastSuccess.IsZero() {
@@ -294,4 +299,39 @@ func serveMetrics(addr string, a *agent.Agent, log *slog.Logger) {
 			log.Error("metrics server", "err", err)
 		}
 	}()
+}
+
+// dropsCollector is skein_agent_overlay_dropped_packets_total, read from the overlay guard's
+// nftables counters at each scrape (kernel.GuardDrops). Those restart from zero when the agent
+// replaces its table: a reading below the last one is a restart, and the count goes on from
+// there, so the metric never goes down.
+type dropsCollector struct {
+	read func() (sender, source uint64, err error)
+
+	mu          sync.Mutex
+	last, total [2]uint64 // sender, source
+}
+
+var dropsDesc = prometheus.NewDesc("skein_agent_overlay_dropped_packets_total",
+	"Packets the overlay guard dropped (--overlay-guard): reason sender, the overlay's frames from what is no node and no gateway of the cluster, or sent by a pod; reason source, packets leaving the overlay device whose source is not routed back through it.",
+	[]string{"reason"}, nil)
+
+func (c *dropsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- dropsDesc }
+
+func (c *dropsCollector) Collect(ch chan<- prometheus.Metric) {
+	sender, source, err := c.read()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		for i, now := range [2]uint64{sender, source} {
+			if now < c.last[i] {
+				c.total[i] += now
+			} else {
+				c.total[i] += now - c.last[i]
+			}
+			c.last[i] = now
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(dropsDesc, prometheus.CounterValue, float64(c.total[0]), "sender")
+	ch <- prometheus.MustNewConstMetric(dropsDesc, prometheus.CounterValue, float64(c.total[1]), "source")
 }

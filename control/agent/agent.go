@@ -79,12 +79,13 @@ type Stats struct {
 type Agent struct {
 	opts   Options
 	client *apiclient.Client
-	// Watch caches of InternalNodes, Configurations, GatewayServers and GatewayClients.
-	nodes, confs, servers, clients *restapi.Informer
-	k                              kernel.Kernel
-	snat                           SNAT
-	poke                           chan struct{}
-	drift                          chan struct{}
+	// Watch caches of InternalNodes, Configurations, GatewayServers and GatewayClients; vteps
+	// holds every node's VTEP (the overlay guard's senders).
+	nodes, vteps, confs, servers, clients *restapi.Informer
+	k                                     kernel.Kernel
+	snat                                  SNAT
+	poke                                  chan struct{}
+	drift                                 chan struct{}
 
 	mu        sync.Mutex
 	stats     Stats
@@ -115,6 +116,10 @@ func New(cfg *rest.Config, opts Options, k kernel.Kernel, snat SNAT) (*Agent, er
 	a := &Agent{opts: opts, client: c, k: k, snat: snat, poke: make(chan struct{}, 1), drift: make(chan struct{}, 1)}
 	// Only the node's own InternalNode: another node's status writes must not wake this agent.
 	if a.nodes, err = c.WatchNamed("internalnodes", opts.Node.Name, &netv1alpha1.InternalNode{}, a.wake); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	// Every node's VTEP: other nodes wake this agent only when the set of addresses changes.
+	if a.vteps, err = c.WatchVTEPs(a.wake); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	for _, w := range []struct {
@@ -175,7 +180,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	a.started = time.Now()
 	a.mu.Unlock()
-	if err := restapi.Start(ctx, a.nodes, a.confs, a.servers, a.clients); err != nil {
+	if err := restapi.Start(ctx, a.nodes, a.vteps, a.confs, a.servers, a.clients); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -269,6 +274,9 @@ func (a *Agent) apply(ctx context.Context) (outcome, error) {
 		return out, fmt.Errorf("%w: InternalNode %s (created by skein-controller)", errWaiting, a.opts.Node.Name)
 	}
 	o := plan.Objects{InternalNode: in}
+	for _, n := range restapi.List[netv1alpha1.InternalNode](a.vteps) {
+		o.Nodes = append(o.Nodes, *n)
+	}
 	for _, c := range restapi.List[netv1alpha1.Configuration](a.confs) {
 		o.Configurations = append(o.Configurations, *c)
 	}

@@ -190,6 +190,9 @@ func TestOverlayGuard(t *testing.T) {
 		}
 	})
 
+	if sender, source, err := kernel.GuardDrops(fd); err != nil || sender != 9 || source < 1 {
+		t.Errorf("GuardDrops: %d from senders, %d by source, %v; want 9 (the attacker's 6, the pod's 3) and at least 1", sender, source, err)
+	}
 	// Idempotent: the chains and sets read back as written.
 	gen := rulesetGeneration(t, fd)
 	if err := kernel.EnsureHostSNAT(fd, hs); err != nil {

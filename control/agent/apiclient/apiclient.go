@@ -13,6 +13,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,6 +51,53 @@ func New(cfg *rest.Config) (*Client, error) {
 // restapi.Start.
 func (c *Client) Watch(resource string, obj runtime.Object, changed func()) (*restapi.Informer, error) {
 	return restapi.NewInformer(c.rest, resource, obj, restapi.Watch{}, changed)
+}
+
+// WatchVTEPs is Watch of every InternalNode, keeping of each only its name and status.vtep:
+// changed is called when the set of VTEPs (as vtepKey lists them) changes, not on every status
+// write of every node.
+func (c *Client) WatchVTEPs(changed func()) (*restapi.Informer, error) {
+	var mu sync.Mutex
+	last := ""
+	var inf *restapi.Informer
+	inf, err := restapi.NewInformer(c.rest, "internalnodes", &netv1alpha1.InternalNode{}, restapi.Watch{Transform: keepVTEP}, func() {
+		key := vtepKey(restapi.List[netv1alpha1.InternalNode](inf))
+		mu.Lock()
+		moved := key != last
+		last = key
+		mu.Unlock()
+		if moved {
+			changed()
+		}
+	})
+	return inf, err
+}
+
+// keepVTEP trims a cached InternalNode to its name and VTEP.
+func keepVTEP(obj any) (any, error) {
+	in, ok := obj.(*netv1alpha1.InternalNode)
+	if !ok {
+		return obj, nil // a tombstone
+	}
+	out := &netv1alpha1.InternalNode{}
+	out.Name, out.ResourceVersion = in.Name, in.ResourceVersion
+	if in.Status.VTEP != nil {
+		v := *in.Status.VTEP
+		out.Status.VTEP = &v
+	}
+	return out, nil
+}
+
+// vtepKey lists the VTEP addresses of nodes, sorted.
+func vtepKey(nodes []*netv1alpha1.InternalNode) string {
+	var ips []string
+	for _, n := range nodes {
+		if n.Status.VTEP != nil {
+			ips = append(ips, string(n.Status.VTEP.IP))
+		}
+	}
+	slices.Sort(ips)
+	return strings.Join(ips, ",")
 }
 
 // WatchNamed is Watch of the one cluster-scoped object called name (a field selector on

@@ -43,11 +43,18 @@ type Node struct {
 	// LocalNetworks are the networks the node has addresses in (kernel.Netlink.LocalNetworks):
 	// a remote CIDR overlapping one is not routed.
 	LocalNetworks []netip.Prefix
+	// UnguardedOverlay leaves out the overlay guard (kernel.OverlayGuard): the overlay device
+	// then takes frames from any sender, with any inner IPv4 source its rp_filter (loose)
+	// lets pass. For a pod network whose own rules the guard would contradict.
+	UnguardedOverlay bool
 }
 
 // Objects are the API objects the agent reads.
 type Objects struct {
-	InternalNode   *netv1alpha1.InternalNode
+	InternalNode *netv1alpha1.InternalNode
+	// Nodes are every node's InternalNode (status.vtep is what is read), for the overlay
+	// guard's senders.
+	Nodes          []netv1alpha1.InternalNode
 	Configurations []netv1alpha1.Configuration
 	Servers        []netv1alpha1.GatewayServer
 	Clients        []netv1alpha1.GatewayClient
@@ -174,10 +181,6 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 		}
 	}
 
-	type gw struct {
-		id, ref string
-		ie      *netv1alpha1.InternalEndpoint
-	}
 	var gws []gw
 	for _, s := range o.Servers {
 		gws = append(gws, gw{s.Labels[netv1alpha1.RemoteClusterIDLabel], "gatewayserver " + s.Namespace + "/" + s.Name, s.Status.InternalEndpoint})
@@ -281,9 +284,14 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 	if p.Kernel.Overlay.Address6.IsValid() {
 		filter = p.Kernel.Overlay.Name
 	}
-	if len(snatRemote) > 0 || filter != "" {
+	var guard *kernel.OverlayGuard
+	if !n.UnguardedOverlay && len(p.Kernel.Peers) > 0 {
+		guard = n.guard(p.Kernel.Overlay, o.Nodes, gws)
+	}
+	if len(snatRemote) > 0 || filter != "" || guard != nil {
 		slices.SortFunc(snatRemote, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-		s := &kernel.HostSNAT{PodCIDRs: slices.Clone(n.PodCIDRs), Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass, Overlay: filter, Relay: p.Kernel.Overlay.Name}
+		s := &kernel.HostSNAT{PodCIDRs: slices.Clone(n.PodCIDRs), Remote: slices.Compact(snatRemote), MasqueradeBypass: n.MasqueradeBypass, Overlay: filter, Relay: p.Kernel.Overlay.Name,
+			Guard: guard}
 		if ext4.Is4() {
 			s.ExternalIP = ext4
 		}
@@ -297,6 +305,48 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 	sort.Strings(p.Waiting)
 	sort.Strings(p.Refused)
 	return p, nil
+}
+
+// gw is a GatewayServer or GatewayClient as the plan reads it.
+type gw struct {
+	id, ref string
+	ie      *netv1alpha1.InternalEndpoint
+}
+
+// guard is the overlay guard of a node with peerings: the overlay's frames from every node
+// that published its VTEP (this one included, and the nodes the gateways say they run on)
+// and from every gateway's VTEP, of the underlay's family. An address that is not unicast is
+// left out: the guard admits no more than the nodes and gateways themselves.
+func (n Node) guard(ov kernel.Overlay, nodes []netv1alpha1.InternalNode, gws []gw) *kernel.OverlayGuard {
+	add := func(to []netip.Addr, ip string) []netip.Addr {
+		a, err := netip.ParseAddr(ip)
+		if err != nil || a.Zone() != "" || !a.IsGlobalUnicast() || a.Is4In6() || a.Is4() != n.IP.Is4() {
+			return to
+		}
+		return append(to, a)
+	}
+	g := &kernel.OverlayGuard{Device: ov.Name, Port: ov.Port, VNI: ov.VNI, Nodes: []netip.Addr{n.IP}}
+	for _, in := range nodes {
+		if in.Status.VTEP != nil {
+			g.Nodes = add(g.Nodes, string(in.Status.VTEP.IP))
+		}
+	}
+	for _, w := range gws {
+		if w.ie == nil {
+			continue
+		}
+		if w.ie.NodeVTEP != nil {
+			g.Nodes = add(g.Nodes, string(w.ie.NodeVTEP.IP))
+		}
+		if w.ie.VTEP != nil {
+			g.Gateways = add(g.Gateways, string(w.ie.VTEP.IP))
+		}
+	}
+	for _, l := range []*[]netip.Addr{&g.Nodes, &g.Gateways} {
+		slices.SortFunc(*l, netip.Addr.Compare)
+		*l = slices.Compact(*l)
+	}
+	return g
 }
 
 // relay is where this node sends a gateway's frames instead of the gateway pod: the

@@ -403,3 +403,61 @@ func TestGatewayClaimsHeld(t *testing.T) {
 		t.Errorf("a relay with a MAC not its node's: %v %+v", err, p.Kernel.Peers)
 	}
 }
+
+// TestFromObjectsGuard: the overlay guard admits the nodes that published a VTEP (this one
+// always), the nodes gateways say they run on, and the gateways' VTEPs; nothing that is not a
+// unicast address of the underlay's family; no guard without peerings or when turned off.
+func TestFromObjectsGuard(t *testing.T) {
+	o := objects()
+	o.Servers[0].Status.InternalEndpoint.NodeVTEP = &netv1alpha1.VTEP{IP: "192.168.77.9", MAC: netv1alpha1.MAC(overlay.MACString(overlay.NodeMAC(netip.MustParseAddr("192.168.77.9"))))}
+	inode := func(name, ip string) netv1alpha1.InternalNode {
+		in := netv1alpha1.InternalNode{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if ip != "" {
+			in.Status.VTEP = &netv1alpha1.VTEP{IP: netv1alpha1.IP(ip), MAC: "02:00:00:00:00:01"}
+		}
+		return in
+	}
+	o.Nodes = []netv1alpha1.InternalNode{inode("n2", "192.168.77.2"), inode("n3", "192.168.77.3"), inode("n4", ""),
+		inode("multicast", "224.0.0.1"), inode("unspecified", "0.0.0.0"), inode("v6", "fd00::2"), inode("garbage", "a.b"),
+		inode("loopback", "127.0.0.1"), inode("n1", "192.168.77.1"), inode("dup", "192.168.77.2")}
+	p, err := plan.FromObjects(node, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.SNAT == nil || p.SNAT.Guard == nil {
+		t.Fatalf("SNAT %+v: want a guard", p.SNAT)
+	}
+	g := p.SNAT.Guard
+	if g.Device != "liqo.vxlan" || g.Port != 4789 || g.VNI != 18952 {
+		t.Errorf("guard %+v: want liqo.vxlan, 4789, 18952", g)
+	}
+	if got := fmtAddrs(g.Nodes); got != "192.168.77.1 192.168.77.2 192.168.77.3 192.168.77.9" {
+		t.Errorf("nodes %s", got)
+	}
+	if got := fmtAddrs(g.Gateways); got != "10.244.1.20" {
+		t.Errorf("gateways %s", got)
+	}
+
+	// A node without an external address yet is guarded all the same.
+	o.InternalNode.Spec.ExternalIP = nil
+	if p, _ := plan.FromObjects(node, o); p.SNAT == nil || p.SNAT.Guard == nil || len(p.SNAT.Remote) != 0 {
+		t.Errorf("without an external address: SNAT %+v, want the guard alone", p.SNAT)
+	}
+	off := node
+	off.UnguardedOverlay = true
+	if p, _ := plan.FromObjects(off, o); p.SNAT != nil {
+		t.Errorf("unguarded, without an external address: SNAT %+v, want none", p.SNAT)
+	}
+	o.Servers = nil
+	if p, _ := plan.FromObjects(node, o); p.SNAT != nil {
+		t.Errorf("without peerings: SNAT %+v, want none", p.SNAT)
+	}
+}
+
+func fmtAddrs(as []netip.Addr) string {
+	var s []string
+	for _, a := range as {
+		s = append(s, a.String())
+	}
+	return strings.Join(s, " ")
+}
