@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
@@ -133,7 +134,7 @@ var snatFamilies = [2]nftables.TableFamily{nftables.TableFamilyIPv4, nftables.Ta
 //		set pods { type ipv4_addr; flags interval; elements = { s.PodCIDRs (IPv4) } }
 //		chain postrouting {
 //			type nat hook postrouting priority srcnat; policy accept;
-//			[iifname != s.Relay] ip daddr @remote ip saddr != @pods snat to s.ExternalIP comment "skein: ..."
+//			[iifname != s.Relay] ip daddr @remote ip saddr != @pods fib saddr type local snat to s.ExternalIP comment "skein: ..."
 //		}
 //	}
 //
@@ -697,7 +698,8 @@ func (want hostSNATRuleset) natFamily() uint32 {
 	return unix.NFPROTO_IPV4
 }
 
-// exprs is the rule "[iifname != RELAY] ip daddr @remote ip saddr != @pods snat to external"; it refers to the
+// exprs is the rule "[iifname != RELAY] ip daddr @remote ip saddr != @pods fib saddr type local
+// snat to external"; it refers to the
 // sets by name and by the IDs they have in the batch that creates them.
 func (want hostSNATRuleset) exprs(ids setIDs) []expr.Any {
 	var relay []expr.Any
@@ -711,6 +713,12 @@ func (want hostSNATRuleset) exprs(ids setIDs) []expr.Any {
 		&expr.Lookup{SourceRegister: 1, SetName: nftSetRemote, SetID: ids.remote},
 		want.loadSaddr(),
 		&expr.Lookup{SourceRegister: 1, SetName: nftSetPods, SetID: ids.pods, Invert: true},
+		// fib saddr type local: the node's own (host-network) traffic alone. A packet the node
+		// forwards for another host (a LAN host routing the peers' CIDRs via this node) keeps
+		// its source, and the gateway, which takes from a node only its pods and its external
+		// address, drops it: no host reaches the peers as this node.
+		&expr.Fib{Register: 1, FlagSADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
 		&expr.Immediate{Register: 1, Data: want.external.AsSlice()},
 		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: want.natFamily(), RegAddrMin: 1, RegAddrMax: 1},
 	)

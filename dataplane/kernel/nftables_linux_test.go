@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
@@ -469,6 +470,8 @@ func snatExprs(ip string) []expr.Any {
 		&expr.Lookup{SourceRegister: 1, SetName: "remote"},
 		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: saddr, Len: n},
 		&expr.Lookup{SourceRegister: 1, SetName: "pods", Invert: true},
+		&expr.Fib{Register: 1, FlagSADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)},
 		&expr.Immediate{Register: 1, Data: a.AsSlice()},
 		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: family, RegAddrMin: 1, RegAddrMax: 1},
 	}
@@ -869,7 +872,10 @@ func TestHostSNATRelay(t *testing.T) {
 	if err := kernel.EnsureHostSNAT(fd, s); err != nil {
 		t.Fatal(err)
 	}
-	fromOther("without Relay, another node's host traffic", "10.250.0.21", "10.71.2.7", "10.250.0.11")
+	// What the node forwards for another host keeps its source (fib saddr type local: found
+	// by the attack review, a LAN host routing the peers' CIDRs via a node reached them as the
+	// node), relayed or not.
+	fromOther("without Relay, another node's host traffic", "10.250.0.21", "10.71.2.7", "10.250.0.21")
 
 	s.Relay = "ovl0"
 	if err := kernel.EnsureHostSNAT(fd, s); err != nil {
