@@ -131,11 +131,14 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		}
 		return
 	}
-	defer func() { <-s.inflight }()
 	_, tcp := w.RemoteAddr().(*net.TCPAddr)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
 	m := s.Answer(ctx, req, tcp)
+	cancel()
+	// The place is given back before the answer is written: a TCP client that does not read
+	// its answers blocks the write until the write timeout, and must not hold a place of the
+	// in-flight budget (and starve UDP queries) meanwhile.
+	<-s.inflight
 	s.answered.Add(1)
 	_ = w.WriteMsg(m)
 }

@@ -17,7 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -343,6 +345,47 @@ func TestFlood(t *testing.T) {
 	if answered, _ := s.Stats(); answered != 2 {
 		t.Errorf("%d queries answered, want the 2 in flight", answered)
 	}
+}
+
+// stuckWriter is a client that does not read its answers: WriteMsg blocks until release.
+type stuckWriter struct {
+	dns.ResponseWriter
+	writing, release chan struct{}
+}
+
+func (f stuckWriter) RemoteAddr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 6} }
+func (f stuckWriter) WriteMsg(*dns.Msg) error {
+	f.writing <- struct{}{}
+	<-f.release
+	return nil
+}
+
+// TestUnreadAnswersHoldNoPlace (an attack review's low item): answers a TCP client leaves
+// unread block their writes; they must not hold places of MaxInFlight meanwhile, or a few
+// such clients starve everyone's queries.
+func TestUnreadAnswersHoldNoPlace(t *testing.T) {
+	s := skeindns.New(emptyReader{}, skeindns.Limits{MaxInFlight: 2})
+	stuck := stuckWriter{writing: make(chan struct{}, 2), release: make(chan struct{})}
+	defer close(stuck.release)
+	q := new(dns.Msg)
+	q.SetQuestion("a.b.svc."+skeindns.Zone, dns.TypeA)
+	for range 2 {
+		go s.ServeDNS(stuck, q)
+		<-stuck.writing
+	}
+	w := fakeWriter{wrote: make(chan *dns.Msg, 1)}
+	s.ServeDNS(w, q)
+	if len(w.wrote) != 1 {
+		_, dropped := s.Stats()
+		t.Errorf("with two answers blocked in their writes, a UDP query was not answered (%d dropped)", dropped)
+	}
+}
+
+// emptyReader finds nothing.
+type emptyReader struct{ client.Reader }
+
+func (emptyReader) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+	return apierrors.NewNotFound(schema.GroupResource{Resource: "serviceimports"}, key.Name)
 }
 
 // TestTCPConnectionsBounded (found by an attack review): each TCP connection costs the
