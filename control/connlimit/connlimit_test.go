@@ -1,7 +1,9 @@
 package connlimit_test
 
 import (
+	"errors"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,7 +17,8 @@ func TestBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := connlimit.Wrap(ln, 8, 3)
+	lim := connlimit.New(8, 3)
+	l := lim.Listener(ln)
 	defer l.Close()
 	accepted := make(chan net.Conn, 16)
 	go func() {
@@ -30,6 +33,9 @@ func TestBounds(t *testing.T) {
 	var clients []net.Conn
 	for range 5 {
 		c, err := net.Dial("tcp", ln.Addr().String())
+		if errors.Is(err, syscall.ECONNRESET) {
+			continue // refused, and reset before the dial returned (loopback is that fast)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,11 +51,11 @@ func TestBounds(t *testing.T) {
 			t.Fatalf("%d connections accepted, want 3", len(served))
 		}
 	}
-	for start := time.Now(); l.Refused() < 2 && time.Since(start) < 3*time.Second; {
+	for start := time.Now(); lim.Refused() < 2 && time.Since(start) < 3*time.Second; {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if l.Refused() != 2 {
-		t.Errorf("refused %d, want 2", l.Refused())
+	if lim.Refused() != 2 {
+		t.Errorf("refused %d, want 2", lim.Refused())
 	}
 	select {
 	case c := <-accepted:
@@ -69,5 +75,59 @@ func TestBounds(t *testing.T) {
 	}
 	for _, c := range append(clients, served...) {
 		c.Close()
+	}
+}
+
+// TestSharedBudget: two listeners wrapped by one Limiter share its bound, and Open counts the
+// places held.
+func TestSharedBudget(t *testing.T) {
+	lim := connlimit.New(2, 2)
+	var ls []net.Listener
+	accepted := make(chan net.Conn, 8)
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := lim.Listener(ln)
+		defer l.Close()
+		ls = append(ls, l)
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				accepted <- c
+			}
+		}()
+	}
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for _, l := range append(ls, ls[0]) { // three connections, over two listeners
+		c, err := net.Dial("tcp", l.Addr().String())
+		if errors.Is(err, syscall.ECONNRESET) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for start := time.Now(); lim.Refused() < 1 && time.Since(start) < 3*time.Second; {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if lim.Refused() != 1 || lim.Open() != 2 {
+		t.Errorf("refused %d, open %d; want 1 and 2 (one budget of 2 over both listeners)", lim.Refused(), lim.Open())
+	}
+	for range 2 {
+		(<-accepted).Close()
+	}
+	if lim.Open() != 0 {
+		t.Errorf("open %d after closing both, want 0", lim.Open())
 	}
 }

@@ -444,9 +444,9 @@ func (s *Server) ServeConns(ctx context.Context, udp net.PacketConn, tcp net.Lis
 // MaxTCPConnsPerSource from one source; a connection beyond is closed at once (and counted
 // as dropped).
 func (s *Server) limitConns(l net.Listener) net.Listener {
-	cl := connlimit.Wrap(l, s.Limits.MaxTCPConns, s.Limits.MaxTCPConnsPerSource)
-	cl.OnRefused = func() { s.dropped.Add(1) }
-	return cl
+	lim := connlimit.New(s.Limits.MaxTCPConns, s.Limits.MaxTCPConnsPerSource)
+	lim.OnRefused = func() { s.dropped.Add(1) }
+	return lim.Listener(l)
 }
 
 // Collectors are the server's counters as Prometheus metrics:

@@ -3,11 +3,10 @@ package probe
 import (
 	"errors"
 	"net"
-	"net/netip"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/skein-net/skein/control/connlimit"
 )
 
 // A skein-probe server is unauthenticated: anyone who reaches a probe pod may call it. What a
@@ -45,12 +44,9 @@ type Stats struct {
 type Server struct {
 	host   string
 	limits Limits
+	conns  *connlimit.Limiter // over all the server's TCP ports
 
-	mu       sync.Mutex
-	open     int
-	bySource map[netip.Addr]int
-
-	refused, malformed, timedOut atomic.Int64
+	malformed, timedOut atomic.Int64
 }
 
 // NewServer returns a server that answers calls as host (its pod's name).
@@ -68,102 +64,18 @@ func NewServer(host string, l Limits) *Server {
 	if l.IdleTimeout <= 0 {
 		l.IdleTimeout = d.IdleTimeout
 	}
-	return &Server{host: host, limits: l, bySource: map[netip.Addr]int{}}
+	return &Server{host: host, limits: l, conns: connlimit.New(l.MaxConns, l.MaxConnsPerSource)}
 }
 
 // Stats returns the server's counts.
 func (s *Server) Stats() Stats {
-	s.mu.Lock()
-	open := s.open
-	s.mu.Unlock()
-	return Stats{Open: int64(open), Refused: s.refused.Load(), Malformed: s.malformed.Load(), TimedOut: s.timedOut.Load()}
-}
-
-// sourceKey is what the per-source cap counts by: the address, or an IPv6 address's /64
-// (one host usually holds a whole /64).
-func sourceKey(a net.Addr) netip.Addr {
-	var ap netip.AddrPort
-	switch v := a.(type) {
-	case *net.TCPAddr:
-		ap = v.AddrPort()
-	case *net.UDPAddr:
-		ap = v.AddrPort()
-	default:
-		return netip.Addr{}
-	}
-	ip := ap.Addr().Unmap().WithZone("")
-	if ip.Is6() {
-		ip = netip.PrefixFrom(ip, 64).Masked().Addr()
-	}
-	return ip
-}
-
-func (s *Server) admit(src netip.Addr) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.open >= s.limits.MaxConns || s.bySource[src] >= s.limits.MaxConnsPerSource {
-		return false
-	}
-	s.open++
-	s.bySource[src]++
-	return true
-}
-
-func (s *Server) release(src netip.Addr) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.open--
-	if s.bySource[src]--; s.bySource[src] <= 0 {
-		delete(s.bySource, src)
-	}
+	return Stats{Open: int64(s.conns.Open()), Refused: int64(s.conns.Refused()), Malformed: s.malformed.Load(), TimedOut: s.timedOut.Load()}
 }
 
 // Listener wraps ln so that Accept returns only the connections the limits admit (the rest
-// are closed at once and counted); closing a returned connection frees its place. It also
+// are reset at once and counted); closing a returned connection frees its place. It also
 // rides out a full descriptor table instead of failing.
-func (s *Server) Listener(ln net.Listener) net.Listener {
-	return &limitedListener{Listener: ln, s: s}
-}
-
-type limitedListener struct {
-	net.Listener
-	s *Server
-}
-
-func (l *limitedListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			return nil, err
-		}
-		src := sourceKey(c.RemoteAddr())
-		if !l.s.admit(src) {
-			l.s.refused.Add(1)
-			if tc, ok := c.(*net.TCPConn); ok {
-				_ = tc.SetLinger(0) // a reset: nothing of it stays in TIME_WAIT here
-			}
-			c.Close()
-			continue
-		}
-		return &limitedConn{Conn: c, release: func() { l.s.release(src) }}, nil
-	}
-}
-
-type limitedConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
-}
+func (s *Server) Listener(ln net.Listener) net.Listener { return s.conns.Listener(ln) }
 
 // serveConns accepts admitted connections from ln and runs handle on each in its own
 // goroutine, closing it after.
