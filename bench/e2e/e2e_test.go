@@ -26,10 +26,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1a1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 
 	"github.com/skein-net/skein/bench/lab"
 	"github.com/skein-net/skein/bench/lab/labtest"
 	netv1alpha1 "github.com/skein-net/skein/control/api/networking/v1alpha1"
+	"github.com/skein-net/skein/control/controller/mcs"
 	"github.com/skein-net/skein/control/kube"
 	"github.com/skein-net/skein/deploy/images"
 	"github.com/skein-net/skein/internal/k8sbin"
@@ -213,8 +215,48 @@ func (e *env) uninstall(ctx context.Context) {
 	if programmed == 0 {
 		e.t.Fatal("no node of cluster 0 is programmed before the uninstall: nothing to check")
 	}
+	// What the controller wrote outside the chart's objects, which the chart's pre-delete hook
+	// removes: the clusterset.local block in CoreDNS's Corefile, and an import (a service
+	// exported in cluster 0 is imported by cluster 0 too: a ServiceImport, a derived Service
+	// and EndpointSlices).
+	const name = "uninstall-probe"
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "none"}, Ports: []corev1.ServicePort{{Name: "call", Port: 7070, Protocol: corev1.ProtocolTCP}}}}
+	if err := e.c[0].Create(ctx, svc); err != nil {
+		e.t.Fatal(err)
+	}
+	defer func() { _ = e.c[0].Delete(context.Background(), svc) }()
+	e.run(ctx, 0, "skeinctl", "export", name, "-n", "default", "--wait")
+	imported := func() (n int) {
+		var sis mcsv1a1.ServiceImportList
+		if err := e.c[0].List(ctx, &sis); err == nil {
+			n += len(sis.Items)
+		}
+		var svcs corev1.ServiceList
+		if err := e.c[0].List(ctx, &svcs, client.HasLabels{mcs.ImportLabel}); err == nil {
+			n += len(svcs.Items)
+		}
+		return n
+	}
+	e.waitFor(ctx, time.Minute, "cluster 0 imports its own export default/"+name, func() bool { return imported() >= 2 })
+	corefile := func() string {
+		var cm corev1.ConfigMap
+		if err := e.c[0].Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "coredns"}, &cm); err != nil {
+			e.t.Fatal(err)
+		}
+		return cm.Data["Corefile"]
+	}
+	if !strings.Contains(corefile(), "clusterset.local") {
+		e.t.Fatal("CoreDNS's Corefile has no clusterset.local block before the uninstall: nothing to check")
+	}
 	start := time.Now()
 	e.run(ctx, 0, e.helm, "uninstall", "skein", "--namespace", "liqo", "--wait", "--timeout", "2m")
+	if n := imported(); n != 0 {
+		e.t.Errorf("after helm uninstall, %d ServiceImports and derived Services are left in cluster 0", n)
+	}
+	if cf := corefile(); strings.Contains(cf, "clusterset.local") {
+		e.t.Errorf("after helm uninstall, CoreDNS's Corefile still forwards clusterset.local:\n%s", cf)
+	}
 	e.waitFor(ctx, time.Minute, "cluster 0's nodes clean after helm uninstall", func() bool {
 		for _, n := range nodes {
 			if len(leftover(n.Name)) > 0 {
@@ -228,7 +270,7 @@ func (e *env) uninstall(ctx context.Context) {
 			e.t.Errorf("after helm uninstall, node %s keeps %v", n.Name, left)
 		}
 	}
-	e.reportf("uninstall: helm uninstall in cluster 0 (%d of %d nodes programmed): every node clean %.1fs after it began",
+	e.reportf("uninstall: helm uninstall in cluster 0 (%d of %d nodes programmed, an import, CoreDNS's clusterset.local block): every node clean %.1fs after it began, the import and the block gone",
 		programmed, len(nodes), time.Since(start).Seconds())
 }
 

@@ -17,10 +17,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -149,6 +153,8 @@ func main() {
 	dnsListen := fs.String("dns-listen", "0", "address where the controller answers NAME.NAMESPACE.svc.clusterset.local over UDP and TCP from this cluster's ServiceImports, such as :5353 (\"0\": not served); every replica answers")
 	dnsService := fs.String("dns-service", "", "the Service in --namespace in front of --dns-listen (the chart's skein-dns): --dns-configure-coredns forwards clusterset.local to its ClusterIPs")
 	dnsCoreDNS := fs.String("dns-configure-coredns", "", "NAMESPACE/NAME of the cluster's CoreDNS ConfigMap, such as kube-system/coredns: the controller keeps a server block in its Corefile forwarding clusterset.local to --dns-service (empty: it never touches it)")
+	uninstall := fs.Bool("uninstall", false, "remove what the controller wrote outside the chart's own objects, then exit (the chart's pre-delete hook runs it before helm uninstall deletes anything): its clusterset.local block in CoreDNS's Corefile (with --dns-configure-coredns), every import (ServiceImports, derived Services and EndpointSlices) and what it published in --published-namespace")
+	uninstallStop := fs.String("uninstall-stop", "", "with --uninstall: the controller's Deployment in --namespace, scaled to zero (its pods gone) first, so that no running controller imports again what --uninstall removes")
 	logLevel := fs.String("log-level", "info", logging.LevelUsage)
 	logFormat := fs.String("log-format", logging.FormatText, logging.FormatUsage)
 	buildinfo.ParseFlags(fs, "skein-controller", os.Args[1:])
@@ -234,6 +240,17 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	if *uninstall {
+		if *uninstallStop != "" {
+			if err := stopDeployment(ctx, direct, *namespace, *uninstallStop, 90*time.Second); err != nil {
+				fail(fmt.Errorf("uninstall: %w (helm uninstall --no-hooks skips this step)", err))
+			}
+		}
+		if err := removeOnUninstall(ctx, direct, *dnsCoreDNS, *published); err != nil {
+			fail(fmt.Errorf("uninstall: %w (helm uninstall --no-hooks skips this step; then remove the objects by hand, docs/install.md)", err))
+		}
+		os.Exit(0)
+	}
 	id, err := identity.EnsureClusterID(ctx, direct, *namespace)
 	if err != nil {
 		fail(err)
@@ -312,6 +329,71 @@ type anyReplica func(context.Context) error
 
 func (f anyReplica) Start(ctx context.Context) error { return f(ctx) }
 func (anyReplica) NeedLeaderElection() bool          { return false }
+
+// stopDeployment scales the Deployment namespace/name to zero replicas and waits, up to
+// timeout, until none of its pods is left. A Deployment already gone is stopped.
+func stopDeployment(ctx context.Context, c client.Client, namespace, name string, timeout time.Duration) error {
+	var d appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &d); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("deployment %s/%s: %w", namespace, name, err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil || sel.Empty() {
+		return fmt.Errorf("deployment %s/%s: its selector %v selects no pods of its own", namespace, name, d.Spec.Selector)
+	}
+	if err := c.Patch(ctx, &d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`))); err != nil {
+		return fmt.Errorf("scaling deployment %s/%s to zero: %w", namespace, name, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return fmt.Errorf("pods of deployment %s/%s: %w", namespace, name, err)
+		}
+		if len(pods.Items) == 0 {
+			ctrl.Log.WithName("uninstall").Info("controller stopped", "deployment", namespace+"/"+name)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("deployment %s/%s: %d pods still there after %s", namespace, name, len(pods.Items), timeout)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// removeOnUninstall removes what the controller wrote outside the chart's own objects: the
+// clusterset.local block in the Corefile of coredns (NAMESPACE/NAME; "": none was kept), every
+// import, and what it published in the published namespace. A kind whose CRD is not installed
+// has nothing to remove.
+func removeOnUninstall(ctx context.Context, c client.Client, coredns, published string) error {
+	log := ctrl.Log.WithName("uninstall")
+	if coredns != "" {
+		ns, name, ok := strings.Cut(coredns, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--dns-configure-coredns %q: want NAMESPACE/NAME", coredns)
+		}
+		changed, err := skeindns.ConfigureCoreDNS(ctx, c, ns, name, nil)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("removing the clusterset.local block from CoreDNS's Corefile: %w", err)
+		}
+		log.Info("CoreDNS's Corefile without skein's clusterset.local block", "configMap", coredns, "changed", changed)
+	}
+	n, err := controller.RemoveImports(ctx, c)
+	if err != nil && !meta.IsNoMatchError(err) {
+		return fmt.Errorf("removing the imports: %w", err)
+	}
+	p, err := controller.RemovePublished(ctx, c, published)
+	if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+		return fmt.Errorf("removing what was published in %s: %w", published, err)
+	}
+	log.Info("imports and published exports removed", "objects", n+p)
+	return nil
+}
 
 // serveDNS answers clusterset.local on addr from the manager's cache (every replica: the
 // Service in front balances over them), and, with coredns set, keeps CoreDNS's Corefile

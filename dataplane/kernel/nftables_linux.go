@@ -463,11 +463,18 @@ func hostSNATTable(family nftables.TableFamily) *nftables.Table {
 	return &nftables.Table{Family: family, Name: NFTable}
 }
 
-// nftChain is one chain of NFTable with its one rule.
+// nftChain is one chain of NFTable with its rules.
 type nftChain struct {
 	chain   *nftables.Chain
 	exprs   func(ids setIDs) []expr.Any // refers to the sets by name and batch ID
 	comment string
+	// more are further rules, after exprs' (each with the same comment).
+	more []func(ids setIDs) []expr.Any
+}
+
+// rules are the chain's rules in order.
+func (ch nftChain) rules() []func(ids setIDs) []expr.Any {
+	return append([]func(ids setIDs) []expr.Any{ch.exprs}, ch.more...)
 }
 
 func postroutingChain(t *nftables.Table, name string, typ nftables.ChainType, prio *nftables.ChainPriority) *nftables.Chain {
@@ -500,21 +507,21 @@ func (want hostSNATRuleset) chains(t *nftables.Table) []nftChain {
 	var out []nftChain
 	if want.bypass && want.snat {
 		out = append(out, nftChain{postroutingChain(t, nftChainBypass, nftables.ChainTypeNAT, nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource-10)),
-			want.bypassExprs, nftBypassComment})
+			want.bypassExprs, nftBypassComment, nil})
 	}
 	if want.snat {
 		out = append(out,
-			nftChain{postroutingChain(t, nftChainPostrouting, nftables.ChainTypeNAT, nftables.ChainPriorityNATSource), want.exprs, nftRuleComment},
+			nftChain{postroutingChain(t, nftChainPostrouting, nftables.ChainTypeNAT, nftables.ChainPriorityNATSource), want.exprs, nftRuleComment, nil},
 			nftChain{postroutingChain(t, nftChainWatch, nftables.ChainTypeFilter, nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource+100)),
-				want.watchExprs, nftWatchComment})
+				want.watchExprs, nftWatchComment, nil})
 	}
 	if want.rpfilter != "" {
 		ch := postroutingChain(t, nftChainRPFilter, nftables.ChainTypeFilter, nftables.ChainPriorityRaw)
 		ch.Hooknum = nftables.ChainHookPrerouting
 		if want.family == nftables.TableFamilyIPv6 {
-			out = append(out, nftChain{ch, want.rpfilterExprs, nftRPFilterComment})
+			out = append(out, nftChain{ch, want.rpfilterExprs, nftRPFilterComment, nil})
 		} else {
-			out = append(out, nftChain{ch, want.rpfilter4Exprs, nftRPFilter4Comment})
+			out = append(out, nftChain{ch, want.rpfilter4Exprs, nftRPFilter4Comment, []func(setIDs) []expr.Any{want.rpfilter4CastExprs}})
 		}
 	}
 	if want.guard {
@@ -522,7 +529,15 @@ func (want hostSNATRuleset) chains(t *nftables.Table) []nftChain {
 		in.Hooknum = nftables.ChainHookInput
 		fwd := postroutingChain(t, nftChainOverlayFwd, nftables.ChainTypeFilter, nftables.ChainPriorityFilter)
 		fwd.Hooknum = nftables.ChainHookForward
-		out = append(out, nftChain{in, want.overlayInExprs, nftOverlayInComment}, nftChain{fwd, want.overlayFwdExprs, nftOverlayFwdComment})
+		inRules := []func(setIDs) []expr.Any{want.overlaySourceExprs}
+		if want.family == nftables.TableFamilyIPv6 {
+			// IPv6 is reassembled after the input hook unless conntrack is used in the
+			// namespace (then before prerouting): a ct expression makes it so, and the first
+			// fragment, which may stop before the VNI, never meets the rules alone.
+			inRules = append([]func(setIDs) []expr.Any{want.overlayInvalidExprs}, inRules...)
+		}
+		out = append(out, nftChain{in, want.overlayInExprs, nftOverlayInComment, inRules},
+			nftChain{fwd, want.overlayFwdExprs, nftOverlayFwdComment, []func(setIDs) []expr.Any{want.overlaySourceExprs}})
 	}
 	return out
 }
@@ -554,6 +569,53 @@ func (want hostSNATRuleset) rpfilter4Exprs(setIDs) []expr.Any {
 		&expr.Objref{Type: 1, Name: nftCounterRPFilter},                 // NFT_OBJECT_COUNTER
 		&expr.Verdict{Kind: expr.VerdictDrop},
 	}
+}
+
+// rpfilter4CastExprs is the second rule of table ip's chain rpfilter:
+//
+//	iifname DEVICE fib daddr type != unicast fib saddr . iif oif missing counter name "rpfilter-dropped" drop
+//
+// what rpfilter4Exprs exempts for being routed back out of the device is a unicast packet on
+// its way to a gateway; the overlay's broadcast address is routed on the device too, and a
+// packet to it, delivered to the node's sockets, gets no exemption.
+func (want hostSNATRuleset) rpfilter4CastExprs(setIDs) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(want.rpfilter)},
+		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, unix.RTN_UNICAST)},
+		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+		&expr.Objref{Type: 1, Name: nftCounterRPFilter}, // NFT_OBJECT_COUNTER
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	}
+}
+
+// overlaySourceExprs is, in chains overlay-in and overlay-forward, "... fib saddr . iif oif
+// missing counter name overlay-dropped drop": a frame whose source address is not routed
+// back through the interface it came in on is forged (a pod with CAP_NET_RAW posing as a
+// node or a gateway: its frame comes in on its own veth, where no node's address lives).
+func (want hostSNATRuleset) overlaySourceExprs(setIDs) []expr.Any {
+	return slices.Concat(want.overlayFrame(), []expr.Any{
+		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+		&expr.Objref{Type: 1, Name: nftCounterOverlay}, // NFT_OBJECT_COUNTER
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	})
+}
+
+// overlayInvalidExprs is, first in table ip6's chain overlay-in, "... ct state invalid counter
+// name overlay-dropped drop": a frame conntrack finds malformed (truncated, a bad checksum)
+// is dropped; and its ct expression has the kernel reassemble IPv6 before the chains run.
+func (want hostSNATRuleset) overlayInvalidExprs(setIDs) []expr.Any {
+	return slices.Concat(want.overlayFrame(), []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binary.NativeEndian.AppendUint32(nil, ctStateInvalid), Xor: binary.NativeEndian.AppendUint32(nil, 0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, 0)},
+		&expr.Objref{Type: 1, Name: nftCounterOverlay}, // NFT_OBJECT_COUNTER
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	})
 }
 
 // overlayFrame matches the overlay's frames: "meta l4proto udp udp dport PORT @th,96,24 VNI"
@@ -739,8 +801,9 @@ func (want hostSNATRuleset) bypassExprs(ids setIDs) []expr.Any {
 
 // Conntrack bits the watch rule tests (linux/netfilter/nf_conntrack_common.h).
 const (
-	ctStateNew   = 1 << 3 // NF_CT_STATE_BIT(IP_CT_NEW)
-	ctStatusSNAT = 1 << 4 // IPS_SRC_NAT: set only when the source really changed
+	ctStateInvalid = 1      // NF_CT_STATE_INVALID_BIT
+	ctStateNew     = 1 << 3 // NF_CT_STATE_BIT(IP_CT_NEW)
+	ctStatusSNAT   = 1 << 4 // IPS_SRC_NAT: set only when the source really changed
 )
 
 // watchExprs is "ct state new ct status snat ip daddr @remote ip saddr != EXTERNAL counter
@@ -789,7 +852,10 @@ func (want hostSNATRuleset) queueReplace(c *nftables.Conn) error {
 		c.AddObj(&nftables.CounterObj{Table: t, Name: name})
 	}
 	for _, ch := range want.chains(t) {
-		c.AddRule(&nftables.Rule{Table: t, Chain: c.AddChain(ch.chain), Exprs: ch.exprs(ids), UserData: ruleComment(ch.comment)})
+		chain := c.AddChain(ch.chain)
+		for _, exprs := range ch.rules() {
+			c.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: exprs(ids), UserData: ruleComment(ch.comment)})
+		}
 	}
 	return nil
 }
@@ -871,8 +937,14 @@ func (want hostSNATRuleset) inPlace(c *nftables.Conn) (bool, error) {
 			return false, fmt.Errorf("list rules of chain %s: %w", w.chain.Name, err)
 		}
 		// The kernel does not report set IDs (they only live within a batch).
-		if len(rules) != 1 || !reflect.DeepEqual(rules[0].Exprs, w.exprs(setIDs{})) || !bytes.Equal(rules[0].UserData, ruleComment(w.comment)) {
+		want := w.rules()
+		if len(rules) != len(want) {
 			return false, nil
+		}
+		for i, r := range rules {
+			if !reflect.DeepEqual(r.Exprs, want[i](setIDs{})) || !bytes.Equal(r.UserData, ruleComment(w.comment)) {
+				return false, nil
+			}
 		}
 	}
 	return true, nil

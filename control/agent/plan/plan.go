@@ -256,7 +256,7 @@ func FromObjects(n Node, o Objects) (*Plan, error) {
 		// IPv4 only: the relay node's IPv6 reverse-path filter (table ip6 skein-agent) is
 		// strict and drops IPv6 from other nodes' pods arriving on the overlay device, and
 		// one MAC serves both families; a peering with IPv6 routes goes to the pod.
-		if relay, ok := n.relay(g.ie); ok && !slices.ContainsFunc(routes, func(r netip.Prefix) bool { return r.Addr().Is6() }) {
+		if relay, ok := n.relay(g.ie, o.Nodes); ok && !slices.ContainsFunc(routes, func(r netip.Prefix) bool { return r.Addr().Is6() }) {
 			peer.MAC, peer.VTEP = relay.MAC, relay.Dst
 		}
 		// IPv6 routes go via the gateway's IPv6 overlay address, its IPv4 one inside
@@ -314,8 +314,8 @@ type gw struct {
 }
 
 // guard is the overlay guard of a node with peerings: the overlay's frames from every node
-// that published its VTEP (this one included, and the nodes the gateways say they run on)
-// and from every gateway's VTEP, of the underlay's family. An address that is not unicast is
+// that published its VTEP in its InternalNode (this one included) and from every gateway's
+// VTEP, of the underlay's family. An address that is not unicast is
 // left out: the guard admits no more than the nodes and gateways themselves.
 func (n Node) guard(ov kernel.Overlay, nodes []netv1alpha1.InternalNode, gws []gw) *kernel.OverlayGuard {
 	add := func(to []netip.Addr, ip string) []netip.Addr {
@@ -335,9 +335,6 @@ func (n Node) guard(ov kernel.Overlay, nodes []netv1alpha1.InternalNode, gws []g
 		if w.ie == nil {
 			continue
 		}
-		if w.ie.NodeVTEP != nil {
-			g.Nodes = add(g.Nodes, string(w.ie.NodeVTEP.IP))
-		}
 		if w.ie.VTEP != nil {
 			g.Gateways = add(g.Gateways, string(w.ie.VTEP.IP))
 		}
@@ -356,8 +353,17 @@ func (n Node) guard(ov kernel.Overlay, nodes []netv1alpha1.InternalNode, gws []g
 // every GSO packet). Not on the gateway's own node (its veth is the short way), and not when
 // the published endpoint is unusable: not of this node's underlay family, not unicast, this
 // node's own address, or the pod's (then nothing would change). ok false: send to the pod.
-func (n Node) relay(ie *netv1alpha1.InternalEndpoint) (kernel.FDBEntry, bool) {
-	if ie == nil || ie.NodeVTEP == nil || ie.VTEP == nil || (ie.Node != nil && *ie.Node == n.Name) {
+//
+// The gateway writes nodeVTEP itself; only the node's own agent writes its InternalNode's
+// status.vtep: nodeVTEP is used only when it is that of the InternalNode the gateway names
+// (status.internalEndpoint.node), so a gateway cannot send the peering's traffic, or have the
+// overlay guard admit frames, from an address no node published.
+func (n Node) relay(ie *netv1alpha1.InternalEndpoint, nodes []netv1alpha1.InternalNode) (kernel.FDBEntry, bool) {
+	if ie == nil || ie.NodeVTEP == nil || ie.VTEP == nil || ie.Node == nil || *ie.Node == n.Name {
+		return kernel.FDBEntry{}, false
+	}
+	if i := slices.IndexFunc(nodes, func(in netv1alpha1.InternalNode) bool { return in.Name == *ie.Node }); i < 0 ||
+		nodes[i].Status.VTEP == nil || nodes[i].Status.VTEP.IP != ie.NodeVTEP.IP {
 		return kernel.FDBEntry{}, false
 	}
 	ip, err := netip.ParseAddr(string(ie.NodeVTEP.IP))

@@ -294,6 +294,9 @@ func TestFromObjectsRelay(t *testing.T) {
 		ie := o.Servers[0].Status.InternalEndpoint
 		ie.Node = &nodeName
 		ie.NodeVTEP = &netv1alpha1.VTEP{IP: netv1alpha1.IP(ip), MAC: netv1alpha1.MAC(mac)}
+		// The node named publishes the same endpoint (its agent's InternalNode status).
+		o.Nodes = []netv1alpha1.InternalNode{{ObjectMeta: metav1.ObjectMeta{Name: nodeName},
+			Status: netv1alpha1.InternalNodeStatus{VTEP: &netv1alpha1.VTEP{IP: netv1alpha1.IP(ip), MAC: netv1alpha1.MAC(mac)}}}}
 		return o
 	}
 	cases := []struct {
@@ -312,6 +315,16 @@ func TestFromObjectsRelay(t *testing.T) {
 		{"a broadcast MAC", withRelay("n2", "192.168.77.2", "ff:ff:ff:ff:ff:ff"), "10.244.1.20", "02:5b:7a:69:e7:c7"},
 		{"a zero MAC", withRelay("n2", "192.168.77.2", "00:00:00:00:00:00"), "10.244.1.20", "02:5b:7a:69:e7:c7"},
 		{"not an address", withRelay("n2", "node-2", "02:5a:ce:40:a7:1f"), "10.244.1.20", "02:5b:7a:69:e7:c7"},
+		{"a nodeVTEP the node named did not publish", func() plan.Objects {
+			o := withRelay("n2", "192.168.77.2", "02:5a:ce:40:a7:1f")
+			o.Nodes[0].Status.VTEP.IP = "192.168.77.3"
+			return o
+		}(), "10.244.1.20", "02:5b:7a:69:e7:c7"},
+		{"no node named", func() plan.Objects {
+			o := withRelay("n2", "192.168.77.2", "02:5a:ce:40:a7:1f")
+			o.Servers[0].Status.InternalEndpoint.Node = nil
+			return o
+		}(), "10.244.1.20", "02:5b:7a:69:e7:c7"},
 		{"a peering with IPv6 routes", func() plan.Objects {
 			o := withRelay("n2", "192.168.77.2", "02:5a:ce:40:a7:1f")
 			o.Configurations[0].Status.Remote.CIDR.Pod = "fd00:71::/56"
@@ -405,7 +418,7 @@ func TestGatewayClaimsHeld(t *testing.T) {
 }
 
 // TestFromObjectsGuard: the overlay guard admits the nodes that published a VTEP (this one
-// always), the nodes gateways say they run on, and the gateways' VTEPs; nothing that is not a
+// always) and the gateways' VTEPs, not the node a gateway says it runs on; nothing that is not a
 // unicast address of the underlay's family; no guard without peerings or when turned off.
 func TestFromObjectsGuard(t *testing.T) {
 	o := objects()
@@ -431,7 +444,8 @@ func TestFromObjectsGuard(t *testing.T) {
 	if g.Device != "liqo.vxlan" || g.Port != 4789 || g.VNI != 18952 {
 		t.Errorf("guard %+v: want liqo.vxlan, 4789, 18952", g)
 	}
-	if got := fmtAddrs(g.Nodes); got != "192.168.77.1 192.168.77.2 192.168.77.3 192.168.77.9" {
+	// 192.168.77.9, the gateway's nodeVTEP, is no node's published VTEP: not admitted.
+	if got := fmtAddrs(g.Nodes); got != "192.168.77.1 192.168.77.2 192.168.77.3" {
 		t.Errorf("nodes %s", got)
 	}
 	if got := fmtAddrs(g.Gateways); got != "10.244.1.20" {
