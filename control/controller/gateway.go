@@ -254,6 +254,11 @@ func (r *GatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if err := r.removeRendered(ctx, obj); err != nil {
 			return ctrl.Result{}, err
 		}
+		// No pod holds the address the active replica published any more: the nodes must stop
+		// sending the peering's traffic there and admitting the overlay's frames from it (the
+		// pod network gives it to the next pod; found by the fourth attack review). The
+		// overlay IP, which the controller assigns, stays.
+		g.status.VTEP, g.status.Node, g.status.NodeVTEP = nil, nil, nil
 		return ctrl.Result{}, r.fail(ctx, g, before, "ForbiddenTemplate", fmt.Sprintf(
 			"the template %s %s asks for what skein-controller does not render for a template (the install's settings decide it; "+
 				"the gateway's Deployment and Service are removed until the template is fixed): %s",
