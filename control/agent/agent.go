@@ -311,10 +311,9 @@ func (a *Agent) apply(ctx context.Context) (outcome, error) {
 		}
 		return out, err
 	}
-	if out.changes, err = kernel.Reconcile(a.k, plan.Kernel); err != nil {
-		return out, err
-	}
-	out.peers = len(plan.Kernel.Peers)
+	// The nftables tables first: they hold the overlay guard, and a device that takes frames
+	// must never be up without it (a kernel that refuses the guard's rules leaves the node
+	// unprogrammed, and the error says why). They name the device, which need not exist yet.
 	if a.snat != nil {
 		if err := a.snat(plan.SNAT); err != nil {
 			return out, err
@@ -326,6 +325,10 @@ func (a *Agent) apply(ctx context.Context) (outcome, error) {
 		}
 		a.mu.Unlock()
 	}
+	if out.changes, err = kernel.Reconcile(a.k, plan.Kernel); err != nil {
+		return out, err
+	}
+	out.peers = len(plan.Kernel.Peers)
 	if err := a.publish(ctx, plan.Kernel.Overlay); err != nil {
 		return out, err
 	}
