@@ -72,7 +72,14 @@ func (g *globals) diagnoseNode(ctx context.Context, r *report, cl client.Client,
 		return
 	}
 	pn := plan.Node{Name: name, IP: ip, InternalCIDR: n.InternalCIDR, PodCIDRs: n.PodCIDRs, Device: f.device, Kind: overlay.VXLAN, LocalNetworks: nets}
-	p, err := plan.FromObjects(pn, plan.Objects{InternalNode: &in, Configurations: s.confs.Items, Servers: s.servers.Items, Clients: s.clients.Items})
+	// Every node's InternalNode too: the agent relays through a node only when its
+	// InternalNode publishes the endpoint the gateway names, and guards the overlay by them.
+	var nodes netv1alpha1.InternalNodeList
+	if err := cl.List(ctx, &nodes); err != nil {
+		r.problem(check, name, "the InternalNodes: "+err.Error(), "")
+		return
+	}
+	p, err := plan.FromObjects(pn, plan.Objects{InternalNode: &in, Nodes: nodes.Items, Configurations: s.confs.Items, Servers: s.servers.Items, Clients: s.clients.Items})
 	if err != nil {
 		r.problem(check, name, "what the agent would program: "+err.Error(), "")
 		return
