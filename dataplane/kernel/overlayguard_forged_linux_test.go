@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/netip"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -59,7 +58,7 @@ func newGuardSite(t *testing.T) *guardSite {
 	if _, err := kernel.Reconcile(s.k, siteDesired("192.168.77.2")); err != nil {
 		t.Fatal(err)
 	}
-	gw := s.gateway(t, "a6gw", "192.168.77.2")
+	gw := s.gateway(t, "ggw", "192.168.77.2")
 	gw.Run(t, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.vx.rp_filter=0")
 	host := func(name, addr string) *netnstest.NS {
 		ns := netnstest.New(t, name)
@@ -70,13 +69,13 @@ func newGuardSite(t *testing.T) *guardSite {
 		return ns
 	}
 	a := &guardSite{s: s, gw: gw}
-	a.atkHost = host("a6atk", "192.168.77.66")
-	n2 := host("a6n2", "192.168.77.3")
+	a.atkHost = host("gatk", "192.168.77.66")
+	n2 := host("gn2", "192.168.77.3")
 	a.n2 = n2
 	s.node.Run(t, "ip", "route", "add", "10.244.2.0/24", "via", "192.168.77.3") // n2's pods
 	n2.Run(t, "ip", "route", "add", "10.244.1.0/24", "via", "192.168.77.1")
 	// The attacker pod: an ordinary pod of this node (its own veth, as most CNIs give).
-	a.atkPod = netnstest.New(t, "a6pod")
+	a.atkPod = netnstest.New(t, "gpod")
 	netnstest.Veth(t, s.node, a.atkPod, "pod1", "10.244.3.1/24", "10.244.3.5/24")
 	a.atkPod.Run(t, "ip", "route", "add", "default", "via", "10.244.3.1")
 	// Loose reverse-path filtering, systemd's default (50-default.conf: rp_filter=2), on the
@@ -159,10 +158,10 @@ func sendRaw6(t *testing.T, ns *netnstest.NS, dst string, pkts ...[]byte) {
 func TestOverlayGuardIPv6Fragments(t *testing.T) {
 	requireNFTNAT(t)
 	s := newSite(t)
-	atk := netnstest.New(t, "a6atk6")
-	s.node.Run(t, "ip", "link", "add", "v-a6atk6", "type", "veth", "peer", "name", "eth0", "netns", atk.Name)
-	s.node.Run(t, "ip", "addr", "add", "fd00:77::1/64", "dev", "v-a6atk6", "nodad")
-	s.node.Run(t, "ip", "link", "set", "v-a6atk6", "up")
+	atk := netnstest.New(t, "gatk6")
+	s.node.Run(t, "ip", "link", "add", "v-gatk6", "type", "veth", "peer", "name", "eth0", "netns", atk.Name)
+	s.node.Run(t, "ip", "addr", "add", "fd00:77::1/64", "dev", "v-gatk6", "nodad")
+	s.node.Run(t, "ip", "link", "set", "v-gatk6", "up")
 	atk.Run(t, "ip", "addr", "add", "fd00:77::66/64", "dev", "eth0", "nodad")
 	atk.Run(t, "ip", "link", "set", "eth0", "up")
 	d := siteDesired("fd00:77::2")
@@ -210,26 +209,7 @@ func TestOverlayGuardIPv6Fragments(t *testing.T) {
 // be exempt: only unicast is.
 func TestOverlayGuardBroadcast(t *testing.T) {
 	a := newGuardSite(t)
-	var conn *net.UDPConn
-	if err := a.s.node.Do(func() (err error) {
-		conn, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 7778}) // a host-network service
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	received := func() bool {
-		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
-		buf := make([]byte, 2048)
-		got := false
-		for {
-			if _, _, err := conn.ReadFromUDP(buf); err != nil {
-				return got
-			}
-			got = true
-			_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-		}
-	}
+	received := listenUDP(t, a.s.node, "", 7778) // a host-network service
 	frame := func(dstMAC packet.MAC, dst string) []byte {
 		b := vxlanFrame(18952, dstMAC, "10.244.1.6", dst)
 		// vxlanFrame's datagram goes to port 7777: make it 7778 (UDP checksum 0: none).
