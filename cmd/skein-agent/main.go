@@ -181,7 +181,10 @@ func main() {
 		fail(1, "%v", err)
 	}
 	if *metricsAddr != "off" {
-		serveMetrics(*metricsAddr, a, func() (uint64, uint64, error) { return kernel.GuardDrops(nsFd) }, log)
+		serveMetrics(*metricsAddr, a, func() (uint64, uint64, error) {
+			sender, source, _, err := kernel.GuardDrops(nsFd)
+			return sender, source, err
+		}, log)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -229,6 +229,22 @@ func (g *globals) diagnoseNode(ctx context.Context, r *report, cl client.Client,
 	case ok:
 		r.ok(check, name, "nftables table skein-agent present (ip, ip6 or both: the families of the peers' CIDRs); no pod connection to peers source-NATed by another rule")
 	}
+	if err != nil || p.SNAT == nil || p.SNAT.Guard == nil {
+		return
+	}
+	sender, source, guarded, err := kernel.GuardDrops(fd)
+	switch {
+	case err != nil:
+		r.warn(check, name, "overlay guard: "+err.Error(), "")
+	case !guarded:
+		r.warn(check, name, "no overlay guard: "+f.device+" takes the overlay's frames from any sender, and anything that can send UDP to this node can inject packets into its pods",
+			"the chart's agent.overlayGuard=true (the default) puts it in skein-agent's nftables tables; if it is set: "+agentLogs)
+	case sender+source > 0:
+		r.warn(check, name, fmt.Sprintf("the overlay guard dropped %d frame(s) from what is no node or gateway of the cluster (or forged, or sent by a pod) and %d packet(s) leaving %s from a source not routed back through it, since its table was made", sender, source, f.device),
+			"an attempt to inject packets, or a node or gateway whose frames come from an address it did not publish (kubectl get internalnodes; the gateways' status.internalEndpoint.vtep); skein_agent_overlay_dropped_packets_total counts them")
+	default:
+		r.ok(check, name, "overlay guard on: nothing dropped since its table was made")
+	}
 }
 
 // activeVTEP is the pod address of the active replica of the gateway whose overlay address is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -223,7 +224,18 @@ func TestDiagnose(t *testing.T) {
 	wantLines(t, out, [2]string{"ok", "kernel " + node + ": overlay device liqo.vxlan up, vxlan"},
 		[2]string{"ok", "kernel " + node + " gateway 10.80.0.1: 10.71.0.0/16, 10.72.0.0/16 routed through liqo.vxlan to the active replica at 192.168.77.2"},
 		// No host SNAT table: the test did not program it.
-		[2]string{"problem", "kernel " + node + ": no nftables table ip skein-agent"})
+		[2]string{"problem", "kernel " + node + ": no nftables table ip skein-agent"},
+		[2]string{"warning", "kernel " + node + ": no overlay guard: liqo.vxlan takes the overlay's frames from any sender"})
+	// The agent's tables, guard included: reported as on.
+	if pl.SNAT == nil || pl.SNAT.Guard == nil {
+		t.Fatalf("the plan has no overlay guard: %+v", pl.SNAT)
+	}
+	nsFile, err := os.Open("/var/run/netns/" + nodeNS.Name)
+	apitest.Must(t, err)
+	defer nsFile.Close()
+	apitest.Must(t, kernel.EnsureHostSNAT(int(nsFile.Fd()), *pl.SNAT))
+	out, _ = diagnoseLines(t, kc, nodeArgs...)
+	wantLines(t, out, [2]string{"ok", "kernel " + node + ": overlay guard on: nothing dropped"})
 
 	// A rule before skein's takes a peer CIDR; a forwarding entry points at an old replica.
 	nodeNS.Run(t, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")

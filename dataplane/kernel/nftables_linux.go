@@ -988,37 +988,38 @@ func MasqueradedConnections(netnsFd int) (n uint64, ok bool, err error) {
 // from what is no node and no gateway (counter "overlay-dropped"), source the packets from the
 // overlay device whose source is not routed back through it (counter "rpfilter-dropped", the
 // IPv6 filter of HostSNAT.Overlay included). A count restarts from zero whenever
-// EnsureHostSNAT replaces its table.
-func GuardDrops(netnsFd int) (sender, source uint64, err error) {
+// EnsureHostSNAT replaces its table. guarded says whether the guard's chains are there.
+func GuardDrops(netnsFd int) (sender, source uint64, guarded bool, err error) {
 	c, err := nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(netnsFd))
 	if err != nil {
-		return 0, 0, fmt.Errorf("overlay guard: open nftables netlink socket: %w", err)
+		return 0, 0, false, fmt.Errorf("overlay guard: open nftables netlink socket: %w", err)
 	}
 	defer c.CloseLasting()
 	for _, family := range snatFamilies {
 		t, err := ourTable(c, family)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, false, err
 		}
 		if t == nil {
 			continue
 		}
 		objs, err := c.GetObjects(t)
 		if err != nil {
-			return 0, 0, fmt.Errorf("overlay guard: read the counters of table %s %s: %w", familyWord(family), NFTable, err)
+			return 0, 0, false, fmt.Errorf("overlay guard: read the counters of table %s %s: %w", familyWord(family), NFTable, err)
 		}
 		for _, o := range objs {
 			if counter, ok := o.(*nftables.CounterObj); ok {
 				switch counter.Name {
 				case nftCounterOverlay:
 					sender += counter.Packets
+					guarded = true
 				case nftCounterRPFilter:
 					source += counter.Packets
 				}
 			}
 		}
 	}
-	return sender, source, nil
+	return sender, source, guarded, nil
 }
 
 func sameChain(got, want *nftables.Chain) bool {

@@ -190,7 +190,7 @@ func TestOverlayGuard(t *testing.T) {
 		}
 	})
 
-	if sender, source, err := kernel.GuardDrops(fd); err != nil || sender != 9 || source < 1 {
+	if sender, source, guarded, err := kernel.GuardDrops(fd); err != nil || !guarded || sender != 9 || source < 1 {
 		t.Errorf("GuardDrops: %d from senders, %d by source, %v; want 9 (the attacker's 6, the pod's 3) and at least 1", sender, source, err)
 	}
 	// Idempotent: the chains and sets read back as written.
