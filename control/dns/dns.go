@@ -7,6 +7,8 @@
 //
 //   - NAME.NS.svc.Z: A/AAAA of a ClusterSetIP import's spec.ips; of a Headless import, one
 //     A/AAAA per ready endpoint address of its slices.
+//   - NAME.NS.svc.Z, SRV: one per port of the import (per port and ready endpoint when
+//     headless), as cluster DNS answers for cluster.local names.
 //   - _PORT._PROTO.NAME.NS.svc.Z: SRV of the import's port named PORT with protocol PROTO:
 //     target NAME.NS.svc.Z for a ClusterSetIP import, one per ready endpoint
 //     (HOST.CLUSTER.NAME.NS.svc.Z) for a Headless one.
@@ -227,20 +229,36 @@ func (s *Server) records(ctx context.Context, name string, qtype uint16) ([]dns.
 		}
 	}
 	if n == 3 {
+		var addrs []netip.Addr
 		if headless {
-			var addrs []netip.Addr
 			for _, e := range eps {
 				addrs = append(addrs, e.addrs...)
 			}
-			return s.addressRecords(name, qtype, addrs), true, nil
-		}
-		var addrs []netip.Addr
-		for _, ip := range imp.Spec.IPs {
-			if a, err := netip.ParseAddr(ip); err == nil {
-				addrs = append(addrs, a.Unmap())
+		} else {
+			for _, ip := range imp.Spec.IPs {
+				if a, err := netip.ParseAddr(ip); err == nil {
+					addrs = append(addrs, a.Unmap())
+				}
 			}
 		}
-		return s.addressRecords(name, qtype, addrs), true, nil
+		rrs := s.addressRecords(name, qtype, addrs)
+		if qtype == dns.TypeSRV || qtype == dns.TypeANY {
+			// SRV at the service's own name too, one per port (per port and endpoint when
+			// headless), as cluster DNS answers it for cluster.local (the MCS conformance
+			// suite asks for them; the KEP names only _PORT._PROTO.NAME).
+			weight := uint16(max(1, 100/max(1, len(eps))))
+			for _, p := range imp.Spec.Ports {
+				if !headless {
+					rrs = append(rrs, s.srv(name, target, p.Port, 100))
+					continue
+				}
+				for _, e := range eps {
+					rrs = append(rrs, s.srv(name, e.host+"."+e.cluster+"."+target, p.Port, weight))
+				}
+			}
+			rrs = rrs[:min(len(rrs), s.Limits.MaxRecords)]
+		}
+		return rrs, true, nil
 	}
 	// Five labels: _PORT._PROTO.NAME.NS.svc or HOST.CLUSTER.NAME.NS.svc.
 	if p, ok := strings.CutPrefix(l[0], "_"); ok {

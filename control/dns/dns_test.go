@@ -200,6 +200,8 @@ func TestRecords(t *testing.T) {
 		{webName, dns.TypeAAAA, `NOERROR ["AAAA fd00:96::5"]`},
 		{strings.ToUpper(webName), dns.TypeA, `NOERROR ["A 10.96.5.5"]`},
 		{webName, dns.TypeMX, `NOERROR []`},
+		{webName, dns.TypeSRV, `NOERROR ["SRV 0 100 53 ` + webName + `" "SRV 0 100 80 ` + webName + `" "SRV 0 100 8080 ` + webName + `"]`},
+		{dbName, dns.TypeSRV, `NOERROR ["SRV 0 33 5432 10-244-1-6.c1.` + dbName + `" "SRV 0 33 5432 db-0.c1.` + dbName + `" "SRV 0 33 5432 db-3.c2.` + dbName + `"]`},
 		{"_http._tcp." + webName, dns.TypeSRV, `NOERROR ["SRV 0 100 80 ` + webName + `"]`},
 		{"_dns._udp." + webName, dns.TypeSRV, `NOERROR ["SRV 0 100 53 ` + webName + `"]`},
 		{"_http._udp." + webName, dns.TypeSRV, `NXDOMAIN []`},

@@ -226,6 +226,7 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 		}
 	}
 	first := valid[0]
+	portsOf := map[int]map[string]bool{} // the port names of each export merged
 	for _, i := range valid {
 		s := srcs[i]
 		r := &out.Sources[i]
@@ -262,7 +263,9 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 				fmt.Sprintf("traffic distribution %q, but the oldest export (cluster %s) has %q", got, srcs[first].ClusterID, want)})
 			lost(first, mcsv1a1.ServiceExportReasonTrafficDistributionConflict, s.ClusterID)
 		}
+		portsOf[i] = map[string]bool{}
 		for _, p := range s.Service.Spec.Ports {
+			portsOf[i][p.Name] = true
 			proto := cmp.Or(p.Protocol, corev1.ProtocolTCP)
 			d, ok := ports[p.Name]
 			if !ok {
@@ -308,6 +311,28 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 		if r.PortsOverLimit > 0 {
 			r.Conflicts = append(r.Conflicts, Conflict{mcsv1a1.ServiceExportReasonPortConflict,
 				fmt.Sprintf("%d port(s) left out: an import holds at most %d ports", r.PortsOverLimit, lim.MaxPortsPerImport)})
+		}
+	}
+	// Exports whose Services list different ports: the import serves the union, so a client
+	// may be balanced to a cluster that does not serve the port it calls. Every export
+	// involved reports it (the MCS conformance suite: "expose the union of the constituent
+	// service ports and raise a conflict").
+	union := map[string]bool{}
+	for _, names := range portsOf {
+		for n := range names {
+			union[n] = true
+		}
+	}
+	differ := false
+	for _, names := range portsOf {
+		differ = differ || len(names) != len(union)
+	}
+	if differ {
+		all := slices.Sorted(maps.Keys(union))
+		for i, names := range portsOf {
+			out.Sources[i].Conflicts = append(out.Sources[i].Conflicts, Conflict{mcsv1a1.ServiceExportReasonPortConflict,
+				fmt.Sprintf("the exports' Services list different ports: the import serves their union (%s), this cluster's Service lists %s; a client may reach a cluster without the port it calls",
+					portList(all), portList(slices.Sorted(maps.Keys(names))))})
 		}
 	}
 	// The exports that won: a conflict of theirs too, after their own.
@@ -363,6 +388,15 @@ func Build(namespace, name string, sources []Source, lim Limits) Import {
 	}
 	out.ServiceImport, out.Service = imp, svc
 	return out
+}
+
+// portList names ports for a message ("" is the unnamed port).
+func portList(names []string) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = cmp.Or(n, "(unnamed)")
+	}
+	return strings.Join(out, ", ")
 }
 
 // conflictSubject names what a conflict reason is about.

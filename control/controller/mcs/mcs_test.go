@@ -159,9 +159,22 @@ func TestBuildImport(t *testing.T) {
 	if len(DerivedServiceName(strings.Repeat("x", 63))) > 63 {
 		t.Error("derived name longer than a Service name may be")
 	}
+	// The Services list different ports: the union is served, and every export reports the
+	// conflict (a client may reach b for grpc, which b does not serve).
 	for _, r := range imp.Sources {
+		if r.Invalid != nil || len(r.Conflicts) != 1 || r.Conflicts[0].Reason != mcsv1a1.ServiceExportReasonPortConflict ||
+			!strings.Contains(r.Conflicts[0].Message, "serves their union (grpc, http)") {
+			t.Errorf("source %s: %+v, want one PortConflict naming the union", r.ClusterID, r)
+		}
+	}
+	// The same ports everywhere: no conflict.
+	same := Build("shop", "orders", []Source{
+		{ClusterID: "c", Export: export(time.Minute), Service: service(httpPort(80)), Map: mapping("10.244.0.0/16", "10.72.0.0/16")},
+		{ClusterID: "b", Export: export(time.Hour), Service: service(httpPort(80)), Map: mapping("10.244.0.0/16", "10.71.0.0/16")},
+	}, Limits{})
+	for _, r := range same.Sources {
 		if r.Invalid != nil || len(r.Conflicts) != 0 {
-			t.Errorf("source %s: %+v, want no conflict", r.ClusterID, r)
+			t.Errorf("the same ports: source %s: %+v, want no conflict", r.ClusterID, r)
 		}
 	}
 }
