@@ -69,6 +69,18 @@ func (s *site) gateway(t *testing.T, name, underlay string) *netnstest.NS {
 	return g
 }
 
+// underlayHost adds a namespace on the node's underlay (the bridge gateway makes) at addr
+// (192.168.77.x): another node, or a host that is none.
+func (s *site) underlayHost(t *testing.T, name, addr string) *netnstest.NS {
+	t.Helper()
+	ns := netnstest.New(t, name)
+	s.node.Run(t, "ip", "link", "add", "v-"+name, "type", "veth", "peer", "name", "eth0", "netns", ns.Name)
+	s.node.Run(t, "ip", "link", "set", "v-"+name, "master", "br0", "up")
+	ns.Run(t, "ip", "addr", "add", addr+"/24", "dev", "eth0")
+	ns.Run(t, "ip", "link", "set", "eth0", "up")
+	return ns
+}
+
 func siteDesired(vtep string) kernel.Desired {
 	return kernel.Desired{
 		Overlay: kernel.Overlay{Name: "liqo.vxlan", Kind: overlay.VXLAN, VNI: 18952, Port: 4789,

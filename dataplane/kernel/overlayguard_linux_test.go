@@ -86,16 +86,8 @@ func TestOverlayGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw := s.gateway(t, "ggw", "192.168.77.2")
-	host := func(name, addr string) *netnstest.NS {
-		ns := netnstest.New(t, name)
-		s.node.Run(t, "ip", "link", "add", "v-"+name, "type", "veth", "peer", "name", "eth0", "netns", ns.Name)
-		s.node.Run(t, "ip", "link", "set", "v-"+name, "master", "br0", "up")
-		ns.Run(t, "ip", "addr", "add", addr+"/24", "dev", "eth0")
-		ns.Run(t, "ip", "link", "set", "eth0", "up")
-		return ns
-	}
-	atk := host("gatk", "192.168.77.66") // on the underlay, no node and no gateway
-	n2 := host("gn2", "192.168.77.3")    // another node
+	atk := s.underlayHost(t, "gatk", "192.168.77.66") // on the underlay, no node and no gateway
+	n2 := s.underlayHost(t, "gn2", "192.168.77.3")    // another node
 	n2.Run(t, "ip", "route", "add", "10.244.1.0/24", "via", "192.168.77.1")
 	s.node.Run(t, "ip", "route", "add", "10.244.2.0/24", "via", "192.168.77.3") // n2's pods, as the pod network routes them
 	gw.Run(t, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.vx.rp_filter=0")
